@@ -1,0 +1,487 @@
+//! Static analyses over the lowered program: promises the fleet cannot keep, quotas that
+//! contradict each other, rules that never fire, time windows that are empty or overlap,
+//! scale steps too small for the gangs they serve, and MIG profiles that do not fit.
+
+use super::Checker;
+use crate::codes;
+use crate::diagnostic::Diagnostic;
+use crate::ir::{self, BinaryOp, Expr, Program, RuleAction, Value};
+use crate::source::Span;
+
+pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
+    guarantees(c, p);
+    quotas(c, p);
+    unusable_tiers(c, p);
+    shadowed_rules(c, p);
+    windows(c, p);
+    gangs(c, p);
+    mig(c, p);
+}
+
+fn span(c: &Checker<'_>, keys: &[String]) -> Option<Span> {
+    keys.iter().find_map(|k| c.spans.get(k).copied())
+}
+
+fn gpus(milli: u64) -> String {
+    if milli % 1000 == 0 {
+        format!("{} gpu", milli / 1000)
+    } else {
+        format!("{} gpu", milli as f64 / 1000.0)
+    }
+}
+
+fn guarantees(c: &mut Checker<'_>, p: &Program) {
+    for pool in &p.pools {
+        let cap = p.pool_max_gpus(pool) * 1000;
+        let mut sum = 0;
+        let mut contributors = Vec::new();
+        for team in &p.teams {
+            let Some(&g) = team.guaranteed.per_pool_milli.get(&pool.name) else {
+                continue;
+            };
+            sum += g;
+            contributors.push(team.name.as_str());
+            let at = span(
+                c,
+                &[
+                    format!("team/{}/guaranteed/{}", team.name, pool.name),
+                    format!("team/{}/guaranteed", team.name),
+                ],
+            );
+            if g > cap {
+                if let Some(at) = at {
+                    c.error(
+                        Diagnostic::new(
+                            codes::GUARANTEE_EXCEEDS_POOL,
+                            format!(
+                                "team `{}` is guaranteed {} in pool `{}`, which holds at most {}",
+                                team.name,
+                                gpus(g),
+                                pool.name,
+                                gpus(cap)
+                            ),
+                        )
+                        .with_label(at, "more than the pool can ever hold")
+                        .with_help(format!(
+                            "lower the guarantee to {} or less, or raise the pool's maximum nodes",
+                            gpus(cap)
+                        )),
+                    );
+                }
+            } else if sum > cap {
+                if let Some(at) = at {
+                    c.error(
+                        Diagnostic::new(
+                            codes::GUARANTEE_EXCEEDS_POOL,
+                            format!(
+                                "guarantees in pool `{}` add up to {}, but it holds at most {}",
+                                pool.name,
+                                gpus(sum),
+                                gpus(cap)
+                            ),
+                        )
+                        .with_label(
+                            at,
+                            format!(
+                                "teams {} together exceed the pool here",
+                                contributors.join(", ")
+                            ),
+                        )
+                        .with_help(
+                            "guarantees must all be honoured at once; lower them or grow the pool",
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    if p.pools.is_empty() {
+        return;
+    }
+    let cap: u64 = p
+        .pools
+        .iter()
+        .map(|pool| p.pool_max_gpus(pool) * 1000)
+        .sum();
+    let mut sum = 0;
+    for team in &p.teams {
+        let Some(g) = team.guaranteed.total_milli else {
+            continue;
+        };
+        sum += g;
+        let Some(at) = span(c, &[format!("team/{}/guaranteed", team.name)]) else {
+            continue;
+        };
+        if g > cap || sum > cap {
+            let what = if g > cap {
+                format!(
+                    "team `{}` is guaranteed {}, but all pools together hold at most {}",
+                    team.name,
+                    gpus(g),
+                    gpus(cap)
+                )
+            } else {
+                format!(
+                    "guarantees add up to {}, but all pools together hold at most {}",
+                    gpus(sum),
+                    gpus(cap)
+                )
+            };
+            c.error(
+                Diagnostic::new(codes::GUARANTEE_EXCEEDS_POOL, what)
+                    .with_label(at, "cannot be met by the fleet")
+                    .with_help("lower the guarantees or raise the pools' maximum nodes"),
+            );
+        }
+    }
+}
+
+fn quotas(c: &mut Checker<'_>, p: &Program) {
+    for team in &p.teams {
+        let guaranteed = team.guaranteed.effective_total_milli();
+        if let Some(lend) = &team.lend {
+            let l = lend.effective_total_milli();
+            if l > guaranteed {
+                if let Some(at) = span(c, &[format!("team/{}/lend", team.name)]) {
+                    c.error(
+                        Diagnostic::new(
+                            codes::LEND_EXCEEDS_GUARANTEE,
+                            format!(
+                                "team `{}` lends {} but is guaranteed only {}",
+                                team.name,
+                                gpus(l),
+                                gpus(guaranteed)
+                            ),
+                        )
+                        .with_label(at, "more than the team has")
+                        .with_help(format!("lend at most {}", gpus(guaranteed))),
+                    );
+                }
+            }
+        }
+        if let Some(burst) = &team.burst {
+            let b = burst.effective_total_milli();
+            if guaranteed > b {
+                let at = span(c, &[format!("team/{}/guaranteed", team.name)]);
+                let burst_at = span(c, &[format!("team/{}/burst", team.name)]);
+                if let Some(at) = at {
+                    let mut d = Diagnostic::new(
+                        codes::GUARANTEE_EXCEEDS_BURST,
+                        format!(
+                            "team `{}` is guaranteed {} but may burst only to {}",
+                            team.name,
+                            gpus(guaranteed),
+                            gpus(b)
+                        ),
+                    )
+                    .with_label(at, "guarantee");
+                    if let Some(bs) = burst_at {
+                        d = d.with_label(bs, "burst limit below it");
+                    }
+                    c.error(d.with_help(format!("raise `burst` to at least {}", gpus(guaranteed))));
+                }
+            }
+        }
+    }
+}
+
+fn unusable_tiers(c: &mut Checker<'_>, p: &Program) {
+    if p.teams.is_empty() || p.teams.iter().any(|t| t.tiers.is_none()) {
+        return;
+    }
+    for tier in &p.tiers {
+        let used = p
+            .teams
+            .iter()
+            .any(|t| t.tiers.as_ref().is_some_and(|ts| ts.contains(&tier.name)));
+        if used {
+            continue;
+        }
+        if let Some(at) = span(c, &[format!("tier/{}", tier.name)]) {
+            c.error(
+                Diagnostic::new(
+                    codes::UNUSABLE_TIER,
+                    format!("no team may use tier `{}`", tier.name),
+                )
+                .with_label(at, "every team lists its tiers, and none lists this one")
+                .with_help(format!(
+                    "add `{}` to a team's `tiers`, or remove the tier",
+                    tier.name
+                )),
+            );
+        }
+    }
+}
+
+fn conjuncts(e: &Expr) -> Vec<&Expr> {
+    match e {
+        Expr::Binary {
+            op: BinaryOp::And,
+            lhs,
+            rhs,
+        } => {
+            let mut v = conjuncts(lhs);
+            v.extend(conjuncts(rhs));
+            v
+        }
+        other => vec![other],
+    }
+}
+
+/// `(subject, op, constant)` of a comparison with a constant on the right.
+fn comparison(e: &Expr) -> Option<(&Expr, BinaryOp, f64)> {
+    match e {
+        Expr::Binary { op, lhs, rhs }
+            if matches!(
+                op,
+                BinaryOp::Lt | BinaryOp::Le | BinaryOp::Gt | BinaryOp::Ge | BinaryOp::Eq
+            ) =>
+        {
+            let k = rhs.as_const_number()?;
+            (lhs.as_const_number().is_none()).then_some((&**lhs, *op, k))
+        }
+        _ => None,
+    }
+}
+
+/// Whether `b` being true guarantees `a` is true (conservatively).
+fn implies_one(b: &Expr, a: &Expr) -> bool {
+    if a == b || *a == Expr::Const(Value::Bool(true)) {
+        return true;
+    }
+    let (Some((sb, ob, kb)), Some((sa, oa, ka))) = (comparison(b), comparison(a)) else {
+        return false;
+    };
+    if sb != sa {
+        return false;
+    }
+    use BinaryOp::*;
+    match (ob, oa) {
+        (Gt, Gt) | (Ge, Ge) | (Gt, Ge) => kb >= ka,
+        (Ge, Gt) => kb > ka,
+        (Lt, Lt) | (Le, Le) | (Lt, Le) => kb <= ka,
+        (Le, Lt) => kb < ka,
+        (Eq, Gt) => kb > ka,
+        (Eq, Ge) => kb >= ka,
+        (Eq, Lt) => kb < ka,
+        (Eq, Le) => kb <= ka,
+        (Eq, Eq) => kb == ka,
+        _ => false,
+    }
+}
+
+fn implies(b: &Expr, a: &Expr) -> bool {
+    let bs = conjuncts(b);
+    conjuncts(a)
+        .iter()
+        .all(|ca| bs.iter().any(|cb| implies_one(cb, ca)))
+}
+
+fn shadowed_rules(c: &mut Checker<'_>, p: &Program) {
+    for (i, later) in p.rules.iter().enumerate() {
+        let earlier = p.rules.iter().take(i).find(|r| {
+            let stops = match (&r.action, &later.action) {
+                (RuleAction::Deny { .. }, _) => true,
+                (RuleAction::Route { .. }, RuleAction::Route { .. }) => true,
+                _ => false,
+            };
+            stops && implies(&later.condition, &r.condition)
+        });
+        let Some(earlier) = earlier else { continue };
+        let (Some(at), first) = (
+            span(c, &[format!("rule/{}", later.name)]),
+            span(c, &[format!("rule/{}", earlier.name)]),
+        ) else {
+            continue;
+        };
+        let verb = if matches!(earlier.action, RuleAction::Deny { .. }) {
+            "denies"
+        } else {
+            "routes"
+        };
+        let mut d = Diagnostic::new(
+            codes::SHADOWED_RULE,
+            format!(
+                "rule `{}` can never fire: `{}` {verb} every job it matches first",
+                later.name, earlier.name
+            ),
+        )
+        .with_label(at, "never reached");
+        if let Some(f) = first {
+            d = d.with_label(f, "this earlier rule matches first");
+        }
+        c.error(d.with_help(format!(
+            "move `{}` above `{}`, or narrow `{}`",
+            later.name, earlier.name, earlier.name
+        )));
+    }
+}
+
+const WEEK_MIN: usize = 7 * 1440;
+
+/// Minutes of the week a window covers.
+fn coverage(w: &ir::TimeWindow) -> Vec<bool> {
+    let mut set = vec![false; WEEK_MIN];
+    let (start, end) = (w.start_min as usize, w.end_min as usize);
+    for day in 0..7usize {
+        if w.days & (1 << day) == 0 {
+            continue;
+        }
+        let base = day * 1440;
+        let len = if end > start {
+            end - start
+        } else {
+            1440 - start + end
+        };
+        for m in 0..len {
+            if let Some(x) = set.get_mut((base + start + m) % WEEK_MIN) {
+                *x = true;
+            }
+        }
+    }
+    set
+}
+
+fn windows(c: &mut Checker<'_>, p: &Program) {
+    let mut per_pool: Vec<(&str, &str, usize, Vec<bool>)> = Vec::new();
+    for warm in &p.warm {
+        for (i, w) in warm.windows.iter().enumerate() {
+            let key = format!("warm/{}/window/{i}", warm.name);
+            let Some(at) = span(c, &[key]) else { continue };
+            if w.start_min == w.end_min || w.days == 0 {
+                c.error(
+                    Diagnostic::new(codes::EMPTY_WINDOW, "this time window is never active")
+                        .with_label(at, "starts and ends at the same time")
+                        .with_help("to mean all day write `00:00..24:00`; windows may wrap past midnight, e.g. `22:00..06:00`"),
+                );
+                continue;
+            }
+            let cov = coverage(w);
+            for (pool, other_warm, j, other) in &per_pool {
+                if *pool != warm.pool || !cov.iter().zip(other).any(|(a, b)| *a && *b) {
+                    continue;
+                }
+                let other_at = span(c, &[format!("warm/{other_warm}/window/{j}")]);
+                let mut d = Diagnostic::new(
+                    codes::OVERLAPPING_WINDOWS,
+                    if *other_warm == warm.name {
+                        format!("windows of warm pool `{}` overlap", warm.name)
+                    } else {
+                        format!("warm pools `{other_warm}` and `{}` are both active on pool `{pool}` at once", warm.name)
+                    },
+                )
+                .with_label(at, "overlaps");
+                if let Some(o) = other_at {
+                    d = d.with_label(o, "this window");
+                }
+                c.error(d.with_help("make the windows disjoint so one size applies at a time"));
+                break;
+            }
+            per_pool.push((warm.pool.as_str(), warm.name.as_str(), i, cov));
+        }
+    }
+}
+
+fn gangs(c: &mut Checker<'_>, p: &Program) {
+    for pool in &p.pools {
+        let Some(max_gang) = pool.max_gang_gpus.or(p.placement.max_gang_gpus) else {
+            continue;
+        };
+        let cap = p.pool_max_gpus(pool);
+        if u64::from(max_gang) > cap {
+            if let Some(at) = span(
+                c,
+                &[
+                    format!("pool/{}/max_gang", pool.name),
+                    "placement/max_gang".into(),
+                    format!("pool/{}", pool.name),
+                ],
+            ) {
+                c.error(
+                    Diagnostic::new(
+                        codes::POOL_CANNOT_HOLD_GANG,
+                        format!("pool `{}` holds at most {cap} GPUs, fewer than its largest gang of {max_gang}", pool.name),
+                    )
+                    .with_label(at, "gang larger than the pool")
+                    .with_help("lower `max_gang` or raise the pool's maximum nodes"),
+                );
+            }
+        }
+    }
+    for a in &p.autoscale {
+        let Some(pool) = p.pool(&a.pool) else {
+            continue;
+        };
+        let Some(max_gang) = pool.max_gang_gpus.or(p.placement.max_gang_gpus) else {
+            continue;
+        };
+        let per_node = p.node_shape(&pool.node).map_or(0, |n| u64::from(n.gpus));
+        for (i, t) in a.up.iter().enumerate() {
+            let Some(step) = t.step.as_ref().and_then(Expr::as_const_number) else {
+                continue;
+            };
+            let added = (step.max(0.0) as u64) * per_node;
+            if added >= u64::from(max_gang) {
+                continue;
+            }
+            if let Some(at) = span(c, &[format!("autoscale/{}/up/{i}", a.pool)]) {
+                let need = u64::from(max_gang).div_ceil(per_node.max(1));
+                c.error(
+                    Diagnostic::new(
+                        codes::STEP_CANNOT_FIT_GANG,
+                        format!("this step adds {added} GPUs, but gangs in pool `{}` may need {max_gang}", a.pool),
+                    )
+                    .with_label(at, format!("{step} nodes of {per_node} GPUs"))
+                    .with_help(format!("add at least {need} nodes per step, or scale by demand with `pending_nodes(fits = {})`", a.pool)),
+                );
+            }
+        }
+    }
+}
+
+fn mig(c: &mut Checker<'_>, p: &Program) {
+    for g in &p.gpu_models {
+        for prof in &g.mig_profiles {
+            let Some(at) = span(c, &[format!("gpu/{}/mig/{}", g.name, prof.name)]) else {
+                continue;
+            };
+            let problem = if g.mig_slots == 0 {
+                Some(format!(
+                    "GPU model `{}` declares no MIG slots (`mig_slots`)",
+                    g.name
+                ))
+            } else if prof.memory_mib > g.memory_mib {
+                Some(format!(
+                    "profile `{}` has more memory than the GPU",
+                    prof.name
+                ))
+            } else if prof.compute_slices == 0 || prof.compute_slices > 7 {
+                Some(format!(
+                    "profile `{}` must use 1 to 7 compute slices",
+                    prof.name
+                ))
+            } else if prof.starts.is_empty() {
+                Some(format!("profile `{}` has no start positions", prof.name))
+            } else {
+                prof.starts
+                    .iter()
+                    .find(|s| **s + prof.width > g.mig_slots)
+                    .map(|s| {
+                        format!(
+                            "profile `{}` starting at slot {s} needs {} slots, past the GPU's {}",
+                            prof.name, prof.width, g.mig_slots
+                        )
+                    })
+            };
+            if let Some(message) = problem {
+                c.error(
+                    Diagnostic::new(codes::BAD_MIG_PROFILE, message)
+                        .with_label(at, "this profile")
+                        .with_help(
+                            "check the profile against `nvidia-smi mig -lgipp` for this GPU",
+                        ),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! Checking: loads the policy's files and the standard-library modules they import, resolves
+//! names, type-checks every definition, lowers them to the [`Program`] and runs the static
+//! analyses. Checking never stops at the first error; it collects all it can.
+
+mod analysis;
+mod blocks;
+mod exprs;
+mod program;
+pub mod types;
+
+use crate::codes;
+use crate::diagnostic::Diagnostic;
+use crate::ir::Program;
+use crate::source::{FileId, SourceMap, Span};
+use crate::syntax::ast::{self, BlockKind, ItemKind};
+use std::collections::BTreeMap;
+use types::DefKind;
+
+/// The result of checking one policy.
+#[derive(Debug)]
+pub struct Checked {
+    pub sources: SourceMap,
+    /// The parsed user files (not the stdlib modules), in the order given.
+    pub files: Vec<(FileId, ast::File)>,
+    /// Present when no error was found (warnings allowed).
+    pub program: Option<Program>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl Checked {
+    pub fn has_errors(&self) -> bool {
+        self.diagnostics.iter().any(Diagnostic::is_error)
+    }
+}
+
+/// Checks one policy made of `files` (name, text), in the order given: rules from earlier
+/// files run first. Standard-library modules are resolved from the embedded `stdlib`.
+pub fn check(files: &[(String, String)]) -> Checked {
+    let mut sources = SourceMap::new();
+    let mut diagnostics = Vec::new();
+    let mut parsed = Vec::new();
+    for (name, text) in files {
+        let id = sources.add(name.clone(), text.clone());
+        let (ast, diags) = crate::syntax::parse(id, text);
+        diagnostics.extend(diags);
+        parsed.push((id, ast));
+    }
+    let mut world = World::default();
+    world.modules.push(Module {
+        name: String::from("<policy>"),
+        files: parsed.iter().map(|(id, _)| *id).collect(),
+        ..Module::default()
+    });
+    let mut asts: BTreeMap<FileId, ast::File> = parsed.iter().cloned().collect();
+    load_imports(&mut world, &mut sources, &mut asts, 0, &mut diagnostics);
+    let program = {
+        let mut checker = Checker::new(&world, &asts, &sources);
+        checker.collect_definitions();
+        checker.resolve_imports();
+        let program = checker.lower();
+        diagnostics.append(&mut checker.diags);
+        program
+    };
+    sort_diagnostics(&mut diagnostics);
+    let has_errors = diagnostics.iter().any(Diagnostic::is_error);
+    Checked {
+        sources,
+        files: parsed,
+        program: if has_errors { None } else { Some(program) },
+        diagnostics,
+    }
+}
+
+fn sort_diagnostics(diags: &mut Vec<Diagnostic>) {
+    diags.sort_by_key(|d| {
+        let s = d.primary_span().unwrap_or_default();
+        (s.file, s.start, d.code)
+    });
+    diags.dedup();
+}
+
+pub(crate) type ModuleId = usize;
+
+/// A set of files that share one namespace: the user's policy, or one stdlib module.
+#[derive(Debug, Default)]
+pub(crate) struct Module {
+    pub name: String,
+    pub files: Vec<FileId>,
+    /// `use` declarations: the module imported and the names (None = all).
+    pub imports: Vec<Import>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Import {
+    pub module: ModuleId,
+    pub names: Option<Vec<ast::Ident>>,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct World {
+    pub modules: Vec<Module>,
+}
+
+/// Loads, recursively, every `std.*` module a module imports.
+fn load_imports(
+    world: &mut World,
+    sources: &mut SourceMap,
+    asts: &mut BTreeMap<FileId, ast::File>,
+    module: ModuleId,
+    diags: &mut Vec<Diagnostic>,
+) {
+    let files = world
+        .modules
+        .get(module)
+        .map(|m| m.files.clone())
+        .unwrap_or_default();
+    let uses: Vec<ast::UseDecl> = files
+        .iter()
+        .filter_map(|f| asts.get(f))
+        .flat_map(|f| f.items.iter())
+        .filter_map(|i| match &i.kind {
+            ItemKind::Use(u) => Some(u.clone()),
+            _ => None,
+        })
+        .collect();
+    for u in uses {
+        let path = u.module();
+        let target = match world.modules.iter().position(|m| m.name == path) {
+            Some(id) => Some(id),
+            None => match stdlib::module(&path) {
+                Some(text) => {
+                    let file = sources.add(stdlib::file_name(&path), text);
+                    let (ast, parse_diags) = crate::syntax::parse(file, text);
+                    diags.extend(parse_diags);
+                    asts.insert(file, ast);
+                    world.modules.push(Module {
+                        name: path.clone(),
+                        files: vec![file],
+                        imports: Vec::new(),
+                    });
+                    let id = world.modules.len() - 1;
+                    load_imports(world, sources, asts, id, diags);
+                    Some(id)
+                }
+                None => {
+                    let d =
+                        Diagnostic::new(codes::UNKNOWN_MODULE, format!("unknown module `{path}`"))
+                            .with_label(u.path_span, "no such module")
+                            .with_suggestion(&path, stdlib::MODULES.iter().map(|(n, _)| *n));
+                    let d = if d.help.is_none() {
+                        d.with_help(format!(
+                            "standard-library modules are {}; files in the same directory need no `use`",
+                            stdlib::MODULES.iter().map(|(n, _)| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+                        ))
+                    } else {
+                        d
+                    };
+                    diags.push(d);
+                    None
+                }
+            },
+        };
+        if let (Some(target), Some(m)) = (target, world.modules.get_mut(module)) {
+            m.imports.push(Import {
+                module: target,
+                names: u.names.clone(),
+            });
+        }
+    }
+}
+
+/// One named definition.
+#[derive(Debug, Clone)]
+pub(crate) struct Def<'a> {
+    pub kind: DefKind,
+    pub name: String,
+    pub span: Span,
+    pub module: ModuleId,
+    pub template: bool,
+    pub block: Option<&'a ast::Block>,
+    pub rule: Option<&'a ast::RuleDecl>,
+    /// For teams declared inside a cohort block.
+    pub cohort: Option<String>,
+}
+
+pub(crate) type DefId = usize;
+
+pub(crate) struct Checker<'a> {
+    pub world: &'a World,
+    pub asts: &'a BTreeMap<FileId, ast::File>,
+    pub sources: &'a SourceMap,
+    pub defs: Vec<Def<'a>>,
+    /// Per module: its own definitions by name.
+    pub local: Vec<BTreeMap<String, DefId>>,
+    /// Per module: every name visible in it (own definitions and imports).
+    pub scope: Vec<BTreeMap<String, DefId>>,
+    /// Unnamed blocks (placement, autoscale) per module.
+    pub unnamed: Vec<Vec<&'a ast::Block>>,
+    pub diags: Vec<Diagnostic>,
+    /// Spans of lowered values the static analyses point at, keyed `kind/name/field`.
+    pub spans: BTreeMap<String, Span>,
+}
+
+impl<'a> Checker<'a> {
+    fn new(
+        world: &'a World,
+        asts: &'a BTreeMap<FileId, ast::File>,
+        sources: &'a SourceMap,
+    ) -> Checker<'a> {
+        let n = world.modules.len();
+        Checker {
+            world,
+            asts,
+            sources,
+            defs: Vec::new(),
+            local: vec![BTreeMap::new(); n],
+            scope: vec![BTreeMap::new(); n],
+            unnamed: vec![Vec::new(); n],
+            diags: Vec::new(),
+            spans: BTreeMap::new(),
+        }
+    }
+
+    fn module_items(&self, module: ModuleId) -> Vec<&'a ast::Item> {
+        let asts = self.asts;
+        self.world
+            .modules
+            .get(module)
+            .map(|m| {
+                m.files
+                    .iter()
+                    .filter_map(|f| asts.get(f))
+                    .flat_map(|f| f.items.iter())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn collect_definitions(&mut self) {
+        for module in 0..self.world.modules.len() {
+            for item in self.module_items(module) {
+                match &item.kind {
+                    ItemKind::Use(_) => {}
+                    ItemKind::Rule(r) => {
+                        self.define(Def {
+                            kind: DefKind::Rule,
+                            name: r.name.name.clone(),
+                            span: r.name.span,
+                            module,
+                            template: false,
+                            block: None,
+                            rule: Some(r),
+                            cohort: None,
+                        });
+                    }
+                    ItemKind::Block(b) => self.collect_block(module, b, None),
+                }
+            }
+        }
+    }
+
+    fn collect_block(&mut self, module: ModuleId, b: &'a ast::Block, cohort: Option<&str>) {
+        let kind = match b.kind {
+            BlockKind::Pool => DefKind::Pool,
+            BlockKind::Tier => DefKind::Tier,
+            BlockKind::Cohort => DefKind::Cohort,
+            BlockKind::Team => DefKind::Team,
+            BlockKind::Gpu => DefKind::Gpu,
+            BlockKind::Node => DefKind::Node,
+            BlockKind::Warm => DefKind::Warm,
+            BlockKind::Placement | BlockKind::Autoscale if !b.template => {
+                if let Some(u) = self.unnamed.get_mut(module) {
+                    u.push(b);
+                }
+                return;
+            }
+            BlockKind::Placement => DefKind::Placement,
+            BlockKind::Autoscale => DefKind::Autoscale,
+            BlockKind::Mig => {
+                self.diags.push(
+                    Diagnostic::new(
+                        codes::MISPLACED_BLOCK,
+                        "`mig` profiles belong inside a `gpu` block",
+                    )
+                    .with_label(b.kind_span, "not inside a `gpu` block")
+                    .with_help("move this block into the `gpu` definition it describes"),
+                );
+                return;
+            }
+        };
+        let Some(name) = &b.name else {
+            self.diags.push(
+                Diagnostic::new(
+                    codes::SYNTAX,
+                    format!("this `{}` block needs a name", b.kind.keyword()),
+                )
+                .with_label(b.kind_span, "name missing")
+                .with_help(format!("write `{} NAME {{ ... }}`", b.kind.keyword())),
+            );
+            return;
+        };
+        self.define(Def {
+            kind,
+            name: name.name.clone(),
+            span: name.span,
+            module,
+            template: b.template,
+            block: Some(b),
+            rule: None,
+            cohort: cohort.map(str::to_string),
+        });
+        if kind == DefKind::Cohort {
+            for s in &b.body {
+                if let ast::StmtKind::Block(inner) = &s.kind {
+                    if inner.kind == BlockKind::Team {
+                        self.collect_block(module, inner, Some(&name.name));
+                    }
+                }
+            }
+        }
+    }
+
+    fn define(&mut self, def: Def<'a>) {
+        let id = self.defs.len();
+        let module = def.module;
+        let Some(local) = self.local.get_mut(module) else {
+            return;
+        };
+        if let Some(&prev) = local.get(&def.name) {
+            if let Some(p) = self.defs.get(prev) {
+                self.diags.push(
+                    Diagnostic::new(
+                        codes::DUPLICATE,
+                        format!("`{}` is defined more than once", def.name),
+                    )
+                    .with_label(
+                        def.span,
+                        format!("{} `{}` defined again here", def.kind.noun(), def.name),
+                    )
+                    .with_label(p.span, format!("first defined here as a {}", p.kind.noun()))
+                    .with_help("rename one of the definitions; names are shared by all kinds"),
+                );
+            }
+            return;
+        }
+        local.insert(def.name.clone(), id);
+        self.defs.push(def);
+    }
+
+    /// Fills each module's scope: own definitions, then imports (own names win over
+    /// whole-module imports; a name imported explicitly must not clash).
+    fn resolve_imports(&mut self) {
+        for module in 0..self.world.modules.len() {
+            let mut scope = self.local.get(module).cloned().unwrap_or_default();
+            let imports = self
+                .world
+                .modules
+                .get(module)
+                .map(|m| m.imports.clone())
+                .unwrap_or_default();
+            for import in imports {
+                let theirs = self.local.get(import.module).cloned().unwrap_or_default();
+                let module_name = self
+                    .world
+                    .modules
+                    .get(import.module)
+                    .map_or("", |m| m.name.as_str())
+                    .to_string();
+                match &import.names {
+                    None => {
+                        for (name, id) in theirs {
+                            scope.entry(name).or_insert(id);
+                        }
+                    }
+                    Some(names) => {
+                        for n in names {
+                            match theirs.get(&n.name) {
+                                Some(&id) => {
+                                    if let Some(&existing) =
+                                        self.local.get(module).and_then(|l| l.get(&n.name))
+                                    {
+                                        let prev = self
+                                            .defs
+                                            .get(existing)
+                                            .map(|d| d.span)
+                                            .unwrap_or(n.span);
+                                        self.diags.push(
+                                            Diagnostic::new(
+                                                codes::DUPLICATE,
+                                                format!(
+                                                    "`{}` is imported and also defined here",
+                                                    n.name
+                                                ),
+                                            )
+                                            .with_label(n.span, "imported here")
+                                            .with_label(prev, "defined here")
+                                            .with_help(
+                                                "rename the local definition or drop the import",
+                                            ),
+                                        );
+                                    } else {
+                                        scope.insert(n.name.clone(), id);
+                                    }
+                                }
+                                None => self.diags.push(
+                                    Diagnostic::new(
+                                        codes::UNKNOWN_NAME,
+                                        format!(
+                                            "module `{module_name}` has no definition `{}`",
+                                            n.name
+                                        ),
+                                    )
+                                    .with_label(n.span, "not in that module")
+                                    .with_suggestion(&n.name, theirs.keys().map(String::as_str)),
+                                ),
+                            }
+                        }
+                    }
+                }
+            }
+            if let Some(s) = self.scope.get_mut(module) {
+                *s = scope;
+            }
+        }
+    }
+
+    pub fn lookup(&self, module: ModuleId, name: &str) -> Option<&Def<'a>> {
+        self.scope
+            .get(module)?
+            .get(name)
+            .and_then(|id| self.defs.get(*id))
+    }
+
+    /// Names visible in a module, for did-you-mean.
+    pub fn visible_names(&self, module: ModuleId, kind: Option<DefKind>) -> Vec<&str> {
+        self.scope
+            .get(module)
+            .map(|s| {
+                s.iter()
+                    .filter(|(_, id)| kind.is_none() || self.defs.get(**id).map(|d| d.kind) == kind)
+                    .map(|(n, _)| n.as_str())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn error(&mut self, d: Diagnostic) {
+        self.diags.push(d);
+    }
+}

@@ -1,0 +1,134 @@
+//! Source files, spans and line/column lookup shared by every stage.
+
+use serde::Serialize;
+
+/// Index of a file in a [`SourceMap`].
+pub type FileId = u32;
+
+/// A byte range in one source file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Span {
+    pub file: FileId,
+    pub start: u32,
+    pub end: u32,
+}
+
+impl Span {
+    pub fn new(file: FileId, start: usize, end: usize) -> Span {
+        Span {
+            file,
+            start: u32::try_from(start).unwrap_or(u32::MAX),
+            end: u32::try_from(end).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// The smallest span covering both.
+    pub fn to(self, other: Span) -> Span {
+        Span {
+            file: self.file,
+            start: self.start.min(other.start),
+            end: self.end.max(other.end),
+        }
+    }
+
+    pub fn range(self) -> std::ops::Range<usize> {
+        self.start as usize..self.end as usize
+    }
+}
+
+/// One loaded file: a user policy file or an embedded standard-library module.
+#[derive(Debug, Clone)]
+pub struct SourceFile {
+    /// What diagnostics call the file: a path, or `std/gpus.gantry` for the stdlib.
+    pub name: String,
+    pub text: String,
+    /// Byte offsets where each line starts.
+    line_starts: Vec<usize>,
+}
+
+/// A 1-based line and column (columns count characters, as editors do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct LineCol {
+    pub line: usize,
+    pub column: usize,
+}
+
+impl SourceFile {
+    pub fn new(name: impl Into<String>, text: impl Into<String>) -> SourceFile {
+        let text = text.into();
+        let line_starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        SourceFile {
+            name: name.into(),
+            text,
+            line_starts,
+        }
+    }
+
+    pub fn line_col(&self, offset: usize) -> LineCol {
+        let offset = offset.min(self.text.len());
+        let line = self.line_starts.partition_point(|&s| s <= offset).max(1) - 1;
+        let start = self.line_starts.get(line).copied().unwrap_or(0);
+        let column = self
+            .text
+            .get(start..offset)
+            .map_or(offset - start, |s| s.chars().count());
+        LineCol {
+            line: line + 1,
+            column: column + 1,
+        }
+    }
+
+    /// The byte offset of a 1-based line and column, clamped to the file.
+    pub fn offset(&self, pos: LineCol) -> usize {
+        let Some(&start) = self.line_starts.get(pos.line.saturating_sub(1)) else {
+            return self.text.len();
+        };
+        let line = self.text.get(start..).unwrap_or("");
+        let line = line.split('\n').next().unwrap_or("");
+        start
+            + line
+                .char_indices()
+                .nth(pos.column.saturating_sub(1))
+                .map_or(line.len(), |(i, _)| i)
+    }
+}
+
+/// Every file taking part in one check, indexed by [`FileId`].
+#[derive(Debug, Clone, Default)]
+pub struct SourceMap {
+    files: Vec<SourceFile>,
+}
+
+impl SourceMap {
+    pub fn new() -> SourceMap {
+        SourceMap::default()
+    }
+
+    pub fn add(&mut self, name: impl Into<String>, text: impl Into<String>) -> FileId {
+        self.files.push(SourceFile::new(name, text));
+        FileId::try_from(self.files.len() - 1).unwrap_or(FileId::MAX)
+    }
+
+    pub fn get(&self, id: FileId) -> Option<&SourceFile> {
+        self.files.get(id as usize)
+    }
+
+    pub fn name(&self, id: FileId) -> &str {
+        self.get(id).map_or("<unknown>", |f| f.name.as_str())
+    }
+
+    pub fn text(&self, span: Span) -> &str {
+        self.get(span.file)
+            .and_then(|f| f.text.get(span.range()))
+            .unwrap_or("")
+    }
+
+    pub fn files(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
+        self.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (FileId::try_from(i).unwrap_or(FileId::MAX), f))
+    }
+}
