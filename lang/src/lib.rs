@@ -15,3 +15,4 @@ pub mod check;
 pub mod ir;
 
 pub use check::{check, Checked};
+pub mod format;

@@ -54,7 +54,7 @@ pub fn check(files: &[(String, String)]) -> Checked {
     let mut asts: BTreeMap<FileId, ast::File> = parsed.iter().cloned().collect();
     load_imports(&mut world, &mut sources, &mut asts, 0, &mut diagnostics);
     let program = {
-        let mut checker = Checker::new(&world, &asts, &sources);
+        let mut checker = Checker::new(&world, &asts);
         checker.collect_definitions();
         checker.resolve_imports();
         let program = checker.lower();
@@ -176,7 +176,6 @@ pub(crate) struct Def<'a> {
     pub name: String,
     pub span: Span,
     pub module: ModuleId,
-    pub template: bool,
     pub block: Option<&'a ast::Block>,
     pub rule: Option<&'a ast::RuleDecl>,
     /// For teams declared inside a cohort block.
@@ -188,7 +187,6 @@ pub(crate) type DefId = usize;
 pub(crate) struct Checker<'a> {
     pub world: &'a World,
     pub asts: &'a BTreeMap<FileId, ast::File>,
-    pub sources: &'a SourceMap,
     pub defs: Vec<Def<'a>>,
     /// Per module: its own definitions by name.
     pub local: Vec<BTreeMap<String, DefId>>,
@@ -202,16 +200,11 @@ pub(crate) struct Checker<'a> {
 }
 
 impl<'a> Checker<'a> {
-    fn new(
-        world: &'a World,
-        asts: &'a BTreeMap<FileId, ast::File>,
-        sources: &'a SourceMap,
-    ) -> Checker<'a> {
+    fn new(world: &'a World, asts: &'a BTreeMap<FileId, ast::File>) -> Checker<'a> {
         let n = world.modules.len();
         Checker {
             world,
             asts,
-            sources,
             defs: Vec::new(),
             local: vec![BTreeMap::new(); n],
             scope: vec![BTreeMap::new(); n],
@@ -247,7 +240,6 @@ impl<'a> Checker<'a> {
                             name: r.name.name.clone(),
                             span: r.name.span,
                             module,
-                            template: false,
                             block: None,
                             rule: Some(r),
                             cohort: None,
@@ -304,7 +296,6 @@ impl<'a> Checker<'a> {
             name: name.name.clone(),
             span: name.span,
             module,
-            template: b.template,
             block: Some(b),
             rule: None,
             cohort: cohort.map(str::to_string),
@@ -347,81 +338,96 @@ impl<'a> Checker<'a> {
         self.defs.push(def);
     }
 
-    /// Fills each module's scope: own definitions, then imports (own names win over
-    /// whole-module imports; a name imported explicitly must not clash).
+    /// Fills each module's scope: own definitions, then imports. A whole-module import brings
+    /// the module's scope, its own imports included, so templates can re-export; own names
+    /// win over whole-module imports; a name imported explicitly must not clash.
     fn resolve_imports(&mut self) {
-        for module in 0..self.world.modules.len() {
-            let mut scope = self.local.get(module).cloned().unwrap_or_default();
-            let imports = self
-                .world
-                .modules
-                .get(module)
-                .map(|m| m.imports.clone())
-                .unwrap_or_default();
-            for import in imports {
-                let theirs = self.local.get(import.module).cloned().unwrap_or_default();
-                let module_name = self
-                    .world
-                    .modules
-                    .get(import.module)
-                    .map_or("", |m| m.name.as_str())
-                    .to_string();
-                match &import.names {
-                    None => {
-                        for (name, id) in theirs {
-                            scope.entry(name).or_insert(id);
-                        }
-                    }
-                    Some(names) => {
-                        for n in names {
-                            match theirs.get(&n.name) {
-                                Some(&id) => {
-                                    if let Some(&existing) =
-                                        self.local.get(module).and_then(|l| l.get(&n.name))
-                                    {
-                                        let prev = self
-                                            .defs
-                                            .get(existing)
-                                            .map(|d| d.span)
-                                            .unwrap_or(n.span);
-                                        self.diags.push(
-                                            Diagnostic::new(
-                                                codes::DUPLICATE,
-                                                format!(
-                                                    "`{}` is imported and also defined here",
-                                                    n.name
-                                                ),
-                                            )
-                                            .with_label(n.span, "imported here")
-                                            .with_label(prev, "defined here")
-                                            .with_help(
-                                                "rename the local definition or drop the import",
-                                            ),
-                                        );
-                                    } else {
-                                        scope.insert(n.name.clone(), id);
-                                    }
-                                }
-                                None => self.diags.push(
-                                    Diagnostic::new(
-                                        codes::UNKNOWN_NAME,
-                                        format!(
-                                            "module `{module_name}` has no definition `{}`",
-                                            n.name
-                                        ),
-                                    )
-                                    .with_label(n.span, "not in that module")
-                                    .with_suggestion(&n.name, theirs.keys().map(String::as_str)),
-                                ),
-                            }
-                        }
+        let n = self.world.modules.len();
+        // Imports may point either way in load order: iterate to a fixed point.
+        for pass in 0..=n {
+            let last = pass == n;
+            let mut changed = false;
+            for module in 0..n {
+                let scope = self.module_scope(module, last);
+                if self.scope.get(module) != Some(&scope) {
+                    changed = true;
+                    if let Some(s) = self.scope.get_mut(module) {
+                        *s = scope;
                     }
                 }
             }
-            if let Some(s) = self.scope.get_mut(module) {
-                *s = scope;
+            if !changed && !last {
+                // One more pass to report import problems against the final scopes.
+                for module in 0..n {
+                    self.module_scope(module, true);
+                }
+                break;
             }
         }
+    }
+
+    fn module_scope(&mut self, module: ModuleId, report: bool) -> BTreeMap<String, DefId> {
+        let mut scope = self.local.get(module).cloned().unwrap_or_default();
+        let imports = self
+            .world
+            .modules
+            .get(module)
+            .map(|m| m.imports.clone())
+            .unwrap_or_default();
+        for import in imports {
+            let mut theirs = self.local.get(import.module).cloned().unwrap_or_default();
+            if let Some(s) = self.scope.get(import.module) {
+                for (k, v) in s {
+                    theirs.entry(k.clone()).or_insert(*v);
+                }
+            }
+            let module_name = self
+                .world
+                .modules
+                .get(import.module)
+                .map_or("", |m| m.name.as_str())
+                .to_string();
+            let Some(names) = &import.names else {
+                for (name, id) in theirs {
+                    scope.entry(name).or_insert(id);
+                }
+                continue;
+            };
+            for n in names {
+                match theirs.get(&n.name) {
+                    Some(&id) => {
+                        if let Some(&existing) = self.local.get(module).and_then(|l| l.get(&n.name))
+                        {
+                            if report {
+                                let prev =
+                                    self.defs.get(existing).map(|d| d.span).unwrap_or(n.span);
+                                self.diags.push(
+                                    Diagnostic::new(
+                                        codes::DUPLICATE,
+                                        format!("`{}` is imported and also defined here", n.name),
+                                    )
+                                    .with_label(n.span, "imported here")
+                                    .with_label(prev, "defined here")
+                                    .with_help("rename the local definition or drop the import"),
+                                );
+                            }
+                        } else {
+                            scope.insert(n.name.clone(), id);
+                        }
+                    }
+                    None if report => self.diags.push(
+                        Diagnostic::new(
+                            codes::UNKNOWN_NAME,
+                            format!("module `{module_name}` has no definition `{}`", n.name),
+                        )
+                        .with_label(n.span, "not in that module")
+                        .with_suggestion(&n.name, theirs.keys().map(String::as_str)),
+                    ),
+                    None => {}
+                }
+            }
+        }
+        scope
     }
 
     pub fn lookup(&self, module: ModuleId, name: &str) -> Option<&Def<'a>> {

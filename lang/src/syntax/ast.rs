@@ -14,6 +14,8 @@ pub struct Ident {
 pub struct Comment {
     pub text: String,
     pub span: Span,
+    /// Whether a blank line follows the comment (kept by the formatter).
+    pub blank_after: bool,
 }
 
 /// Comments and blank lines around an item or statement, kept for the formatter.

@@ -266,10 +266,49 @@ struct Builder<'d> {
     diags: &'d mut Vec<Diagnostic>,
 }
 
+/// The end of a pair's text without the whitespace and comments pest's implicit skipping
+/// may have swallowed after it.
+fn trimmed_end(p: &Pair<'_, Rule>) -> usize {
+    let s = p.as_span();
+    let text = s.as_str();
+    let mut end = text.len();
+    loop {
+        let trimmed = text.get(..end).unwrap_or("").trim_end();
+        end = trimmed.len();
+        // A trailing comment: its `#` starts the last line's comment outside any string.
+        let line_start = trimmed.rfind('\n').map_or(0, |i| i + 1);
+        match comment_start(trimmed.get(line_start..).unwrap_or("")) {
+            Some(c) if line_start + c < end => end = line_start + c,
+            _ => break,
+        }
+    }
+    s.start() + end
+}
+
+/// Where a `#` comment starts in one line, skipping strings.
+fn comment_start(line: &str) -> Option<usize> {
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in line.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            '#' if !in_string => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
 impl Builder<'_> {
     fn span(&self, p: &Pair<'_, Rule>) -> Span {
         let s = p.as_span();
-        Span::new(self.file, self.offset + s.start(), self.offset + s.end())
+        Span::new(
+            self.file,
+            self.offset + s.start(),
+            self.offset + trimmed_end(p),
+        )
     }
 
     fn ident(&self, p: &Pair<'_, Rule>) -> Ident {
@@ -316,7 +355,11 @@ impl Builder<'_> {
     }
 
     fn block(&mut self, p: Pair<'_, Rule>) -> Option<Block> {
-        let one_line = !p.as_str().contains('\n');
+        let one_line = !p
+            .as_str()
+            .get(..trimmed_end(&p) - p.as_span().start())
+            .unwrap_or("")
+            .contains('\n');
         let mut block = Block {
             template: false,
             kind: BlockKind::Pool,

@@ -50,6 +50,7 @@ pub fn scan(file: FileId, text: &str) -> Scan {
                 out.comments.push(Comment {
                     text: body.to_string(),
                     span: Span::new(file, i, i + body.len()),
+                    blank_after: false,
                 });
                 i = end;
             }

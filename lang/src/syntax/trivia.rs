@@ -43,6 +43,24 @@ impl Node for Stmt {
 
 pub fn attach(file: &mut File, comments: Vec<Comment>, text: &str) {
     file.dangling = distribute(&mut file.items, comments, text);
+    mark_blanks(&mut file.dangling, text.len(), text);
+}
+
+/// Records which comments of a run are followed by a blank line before the next comment or
+/// `until` (the node they precede).
+fn mark_blanks(comments: &mut [Comment], until: usize, text: &str) {
+    let ends: Vec<usize> = comments
+        .iter()
+        .skip(1)
+        .map(|c| c.span.start as usize)
+        .chain(std::iter::once(until))
+        .collect();
+    for (c, next) in comments.iter_mut().zip(ends) {
+        let from = c.span.end as usize;
+        c.blank_after = text
+            .get(from..next.max(from))
+            .is_some_and(|g| g.matches('\n').count() >= 2);
+    }
 }
 
 /// Gives each comment to the node it documents or trails; returns the ones after the last.
@@ -72,6 +90,7 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
             && text
                 .get(gap_from..gap_to)
                 .is_some_and(|g| g.matches('\n').count() >= 2);
+        mark_blanks(&mut leading, start, text);
         let Some(node) = nodes.get_mut(i) else { break };
         let trivia = node.trivia();
         trivia.leading = leading;
@@ -101,6 +120,8 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
                     None if block.one_line => extra.extend(closing),
                     None => block.closing.extend(closing),
                 }
+                let close = end.saturating_sub(1);
+                mark_blanks(&mut block.closing, close, text);
                 node.trivia().trailing.extend(extra);
             }
             _ => node.trivia().trailing.extend(inner),

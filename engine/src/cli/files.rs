@@ -1,0 +1,162 @@
+//! Finding and reading policy files. A directory of `.gantry` files is one policy; files
+//! named on the command line form a policy with the other named files of their directory.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// A policy: the files of one directory, in path order.
+#[derive(Debug)]
+pub struct Policy {
+    pub files: Vec<PathBuf>,
+}
+
+/// What went wrong finding files; shown as `gantry: ...` with exit code 2.
+#[derive(Debug)]
+pub struct FindError(pub String);
+
+/// The default paths: `policies/` when it exists, else the current directory.
+pub fn default_paths(paths: &[PathBuf]) -> Vec<PathBuf> {
+    if !paths.is_empty() {
+        return paths.to_vec();
+    }
+    let policies = PathBuf::from("policies");
+    vec![if policies.is_dir() {
+        policies
+    } else {
+        PathBuf::from(".")
+    }]
+}
+
+/// Every `.gantry` file under the paths, grouped into policies by directory.
+pub fn find_policies(paths: &[PathBuf]) -> Result<Vec<Policy>, FindError> {
+    let mut by_dir: BTreeMap<PathBuf, Vec<PathBuf>> = BTreeMap::new();
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(|e| {
+            FindError(format!(
+                "cannot read `{}`: {}",
+                path.display(),
+                describe(&e)
+            ))
+        })?;
+        if meta.is_dir() {
+            let mut found = Vec::new();
+            walk(path, &mut found, 0)?;
+            if found.is_empty() {
+                return Err(FindError(format!(
+                    "no policy files (`*.gantry`) under `{}`",
+                    path.display()
+                )));
+            }
+            for f in found {
+                by_dir.entry(parent(&f)).or_default().push(f);
+            }
+        } else {
+            by_dir.entry(parent(path)).or_default().push(path.clone());
+        }
+    }
+    Ok(by_dir
+        .into_iter()
+        .map(|(_, mut files)| {
+            files.sort();
+            files.dedup();
+            Policy { files }
+        })
+        .collect())
+}
+
+fn parent(p: &Path) -> PathBuf {
+    p.parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+}
+
+const MAX_DEPTH: usize = 32;
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), FindError> {
+    if depth > MAX_DEPTH {
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(dir).map_err(|e| {
+        FindError(format!(
+            "cannot read directory `{}`: {}",
+            dir.display(),
+            describe(&e)
+        ))
+    })?;
+    let mut entries: Vec<_> = entries.filter_map(Result::ok).collect();
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for entry in entries {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if !name.starts_with('.') && name != "target" && name != "node_modules" {
+                walk(&path, out, depth + 1)?;
+            }
+        } else if name.ends_with(".gantry") {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+pub fn describe(e: &std::io::Error) -> String {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => "no such file or directory".into(),
+        std::io::ErrorKind::PermissionDenied => "permission denied".into(),
+        _ => e.to_string(),
+    }
+}
+
+/// A file's contents: text, or where its bytes stop being UTF-8.
+#[derive(Debug)]
+pub enum Contents {
+    Text(String),
+    NotUtf8 { lossy: String, valid_up_to: usize },
+}
+
+/// Files larger than this are refused rather than parsed.
+pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+pub fn read(path: &Path) -> Result<Contents, FindError> {
+    let meta = std::fs::metadata(path).map_err(|e| {
+        FindError(format!(
+            "cannot read `{}`: {}",
+            path.display(),
+            describe(&e)
+        ))
+    })?;
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(FindError(format!(
+            "`{}` is {} MiB; policy files are limited to {} MiB",
+            path.display(),
+            meta.len() / (1024 * 1024),
+            MAX_FILE_BYTES / (1024 * 1024)
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| {
+        FindError(format!(
+            "cannot read `{}`: {}",
+            path.display(),
+            describe(&e)
+        ))
+    })?;
+    Ok(match String::from_utf8(bytes) {
+        Ok(text) => Contents::Text(text),
+        Err(e) => {
+            let valid_up_to = e.utf8_error().valid_up_to();
+            Contents::NotUtf8 {
+                lossy: String::from_utf8_lossy(e.as_bytes()).into_owned(),
+                valid_up_to,
+            }
+        }
+    })
+}
+
+/// How a path is shown in diagnostics: relative, with `/` separators.
+pub fn display_name(path: &Path) -> String {
+    let s = path.to_string_lossy().replace('\\', "/");
+    s.strip_prefix("./").map(str::to_string).unwrap_or(s)
+}

@@ -1,0 +1,143 @@
+//! Command-line interface: argument parsing with clap and dispatch to the subcommands.
+//! Every command returns an exit code: 0 ok, 1 findings or failures, 2 usage or I/O error.
+
+mod check;
+mod explain;
+mod files;
+mod fmt;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+pub const EXIT_OK: u8 = 0;
+pub const EXIT_FINDINGS: u8 = 1;
+pub const EXIT_USAGE: u8 = 2;
+
+/// Output streams and terminal facts, passed in so tests can run commands in-process.
+pub struct Io<'a> {
+    pub stdout: Box<dyn Write + 'a>,
+    pub stderr: Box<dyn Write + 'a>,
+    /// Whether diagnostics may use colour.
+    pub color: bool,
+    /// Standard input for `gantry fmt -`.
+    pub stdin: Box<dyn std::io::Read + 'a>,
+}
+
+impl std::fmt::Debug for Io<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Io")
+            .field("color", &self.color)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Io<'a> {
+    pub fn terminal(stdout: impl Write + 'a, stderr: impl Write + 'a) -> Io<'a> {
+        use std::io::IsTerminal;
+        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        Io {
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            color,
+            stdin: Box::new(std::io::stdin()),
+        }
+    }
+
+    /// Plain streams without colour, for tests.
+    pub fn captured(stdout: &'a mut Vec<u8>, stderr: &'a mut Vec<u8>) -> Io<'a> {
+        Io {
+            stdout: Box::new(stdout),
+            stderr: Box::new(stderr),
+            color: false,
+            stdin: Box::new(std::io::empty()),
+        }
+    }
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "gantry",
+    version,
+    about = "Check, format and explain Gantry GPU scheduling policies"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum DiagnosticFormat {
+    /// Rendered diagnostics with source excerpts.
+    Human,
+    /// One JSON object per diagnostic, one per line.
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Type-check policies: each directory of `.gantry` files is one policy.
+    Check {
+        /// Policy files or directories (searched recursively); defaults to `policies/` if
+        /// it exists, else the current directory.
+        paths: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value_t = DiagnosticFormat::Human)]
+        format: DiagnosticFormat,
+        /// Treat warnings as findings (exit 1).
+        #[arg(long)]
+        deny_warnings: bool,
+    },
+    /// Rewrite policy files in the canonical style; `-` formats standard input to standard output.
+    Fmt {
+        /// Files or directories; defaults like `check`.
+        paths: Vec<PathBuf>,
+        /// Change nothing; show a diff and exit 1 if any file is not formatted.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Print the long explanation of a diagnostic code, or list all codes.
+    Explain {
+        /// A code such as E0301.
+        code: Option<String>,
+    },
+}
+
+/// Runs the CLI with `args` (including the program name) and returns the exit code.
+pub fn run<I, T>(args: I, io: &mut Io<'_>) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_USAGE } else { EXIT_OK };
+            let text = e.render().to_string();
+            let _ = if e.use_stderr() {
+                io.stderr.write_all(text.as_bytes())
+            } else {
+                io.stdout.write_all(text.as_bytes())
+            };
+            return code;
+        }
+    };
+    let code = match cli.command {
+        Command::Check {
+            paths,
+            format,
+            deny_warnings,
+        } => check::run(&paths, format, deny_warnings, io),
+        Command::Fmt { paths, check } => fmt::run(&paths, check, io),
+        Command::Explain { code } => explain::run(code.as_deref(), io),
+    };
+    let _ = io.stdout.flush();
+    let _ = io.stderr.flush();
+    code
+}
+
+/// Prints `gantry: message` to standard error.
+fn fail(io: &mut Io<'_>, message: impl std::fmt::Display) -> u8 {
+    let _ = writeln!(io.stderr, "gantry: {message}");
+    EXIT_USAGE
+}
