@@ -96,7 +96,7 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
         trivia.leading = leading;
         trivia.blank_before = blank;
         match node.block() {
-            Some(block) if !inner.is_empty() => {
+            Some(block) => {
                 let open = text
                     .get(start..end)
                     .and_then(|t| t.find('{'))
