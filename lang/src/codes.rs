@@ -229,7 +229,7 @@ count, a tier its priority, a GPU model its memory, a node shape its GPUs.",
     CodeInfo {
         code: FIELD_TWICE,
         title: "field set twice",
-        explanation: "A block sets the same field twice. Only one value can hold; remove one of them.",
+        explanation: "A block sets the same field twice. Only one value can hold, and silently taking the last one would hide a copy-and-paste mistake, so both places are shown. Remove one of them.",
         example: "tier standard { priority = 500; priority = 400 }\n",
         fix: "tier standard { priority = 500 }\n",
     },

@@ -33,65 +33,68 @@ fn gpus(milli: u64) -> String {
 fn guarantees(c: &mut Checker<'_>, p: &Program) {
     for pool in &p.pools {
         let cap = p.pool_max_gpus(pool) * 1000;
+        // Teams that alone exceed the pool are reported once each; the rest are summed.
         let mut sum = 0;
         let mut contributors = Vec::new();
+        let mut reported_sum = false;
         for team in &p.teams {
             let Some(&g) = team.guaranteed.per_pool_milli.get(&pool.name) else {
                 continue;
             };
-            sum += g;
-            contributors.push(team.name.as_str());
-            let at = span(
+            let Some(at) = span(
                 c,
                 &[
                     format!("team/{}/guaranteed/{}", team.name, pool.name),
                     format!("team/{}/guaranteed", team.name),
                 ],
-            );
+            ) else {
+                continue;
+            };
             if g > cap {
-                if let Some(at) = at {
-                    c.error(
-                        Diagnostic::new(
-                            codes::GUARANTEE_EXCEEDS_POOL,
-                            format!(
-                                "team `{}` is guaranteed {} in pool `{}`, which holds at most {}",
-                                team.name,
-                                gpus(g),
-                                pool.name,
-                                gpus(cap)
-                            ),
-                        )
-                        .with_label(at, "more than the pool can ever hold")
-                        .with_help(format!(
-                            "lower the guarantee to {} or less, or raise the pool's maximum nodes",
+                c.error(
+                    Diagnostic::new(
+                        codes::GUARANTEE_EXCEEDS_POOL,
+                        format!(
+                            "team `{}` is guaranteed {} in pool `{}`, which holds at most {}",
+                            team.name,
+                            gpus(g),
+                            pool.name,
                             gpus(cap)
-                        )),
-                    );
-                }
-            } else if sum > cap {
-                if let Some(at) = at {
-                    c.error(
-                        Diagnostic::new(
-                            codes::GUARANTEE_EXCEEDS_POOL,
-                            format!(
-                                "guarantees in pool `{}` add up to {}, but it holds at most {}",
-                                pool.name,
-                                gpus(sum),
-                                gpus(cap)
-                            ),
-                        )
-                        .with_label(
-                            at,
-                            format!(
-                                "teams {} together exceed the pool here",
-                                contributors.join(", ")
-                            ),
-                        )
-                        .with_help(
-                            "guarantees must all be honoured at once; lower them or grow the pool",
                         ),
-                    );
-                }
+                    )
+                    .with_label(at, "more than the pool can ever hold")
+                    .with_help(format!(
+                        "lower the guarantee to {} or less, or raise the pool's maximum nodes",
+                        gpus(cap)
+                    )),
+                );
+                continue;
+            }
+            sum += g;
+            contributors.push(format!("`{}`", team.name));
+            if sum > cap && !reported_sum {
+                reported_sum = true;
+                c.error(
+                    Diagnostic::new(
+                        codes::GUARANTEE_EXCEEDS_POOL,
+                        format!(
+                            "guarantees in pool `{}` add up to {}, but it holds at most {}",
+                            pool.name,
+                            gpus(sum),
+                            gpus(cap)
+                        ),
+                    )
+                    .with_label(
+                        at,
+                        format!(
+                            "teams {} together exceed the pool here",
+                            contributors.join(", ")
+                        ),
+                    )
+                    .with_help(
+                        "guarantees must all be honoured at once; lower them or grow the pool",
+                    ),
+                );
             }
         }
     }

@@ -329,7 +329,12 @@ impl<'a> Checker<'a> {
 
     /// A whole, non-negative count (plain number or nodes).
     fn count_expr(&mut self, e: &ast::Expr, module: ModuleId, what: &str) -> Option<u32> {
-        let n = self.const_of(e, &Ty::Number, module)?;
+        let ty = if what.contains("node count") {
+            Ty::Q(Dim::Nodes)
+        } else {
+            Ty::Number
+        };
+        let n = self.const_of(e, &ty, module)?;
         if n < 0.0 || n.fract() != 0.0 || n > f64::from(u32::MAX) {
             self.error(
                 Diagnostic::new(

@@ -238,6 +238,10 @@ fn rule_name(rule: Rule) -> Option<&'static str> {
             "`deny`, `warn`, `route` or `annotate`"
         }
         Rule::use_list => "`.{`",
+        Rule::assign_op => "`=`",
+        Rule::open_brace => "`{`",
+        Rule::close_brace => "`}`",
+        Rule::colon => "`:`",
         Rule::arg => "an argument",
         _ => return None,
     })
@@ -777,6 +781,10 @@ fn is_keyword(rule: Rule) -> bool {
             | Rule::kw_warn
             | Rule::kw_route
             | Rule::kw_annotate
+            | Rule::assign_op
+            | Rule::open_brace
+            | Rule::close_brace
+            | Rule::colon
     )
 }
 
