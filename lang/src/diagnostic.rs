@@ -168,7 +168,7 @@ struct MietteReport {
     severity: miette::Severity,
     message: String,
     help: Option<String>,
-    source: Option<miette::NamedSource<String>>,
+    source: Option<miette::NamedSource<std::sync::Arc<str>>>,
     labels: Vec<miette::LabeledSpan>,
 }
 

@@ -41,7 +41,8 @@ impl Span {
 pub struct SourceFile {
     /// What diagnostics call the file: a path, or `std/gpus.gantry` for the stdlib.
     pub name: String,
-    pub text: String,
+    /// Shared so diagnostics can render excerpts without copying the file.
+    pub text: std::sync::Arc<str>,
     /// Byte offsets where each line starts.
     line_starts: Vec<usize>,
 }
@@ -55,13 +56,13 @@ pub struct LineCol {
 
 impl SourceFile {
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> SourceFile {
-        let text = text.into();
+        let text: String = text.into();
         let line_starts = std::iter::once(0)
             .chain(text.match_indices('\n').map(|(i, _)| i + 1))
             .collect();
         SourceFile {
             name: name.into(),
-            text,
+            text: text.into(),
             line_starts,
         }
     }

@@ -7,6 +7,9 @@ use lang::{Diagnostic, SourceMap, Span};
 use std::io::Write;
 use std::path::PathBuf;
 
+/// Rendered diagnostics per policy; more would bury the first ones (JSON lists all).
+const MAX_RENDERED: usize = 200;
+
 pub fn run(
     paths: &[PathBuf],
     format: DiagnosticFormat,
@@ -50,12 +53,21 @@ pub fn run(
             continue;
         }
         let checked = lang::check(&inputs);
-        for d in &checked.diagnostics {
+        for (i, d) in checked.diagnostics.iter().enumerate() {
             match d.severity {
                 Severity::Error => errors += 1,
                 Severity::Warning => warnings += 1,
             }
-            report(d, &checked.sources, format, io);
+            if format == DiagnosticFormat::Human && i == MAX_RENDERED {
+                let _ = writeln!(
+                    io.stderr,
+                    "... and {} more diagnostics (`--format json` lists them all)",
+                    checked.diagnostics.len() - MAX_RENDERED
+                );
+            }
+            if format == DiagnosticFormat::Json || i < MAX_RENDERED {
+                report(d, &checked.sources, format, io);
+            }
         }
     }
     if format == DiagnosticFormat::Human {

@@ -280,16 +280,57 @@ fn implies(b: &Expr, a: &Expr) -> bool {
         .all(|ca| bs.iter().any(|cb| implies_one(cb, ca)))
 }
 
+/// What a conjunct tests: the expression compared against a constant, or the conjunct itself.
+fn subject_key(e: &Expr) -> String {
+    match comparison(e) {
+        Some((subject, _, _)) => format!("{subject:?}"),
+        None => format!("{e:?}"),
+    }
+}
+
+/// Earlier rules a later one is compared with, at most, so that policies with many rules on
+/// one field stay fast to check.
+const MAX_SHADOW_CANDIDATES: usize = 256;
+
 fn shadowed_rules(c: &mut Checker<'_>, p: &Program) {
+    // Earlier rules that stop evaluation, indexed by the subject of their first conjunct: a
+    // rule can only be implied by one whose every conjunct's subject it also tests.
+    let mut by_subject: std::collections::HashMap<String, Vec<usize>> =
+        std::collections::HashMap::new();
     for (i, later) in p.rules.iter().enumerate() {
-        let earlier = p.rules.iter().take(i).find(|r| {
-            let stops = match (&r.action, &later.action) {
-                (RuleAction::Deny { .. }, _) => true,
-                (RuleAction::Route { .. }, RuleAction::Route { .. }) => true,
-                _ => false,
-            };
-            stops && implies(&later.condition, &r.condition)
-        });
+        let subjects: Vec<String> = conjuncts(&later.condition)
+            .into_iter()
+            .map(subject_key)
+            .collect();
+        let mut candidates: Vec<usize> = subjects
+            .iter()
+            .chain(std::iter::once(&subject_key(&Expr::Const(Value::Bool(
+                true,
+            )))))
+            .filter_map(|s| by_subject.get(s))
+            .flat_map(|v| v.iter().rev().take(MAX_SHADOW_CANDIDATES).copied())
+            .collect();
+        candidates.sort_unstable();
+        candidates.dedup();
+        let earlier = candidates
+            .into_iter()
+            .filter_map(|j| p.rules.get(j))
+            .find(|r| {
+                let stops = match (&r.action, &later.action) {
+                    (RuleAction::Deny { .. }, _) => true,
+                    (RuleAction::Route { .. }, RuleAction::Route { .. }) => true,
+                    _ => false,
+                };
+                stops && implies(&later.condition, &r.condition)
+            });
+        if matches!(
+            later.action,
+            RuleAction::Deny { .. } | RuleAction::Route { .. }
+        ) {
+            if let Some(first) = conjuncts(&later.condition).first() {
+                by_subject.entry(subject_key(first)).or_default().push(i);
+            }
+        }
         let Some(earlier) = earlier else { continue };
         let (Some(at), first) = (
             span(c, &[format!("rule/{}", later.name)]),

@@ -195,16 +195,18 @@ fn rule_name(rule: Rule) -> Option<&'static str> {
             "a definition (`pool`, `tier`, `team`, `rule`, ...)"
         }
         Rule::block_kind => "a block kind (`pool`, `tier`, `team`, ...)",
-        Rule::ident | Rule::word | Rule::key | Rule::path | Rule::block_name => "a name",
+        Rule::ident | Rule::word | Rule::key | Rule::name_expr | Rule::field | Rule::block_name => {
+            "a name"
+        }
         Rule::assign | Rule::trigger | Rule::trigger_dir => "a field",
         Rule::value
         | Rule::expr
-        | Rule::expr_clamp
-        | Rule::range
+        | Rule::range_tail
+        | Rule::clamp
         | Rule::primary
         | Rule::quantity
         | Rule::number
-        | Rule::call
+        | Rule::call_args
         | Rule::list
         | Rule::paren
         | Rule::string
@@ -246,6 +248,9 @@ fn rule_name(rule: Rule) -> Option<&'static str> {
         _ => return None,
     })
 }
+
+/// Operator precedence, lowest first.
+static PRATT: std::sync::LazyLock<PrattParser<Rule>> = std::sync::LazyLock::new(pratt);
 
 fn pratt() -> PrattParser<Rule> {
     PrattParser::new()
@@ -464,34 +469,28 @@ impl Builder<'_> {
 
     fn value(&mut self, p: Pair<'_, Rule>) -> Option<Value> {
         let span = self.span(&p);
-        let first = inner(p).next()?;
-        let kind = match first.as_rule() {
-            Rule::windows => ValueKind::Windows(self.windows(first)?),
-            Rule::range => {
-                let (lo, hi) = self.range(first)?;
-                ValueKind::Range(lo, hi)
+        let mut parts = inner(p);
+        let first = parts.next()?;
+        if first.as_rule() == Rule::windows {
+            return Some(Value {
+                kind: ValueKind::Windows(self.windows(first)?),
+                span,
+            });
+        }
+        let expr = self.expr(first);
+        let kind = match parts.next() {
+            Some(tail) if tail.as_rule() == Rule::range_tail => {
+                ValueKind::Range(expr, self.expr(inner(tail).next()?))
             }
-            Rule::expr_clamp => {
-                let mut parts = inner(first);
-                let expr = self.expr(parts.next()?);
-                match parts.next() {
-                    Some(r) => {
-                        let (lo, hi) = self.range(r)?;
-                        ValueKind::Clamp { expr, lo, hi }
-                    }
-                    None => ValueKind::Expr(expr),
-                }
+            Some(clamp) => {
+                let mut bounds = inner(clamp);
+                let lo = self.expr(bounds.next()?);
+                let hi = self.expr(bounds.next()?);
+                ValueKind::Clamp { expr, lo, hi }
             }
-            _ => return None,
+            None => ValueKind::Expr(expr),
         };
         Some(Value { kind, span })
-    }
-
-    fn range(&mut self, p: Pair<'_, Rule>) -> Option<(Expr, Expr)> {
-        let mut parts = inner(p);
-        let lo = self.expr(parts.next()?);
-        let hi = self.expr(parts.next()?);
-        Some((lo, hi))
     }
 
     fn windows(&mut self, p: Pair<'_, Rule>) -> Option<Windows> {
@@ -646,7 +645,7 @@ impl Builder<'_> {
         let mut local = Vec::new();
         let result = {
             let primary = std::cell::RefCell::new(&mut local);
-            pratt()
+            PRATT
                 .map_primary(|a| {
                     let mut guard = primary.borrow_mut();
                     let mut b = Builder {
@@ -696,37 +695,51 @@ impl Builder<'_> {
                 None => ExprKind::Error,
             },
             Rule::list => ExprKind::List(inner(p).map(|e| self.expr(e)).collect()),
-            Rule::call => {
+            Rule::name_expr => {
                 let mut it = inner(p);
-                let Some(func) = it.next().map(|f| self.ident(&f)) else {
+                let Some(first) = it.next().map(|f| self.ident(&f)) else {
                     return Expr {
                         kind: ExprKind::Error,
                         span,
                     };
                 };
-                let args = it
-                    .map(|a| {
-                        let parts: Vec<_> = inner(a).collect();
-                        match parts.as_slice() {
-                            [k, v] => Arg {
-                                name: Some(self.ident(k)),
-                                value: self.expr(v.clone()),
-                            },
-                            [v] => Arg {
-                                name: None,
-                                value: self.expr(v.clone()),
-                            },
-                            _ => Arg {
-                                name: None,
-                                value: Expr {
-                                    kind: ExprKind::Error,
-                                    span,
-                                },
-                            },
+                let rest: Vec<Pair<'_, Rule>> = it.collect();
+                match rest.first() {
+                    Some(args) if args.as_rule() == Rule::call_args => {
+                        let args = inner(args.clone())
+                            .map(|a| {
+                                let parts: Vec<_> = inner(a).collect();
+                                match parts.as_slice() {
+                                    [k, v] => Arg {
+                                        name: Some(self.ident(k)),
+                                        value: self.expr(v.clone()),
+                                    },
+                                    [v] => Arg {
+                                        name: None,
+                                        value: self.expr(v.clone()),
+                                    },
+                                    _ => Arg {
+                                        name: None,
+                                        value: Expr {
+                                            kind: ExprKind::Error,
+                                            span,
+                                        },
+                                    },
+                                }
+                            })
+                            .collect();
+                        ExprKind::Call { func: first, args }
+                    }
+                    _ => {
+                        let mut path = vec![first];
+                        for f in rest {
+                            if let Some(k) = inner(f).next() {
+                                path.push(self.ident(&k));
+                            }
                         }
-                    })
-                    .collect();
-                ExprKind::Call { func, args }
+                        ExprKind::Path(path)
+                    }
+                }
             }
             Rule::time_of_day => ExprKind::Time(self.time(&p)),
             Rule::quantity => {
@@ -752,7 +765,6 @@ impl Builder<'_> {
             Rule::bool_lit => ExprKind::Bool(p.as_str() == "true"),
             Rule::none_lit => ExprKind::None,
             Rule::self_lit => ExprKind::SelfRef,
-            Rule::path => ExprKind::Path(inner(p).map(|i| self.ident(&i)).collect()),
             _ => ExprKind::Error,
         };
         Expr { kind, span }

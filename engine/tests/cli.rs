@@ -1,0 +1,308 @@
+//! The `gantry` binary as a user runs it: exit codes, output formats, and bad input that
+//! must end in a clear error rather than a panic or a hang.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gantry(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(args)
+        .current_dir(dir)
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap()
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gantry-cli-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn check_bundled_policies_succeeds() {
+    let out = gantry(&["check", "policies/"], &repo());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("checked 3 policies"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn check_without_paths_uses_the_policies_directory() {
+    let out = gantry(&["check"], &repo());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn a_unit_mistake_shows_where_and_how_to_fix_it() {
+    let dir = tempdir("unit");
+    std::fs::write(dir.join("p.gantry"), "team ml { guaranteed = 80 GiB }\n").unwrap();
+    let out = gantry(&["check", "p.gantry"], &dir);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("E0302") && err.contains("expected a gpu quantity, found a byte size"),
+        "{err}"
+    );
+    assert!(err.contains("p.gantry:1:24"), "{err}");
+    assert!(err.contains("help:"), "{err}");
+}
+
+#[test]
+fn json_diagnostics_are_one_object_per_line() {
+    let dir = tempdir("json");
+    std::fs::write(
+        dir.join("p.gantry"),
+        "tier t { priority = 1; preempt = sometimes }\nrule r: deny if job.vram > 8 GB \"x\"\n",
+    )
+    .unwrap();
+    let out = gantry(&["check", "--format", "json", "."], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    let lines: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", text(&out.stdout));
+    let first = &lines[0];
+    assert_eq!(first["code"], "E0307");
+    assert_eq!(first["severity"], "error");
+    assert_eq!(first["file"], "p.gantry");
+    assert_eq!(
+        (first["line"].as_u64(), first["column"].as_u64()),
+        (Some(1), Some(34))
+    );
+    assert_eq!(
+        (
+            first["end"]["line"].as_u64(),
+            first["end"]["column"].as_u64()
+        ),
+        (Some(1), Some(43))
+    );
+    assert!(
+        first["help"]
+            .as_str()
+            .unwrap()
+            .contains("did you mean `never`"),
+        "{first}"
+    );
+    assert_eq!(lines[1]["severity"], "warning");
+}
+
+#[test]
+fn warnings_pass_unless_denied() {
+    let dir = tempdir("warn");
+    std::fs::write(
+        dir.join("p.gantry"),
+        "rule r: deny if job.vram > 8 GB \"x\"\n",
+    )
+    .unwrap();
+    assert_eq!(gantry(&["check", "."], &dir).status.code(), Some(0));
+    assert_eq!(
+        gantry(&["check", "--deny-warnings", "."], &dir)
+            .status
+            .code(),
+        Some(1)
+    );
+}
+
+#[test]
+fn missing_paths_and_empty_directories_are_usage_errors() {
+    let dir = tempdir("missing");
+    let out = gantry(&["check", "nope/"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot read `nope/`: no such file or directory"),
+        "{}",
+        text(&out.stderr)
+    );
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    let out = gantry(&["check", "empty"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no policy files"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = gantry(&["frobnicate"], &dir);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn bad_input_gives_diagnostics_not_panics() {
+    let dir = tempdir("bad");
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        ("empty.gantry", Vec::new(), "E0104"),
+        (
+            "latin1.gantry",
+            b"tier caf\xe9 { priority = 1 }\n".to_vec(),
+            "E0100",
+        ),
+        (
+            "deep.gantry",
+            format!(
+                "rule r: deny if {}job.gpus > 1 gpu{} \"x\"\n",
+                "(".repeat(10_000),
+                ")".repeat(10_000)
+            )
+            .into_bytes(),
+            "E0102",
+        ),
+        (
+            "unterminated.gantry",
+            b"rule r: deny if job.vram == none \"declare\n".to_vec(),
+            "E0105",
+        ),
+        (
+            "unit.gantry",
+            b"team t { guaranteed = 8 gpuz }\n".to_vec(),
+            "E0303",
+        ),
+        (
+            "binary.gantry",
+            vec![0, 159, 146, 150, 255, 0, 1, 2],
+            "E0100",
+        ),
+        (
+            "garbage.gantry",
+            b"}}}{{{ ((( ]]] \"\" 12:99 $$$ ...".to_vec(),
+            "E0101",
+        ),
+        (
+            "long_expr.gantry",
+            format!(
+                "rule r: deny if job.gpus > 1 gpu{} \"x\"\n",
+                " or job.gpus > 1 gpu".repeat(400)
+            )
+            .into_bytes(),
+            "E0103",
+        ),
+    ];
+    for (name, bytes, code) in cases {
+        let sub = dir.join(name.trim_end_matches(".gantry"));
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(sub.join(name), bytes).unwrap();
+        let out = gantry(&["check", sub.to_str().unwrap()], &dir);
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", text(&out.stderr));
+        assert!(
+            text(&out.stderr).contains(code),
+            "{name}: expected {code} in {}",
+            text(&out.stderr)
+        );
+        assert!(!text(&out.stderr).contains("panicked"), "{name}");
+    }
+}
+
+#[test]
+fn a_ten_megabyte_file_is_checked_without_trouble() {
+    let dir = tempdir("big");
+    let mut policy = String::from("tier standard { priority = 500 }\n");
+    let mut i = 0;
+    while policy.len() < 10 * 1024 * 1024 {
+        policy.push_str(&format!(
+            "rule r{i}: warn if job.gpus > {i} gpu and job.tier == standard \"rule number {i}\"\n"
+        ));
+        i += 1;
+    }
+    // One mistake near the end must still be found.
+    policy.push_str("rule last: deny if job.vram > 2h \"x\"\n");
+    std::fs::write(dir.join("big.gantry"), policy).unwrap();
+    let out = gantry(&["check", "--format", "json", "big.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("E0301"));
+}
+
+#[test]
+fn fmt_check_shows_a_diff_and_fmt_rewrites() {
+    let dir = tempdir("fmt");
+    let messy = "tier   standard {priority=500 ;preempt=never}   # keep me\n\n\n\nteam ml {\nguaranteed=8 gpu\n}\n";
+    std::fs::write(dir.join("p.gantry"), messy).unwrap();
+    let out = gantry(&["fmt", "--check", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    let diff = text(&out.stdout);
+    assert!(
+        diff.contains("-tier   standard")
+            && diff.contains("+tier standard { priority = 500; preempt = never }  # keep me"),
+        "{diff}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("p.gantry")).unwrap(),
+        messy,
+        "--check must not write"
+    );
+    let out = gantry(&["fmt", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let formatted = std::fs::read_to_string(dir.join("p.gantry")).unwrap();
+    assert_eq!(formatted, "tier standard { priority = 500; preempt = never }  # keep me\n\nteam ml {\n  guaranteed = 8 gpu\n}\n");
+    assert_eq!(
+        gantry(&["fmt", "--check", "p.gantry"], &dir).status.code(),
+        Some(0)
+    );
+}
+
+#[test]
+fn fmt_refuses_files_with_syntax_errors_and_leaves_them_alone() {
+    let dir = tempdir("fmt-bad");
+    let broken = "tier standard { priority = = 500 }\n";
+    std::fs::write(dir.join("p.gantry"), broken).unwrap();
+    let out = gantry(&["fmt", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("E0101"));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("p.gantry")).unwrap(),
+        broken
+    );
+}
+
+#[test]
+fn fmt_reads_standard_input() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["fmt", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"tier t {priority=1}")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "tier t { priority = 1 }\n");
+}
+
+#[test]
+fn explain_knows_every_code_and_rejects_unknown_ones() {
+    let out = gantry(&["explain", "E0301"], &repo());
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("mismatched units"));
+    let out = gantry(&["explain", "E0999"], &repo());
+    assert_eq!(out.status.code(), Some(2));
+    let out = gantry(&["explain"], &repo());
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("W0405"));
+}
