@@ -323,10 +323,10 @@ impl Printer {
             ExprKind::Quantity { text, unit, .. } => {
                 self.out.push_str(text);
                 if let Some(u) = unit {
-                    if !matches!(u.name.as_str(), "s" | "m" | "h" | "d" | "w" | "%") {
-                        if !u.name.starts_with("m ") {
-                            self.out.push(' ');
-                        }
+                    let attached = matches!(u.name.as_str(), "s" | "m" | "h" | "d" | "w" | "%")
+                        || u.name.starts_with("m ");
+                    if !attached {
+                        self.out.push(' ');
                     }
                     self.out.push_str(&u.name);
                 }

@@ -232,3 +232,16 @@ fn the_cloud_policy_resolves_templates() {
     assert_eq!(names.first(), Some(&"standard_needs_checkpoints"));
     assert_eq!(names.last(), Some(&"big_gangs_on_spot"));
 }
+
+#[test]
+fn the_readme_tour_checks_clean() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme
+        .find("```gantry\n")
+        .expect("README has a gantry tour block")
+        + "```gantry\n".len();
+    let len = readme[start..].find("```").unwrap();
+    let tour = &readme[start..start + len];
+    let checked = lang::check(&[("README.md".into(), tour.to_string())]);
+    assert!(checked.diagnostics.is_empty(), "{}", render_all(&checked));
+}

@@ -55,8 +55,8 @@ pub fn find_policies(paths: &[PathBuf]) -> Result<Vec<Policy>, FindError> {
         }
     }
     Ok(by_dir
-        .into_iter()
-        .map(|(_, mut files)| {
+        .into_values()
+        .map(|mut files| {
             files.sort();
             files.dedup();
             Policy { files }

@@ -23,7 +23,7 @@ fn span(c: &Checker<'_>, keys: &[String]) -> Option<Span> {
 }
 
 fn gpus(milli: u64) -> String {
-    if milli % 1000 == 0 {
+    if milli.is_multiple_of(1000) {
         format!("{} gpu", milli / 1000)
     } else {
         format!("{} gpu", milli as f64 / 1000.0)
@@ -316,11 +316,11 @@ fn shadowed_rules(c: &mut Checker<'_>, p: &Program) {
             .into_iter()
             .filter_map(|j| p.rules.get(j))
             .find(|r| {
-                let stops = match (&r.action, &later.action) {
-                    (RuleAction::Deny { .. }, _) => true,
-                    (RuleAction::Route { .. }, RuleAction::Route { .. }) => true,
-                    _ => false,
-                };
+                let stops = matches!(
+                    (&r.action, &later.action),
+                    (RuleAction::Deny { .. }, _)
+                        | (RuleAction::Route { .. }, RuleAction::Route { .. })
+                );
                 stops && implies(&later.condition, &r.condition)
             });
         if matches!(

@@ -47,7 +47,7 @@ pub struct Item {
 pub enum ItemKind {
     Use(UseDecl),
     Block(Block),
-    Rule(RuleDecl),
+    Rule(Box<RuleDecl>),
 }
 
 /// `use std.nodes` or `use std.nodes.{dgx_h100, p4d_24xlarge}`.

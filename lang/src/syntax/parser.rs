@@ -331,7 +331,7 @@ impl Builder<'_> {
         let span = self.span(&p);
         let kind = match p.as_rule() {
             Rule::use_decl => ItemKind::Use(self.use_decl(p)),
-            Rule::rule_decl => ItemKind::Rule(self.rule_decl(p)?),
+            Rule::rule_decl => ItemKind::Rule(Box::new(self.rule_decl(p)?)),
             Rule::block => ItemKind::Block(self.block(p)?),
             _ => return None,
         };
@@ -651,7 +651,7 @@ impl Builder<'_> {
                     let mut b = Builder {
                         file,
                         offset,
-                        diags: &mut **guard,
+                        diags: &mut guard,
                     };
                     b.primary(a)
                 })
