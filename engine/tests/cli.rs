@@ -105,7 +105,7 @@ fn json_diagnostics_are_one_object_per_line() {
         first["help"]
             .as_str()
             .unwrap()
-            .contains("did you mean `never`"),
+            .contains("`after_checkpoint`"),
         "{first}"
     );
     assert_eq!(lines[1]["severity"], "warning");

@@ -538,16 +538,16 @@ impl Checker<'_> {
                     .with_suggestion(name, candidates.iter().copied())
             }
         };
-        let d = if d.help.is_none()
-            && self
-                .world
-                .modules
-                .get(ctx.module)
-                .is_some_and(|m| m.imports.is_empty())
-        {
-            d.with_help("standard-library definitions need a `use`, e.g. `use std.nodes`")
-        } else {
-            d
+        let d = match (
+            d.help.is_none(),
+            word_set(expected),
+            stdlib_module_defining(name),
+        ) {
+            (true, None, Some(module)) => d.with_help(format!(
+                "`{name}` is defined in `{module}`; add `use {module}`"
+            )),
+            (true, Some(set), _) => d.with_help(format!("choose one of {}", list_words(set.words))),
+            _ => d,
         };
         self.error(d);
         None
@@ -949,6 +949,20 @@ fn word_set(expected: Option<&Ty>) -> Option<WordSet> {
         Some(Ty::List(inner)) => word_set(Some(inner)),
         _ => None,
     }
+}
+
+/// The standard-library module that defines `name`, found by reading definition headers.
+fn stdlib_module_defining(name: &str) -> Option<&'static str> {
+    stdlib::MODULES.iter().find_map(|(module, text)| {
+        text.lines()
+            .any(|line| {
+                let mut words = line.split_whitespace().skip_while(|w| *w == "template");
+                let kind = words.next().unwrap_or("");
+                let defined = words.next().unwrap_or("").trim_end_matches(':');
+                (ast::BlockKind::from_keyword(kind).is_some() || kind == "rule") && defined == name
+            })
+            .then_some(*module)
+    })
 }
 
 pub fn list_words(words: &[&str]) -> String {
