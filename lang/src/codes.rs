@@ -30,6 +30,8 @@ pub struct CodeInfo {
     pub example: &'static str,
     /// The same policy, corrected.
     pub fix: &'static str,
+    /// For codes no policy text can show (I/O findings, size limits): an example in words.
+    pub illustration: &'static str,
 }
 
 impl CodeInfo {
@@ -50,6 +52,11 @@ impl CodeInfo {
             self.title,
             self.explanation.trim()
         );
+        if !self.illustration.is_empty() {
+            out.push_str("\nFor example: ");
+            out.push_str(self.illustration.trim());
+            out.push('\n');
+        }
         if !self.example.is_empty() {
             out.push_str("\nFor example, this policy:\n\n");
             out.push_str(&indent(self.example));
@@ -132,6 +139,8 @@ often because it was saved in another encoding (Latin-1, UTF-16) or is not a tex
 The diagnostic points at the first invalid byte. Re-save the file as UTF-8.",
         example: "",
         fix: "",
+        illustration: "a file saved as Latin-1 holding `tier café { priority = 1 }` has the single byte 0xE9 where \
+UTF-8 expects a two-byte sequence for `é`; `iconv -f latin1 -t utf-8 old.gantry > new.gantry` converts it.",
     },
     CodeInfo {
         code: SYNTAX,
@@ -141,6 +150,7 @@ valid at that point. Parsing resumes at the next top-level definition (a line st
 `pool`, `tier`, `team`, `rule`, ... in the first column), so one run reports every broken definition.",
         example: "tier critical { priority = = 1000 }\n",
         fix: "tier critical { priority = 1000 }\n",
+        illustration: "",
     },
     CodeInfo {
         code: TOO_DEEP,
@@ -149,6 +159,7 @@ valid at that point. Parsing resumes at the next top-level definition (a line st
 almost always generated or corrupted text, and refusing it keeps the checker from running out of stack.",
         example: "rule r: deny if ((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((((job.gpus > 1 gpu)))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))))) \"no\"\n",
         fix: "rule r: deny if job.gpus > 1 gpu \"no\"\n",
+        illustration: "",
     },
     CodeInfo {
         code: TOO_LONG,
@@ -157,6 +168,8 @@ almost always generated or corrupted text, and refusing it keeps the checker fro
 rules; each rule can carry its own message, which also makes denials easier to understand.",
         example: "",
         fix: "",
+        illustration: "a generated rule `deny if job.team == a or job.team == b or ...` naming 300 teams has 599 \
+operators; write `deny if job.team in [a, b, ...] \"...\"` instead, or one rule per group of teams.",
     },
     CodeInfo {
         code: EMPTY_FILE,
@@ -165,6 +178,7 @@ rules; each rule can carry its own message, which also makes denials easier to u
 in a policy directory is usually a mistake, such as a truncated save. Add definitions or delete the file.",
         example: "# nothing here yet\n",
         fix: "tier standard { priority = 500 }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNTERMINATED_STRING,
@@ -173,6 +187,7 @@ in a policy directory is usually a mistake, such as a truncated save. Add defini
 lines; use `\\\"` for a quote inside a string.",
         example: "rule r: deny if job.vram == none \"declare vram\n",
         fix: "rule r: deny if job.vram == none \"declare vram\"\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_NAME,
@@ -182,6 +197,7 @@ Names resolve across all files of a policy directory and the standard-library mo
 The help line suggests a close name when there is one.",
         example: "tier standard { priority = 500 }\nteam ml { guaranteed = 8 gpu; tiers = [standrd] }\n",
         fix: "tier standard { priority = 500 }\nteam ml { guaranteed = 8 gpu; tiers = [standard] }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_MODULE,
@@ -191,6 +207,7 @@ The help line suggests a close name when there is one.",
 other files of the same policy directory need no `use`: they are always in scope.",
         example: "use std.node\n",
         fix: "use std.nodes\n",
+        illustration: "",
     },
     CodeInfo {
         code: DUPLICATE,
@@ -201,6 +218,7 @@ A local definition may hide a name brought in by a whole-module `use`, but not o
 A policy has at most one `placement` block and one `autoscale` block per pool.",
         example: "tier standard { priority = 500 }\ntier standard { priority = 400 }\n",
         fix: "tier standard { priority = 500 }\ntier batch { priority = 400 }\n",
+        illustration: "",
     },
     CodeInfo {
         code: WRONG_KIND,
@@ -209,6 +227,7 @@ A policy has at most one `placement` block and one `autoscale` block per pool.",
 pool is expected, say. `from` must name a block of the same kind.",
         example: "tier standard { priority = 500 }\nrule r: route if job.preemptions >= 2 to standard\n",
         fix: "use std.nodes\ntier standard { priority = 500 }\npool dgx { capacity = reserved; node = dgx_h100; nodes = 2 }\nrule r: route if job.preemptions >= 2 to dgx\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_FIELD,
@@ -217,6 +236,7 @@ pool is expected, say. `from` must name a block of the same kind.",
 (see the language tour in README.md); the help line suggests the closest one.",
         example: "tier standard { priority = 500; preemption = never }\n",
         fix: "tier standard { priority = 500; preempt = never }\n",
+        illustration: "",
     },
     CodeInfo {
         code: MISSING_FIELD,
@@ -225,6 +245,7 @@ pool is expected, say. `from` must name a block of the same kind.",
 count, a tier its priority, a GPU model its memory, a node shape its GPUs.",
         example: "tier standard { preempt = never }\n",
         fix: "tier standard { priority = 500; preempt = never }\n",
+        illustration: "",
     },
     CodeInfo {
         code: FIELD_TWICE,
@@ -232,6 +253,7 @@ count, a tier its priority, a GPU model its memory, a node shape its GPUs.",
         explanation: "A block sets the same field twice. Only one value can hold, and silently taking the last one would hide a copy-and-paste mistake, so both places are shown. Remove one of them.",
         example: "tier standard { priority = 500; priority = 400 }\n",
         fix: "tier standard { priority = 500 }\n",
+        illustration: "",
     },
     CodeInfo {
         code: MISPLACED_BLOCK,
@@ -241,6 +263,7 @@ Everything else is defined at the top level of a file. `template` marks a top-le
 other blocks copy with `from`; it is not part of the policy by itself.",
         example: "tier standard { priority = 500\n  team ml { guaranteed = 8 gpu }\n}\n",
         fix: "tier standard { priority = 500 }\nteam ml { guaranteed = 8 gpu }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_FUNCTION,
@@ -251,6 +274,7 @@ other blocks copy with `from`; it is not part of the policy by itself.",
 `p50`, `p75`, `p90`, `p95`, `p99`, `mean`, `peak` over a history; and `prefer`/`require` for topology.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = p80(concurrent_starts(), over = 14d) }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = p75(concurrent_starts(), over = 14d) }\n",
+        illustration: "",
     },
     CodeInfo {
         code: BAD_ARGUMENTS,
@@ -259,6 +283,7 @@ other blocks copy with `from`; it is not part of the policy by itself.",
 take, or an argument of the wrong kind. The message says what the function expects.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 0..4 }\nautoscale dgx { up when pending_gpus(nodes = dgx) > 0 gpu => add 1 nodes }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 0..4 }\nautoscale dgx { up when pending_gpus(fits = dgx) > 0 gpu => add 1 nodes }\n",
+        illustration: "",
     },
     CodeInfo {
         code: NOT_IN_CONTEXT,
@@ -268,6 +293,7 @@ conditions; `idle` only in an autoscale `down` trigger; `self` only in templates
 blocks, where it names the pool.",
         example: "tier standard { priority = job.gpus }\n",
         fix: "tier standard { priority = 500 }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNIT_MISMATCH,
@@ -278,6 +304,7 @@ same unit on both sides; `*` and `/` take a plain number on one side (or divide 
 number, or money by time to get a rate). Both operands are labelled with their types.",
         example: "rule big: deny if job.vram > 80 GiB + 2h \"too large\"\n",
         fix: "rule big: deny if job.vram > 80 GiB \"too large\"\n",
+        illustration: "",
     },
     CodeInfo {
         code: TYPE_MISMATCH,
@@ -287,6 +314,7 @@ needed, a number without a unit where a quantity is expected, a string where a n
 Plain numbers are accepted for counts (nodes, priority, weights); quantities need their unit.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 gpu }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_UNIT,
@@ -296,6 +324,7 @@ milli-GPUs, as in `500m gpu`), `node`/`nodes`, `KiB` `MiB` `GiB` `TiB` (and deci
 `s` `m` `h` `d` `w`, `$`, `$/h`, `%`.",
         example: "team ml { guaranteed = 8 gpuz }\n",
         fix: "team ml { guaranteed = 8 gpu }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_TIMEZONE,
@@ -305,6 +334,7 @@ so that windows follow daylight-saving changes. Abbreviations like `CET` or fixe
 ambiguous across the year and are not accepted (except `\"UTC\"`).",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = weekdays 08:00..19:00 \"Europe/Berln\" }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = weekdays 08:00..19:00 \"Europe/Berlin\" }\n",
+        illustration: "",
     },
     CodeInfo {
         code: BAD_TIME,
@@ -313,6 +343,7 @@ ambiguous across the year and are not accepted (except `\"UTC\"`).",
 the end of the day.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = 08:00..25:00 \"UTC\" }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = 08:00..24:00 \"UTC\" }\n",
+        illustration: "",
     },
     CodeInfo {
         code: OUT_OF_RANGE,
@@ -321,6 +352,7 @@ the end of the day.",
 a range whose lower end is above its upper end, a fractional GPU count above one GPU per member.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 8..2 }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 2..8 }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_VARIANT,
@@ -330,6 +362,7 @@ a range whose lower end is above its upper end, a fractional GPU count above one
 and got another word. The message lists the options.",
         example: "tier standard { priority = 500; preempt = sometimes }\n",
         fix: "tier standard { priority = 500; preempt = after_checkpoint }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNKNOWN_DAY,
@@ -338,6 +371,7 @@ and got another word. The message lists the options.",
 lists like `[mon, wed]`, or `weekdays`, `weekends` and `daily`.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = mon..fry 08:00..19:00 \"UTC\" }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = mon..fri 08:00..19:00 \"UTC\" }\n",
+        illustration: "",
     },
     CodeInfo {
         code: DECIMAL_BYTES,
@@ -347,6 +381,7 @@ lists like `[mon, wed]`, or `weekdays`, `weekends` and `daily`.",
 Write `GiB`; if you meant decimal bytes, the warning can be ignored.",
         example: "rule big: deny if job.vram > 80 GB \"too large\"\n",
         fix: "rule big: deny if job.vram > 80 GiB \"too large\"\n",
+        illustration: "",
     },
     CodeInfo {
         code: GUARANTEE_EXCEEDS_POOL,
@@ -357,6 +392,7 @@ A guarantee that cannot be met is a promise the scheduler will break at the wors
 guarantees or grow the pool.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 2 }\nteam ml { guaranteed = 24 gpu in dgx }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 2 }\nteam ml { guaranteed = 16 gpu in dgx }\n",
+        illustration: "",
     },
     CodeInfo {
         code: LEND_EXCEEDS_GUARANTEE,
@@ -365,6 +401,7 @@ guarantees or grow the pool.",
 `guaranteed` would lend capacity the team does not have.",
         example: "team ml { guaranteed = 8 gpu; lend = 16 gpu }\n",
         fix: "team ml { guaranteed = 8 gpu; lend = 8 gpu }\n",
+        illustration: "",
     },
     CodeInfo {
         code: GUARANTEE_EXCEEDS_BURST,
@@ -373,6 +410,7 @@ guarantees or grow the pool.",
 is guaranteed. Raise `burst` or lower `guaranteed`.",
         example: "team ml { guaranteed = 16 gpu; burst = 8 gpu }\n",
         fix: "team ml { guaranteed = 16 gpu; burst = 24 gpu }\n",
+        illustration: "",
     },
     CodeInfo {
         code: UNUSABLE_TIER,
@@ -381,6 +419,7 @@ is guaranteed. Raise `burst` or lower `guaranteed`.",
 can ever run in it. Add it to a team's tiers or remove it.",
         example: "tier critical { priority = 1000 }\ntier standard { priority = 500 }\nteam ml { guaranteed = 8 gpu; tiers = [standard] }\n",
         fix: "tier critical { priority = 1000 }\ntier standard { priority = 500 }\nteam ml { guaranteed = 8 gpu; tiers = [critical, standard] }\n",
+        illustration: "",
     },
     CodeInfo {
         code: SHADOWED_RULE,
@@ -391,6 +430,7 @@ ends evaluation and the first matching `route` wins. A later rule whose conditio
 comparison of the same field) is never reached. Reorder the rules or narrow the earlier one.",
         example: "rule big: deny if job.gpus > 8 gpu \"too big\"\nrule huge: deny if job.gpus > 64 gpu \"much too big\"\n",
         fix: "rule huge: deny if job.gpus > 64 gpu \"much too big\"\nrule big: deny if job.gpus > 8 gpu \"too big\"\n",
+        illustration: "",
     },
     CodeInfo {
         code: EMPTY_WINDOW,
@@ -399,6 +439,7 @@ comparison of the same field) is never reached. Reorder the rules or narrow the 
 past midnight (`22:00..06:00`); to mean all day write `00:00..24:00`.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = weekdays 08:00..08:00 \"UTC\" }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = weekdays 08:00..18:00 \"UTC\" }\n",
+        illustration: "",
     },
     CodeInfo {
         code: OVERLAPPING_WINDOWS,
@@ -407,6 +448,7 @@ past midnight (`22:00..06:00`); to mean all day write `00:00..24:00`.",
 same time, so which size applies is ambiguous. Make the windows disjoint.",
         example: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = weekdays 08:00..12:00, weekdays 11:00..19:00 \"UTC\" }\n",
         fix: "use std.nodes\npool dgx { capacity = reserved; node = dgx_h100; nodes = 4 }\nwarm w in dgx { size = 1 nodes; during = weekdays 08:00..12:00, weekdays 12:00..19:00 \"UTC\" }\n",
+        illustration: "",
     },
     CodeInfo {
         code: STEP_CANNOT_FIT_GANG,
@@ -416,6 +458,7 @@ largest gang the pool admits (`max_gang`), so a waiting gang of that size never 
 step adds. Scale by demand (`add pending_nodes(fits = self)`) or raise the step.",
         example: "use std.nodes\npool spot { capacity = spot; node = p4d_24xlarge; nodes = 0..8; max_gang = 32 gpu }\nautoscale spot { up when pending_gpus(fits = spot) > 0 gpu for 2m => add 1 nodes }\n",
         fix: "use std.nodes\npool spot { capacity = spot; node = p4d_24xlarge; nodes = 0..8; max_gang = 32 gpu }\nautoscale spot { up when pending_gpus(fits = spot) > 0 gpu for 2m => add 4 nodes }\n",
+        illustration: "",
     },
     CodeInfo {
         code: BAD_MIG_PROFILE,
@@ -426,6 +469,7 @@ slices. NVIDIA places each profile only at fixed start positions (for example, `
 at slice 0 or 4 on an H100).",
         example: "gpu toy {\n  id = \"TOY\"; memory = 40 GiB; mig_slots = 8\n  mig \"3g.20gb\" { compute = 3; memory = 20 GiB; width = 4; starts = [0, 5] }\n}\n",
         fix: "gpu toy {\n  id = \"TOY\"; memory = 40 GiB; mig_slots = 8\n  mig \"3g.20gb\" { compute = 3; memory = 20 GiB; width = 4; starts = [0, 4] }\n}\n",
+        illustration: "",
     },
     CodeInfo {
         code: POOL_CANNOT_HOLD_GANG,
@@ -434,5 +478,6 @@ at slice 0 or 4 on an H100).",
 size, so such a gang would wait forever. Lower `max_gang` or raise the pool's maximum node count.",
         example: "use std.nodes\npool small { capacity = on_demand; node = g5_xlarge; nodes = 0..4; max_gang = 8 gpu }\n",
         fix: "use std.nodes\npool small { capacity = on_demand; node = g5_xlarge; nodes = 0..8; max_gang = 8 gpu }\n",
+        illustration: "",
     },
 ];

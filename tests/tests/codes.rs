@@ -22,6 +22,11 @@ fn codes_are_unique_and_documented() {
             c.code
         );
         assert!(!c.title.is_empty());
+        assert!(
+            !c.example.is_empty() || !c.illustration.is_empty(),
+            "{} has no example",
+            c.code
+        );
         let expected = if c.code.starts_with('W') {
             Severity::Warning
         } else {

@@ -31,13 +31,7 @@ pub fn default_paths(paths: &[PathBuf]) -> Vec<PathBuf> {
 pub fn find_policies(paths: &[PathBuf]) -> Result<Vec<Policy>, FindError> {
     let mut by_dir: BTreeMap<PathBuf, Vec<PathBuf>> = BTreeMap::new();
     for path in paths {
-        let meta = std::fs::metadata(path).map_err(|e| {
-            FindError(format!(
-                "cannot read `{}`: {}",
-                path.display(),
-                describe(&e)
-            ))
-        })?;
+        let meta = std::fs::metadata(path).map_err(|e| cannot_read(path, &e))?;
         if meta.is_dir() {
             let mut found = Vec::new();
             walk(path, &mut found, 0)?;
@@ -102,6 +96,10 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), FindErro
     Ok(())
 }
 
+fn cannot_read(path: &Path, e: &std::io::Error) -> FindError {
+    FindError(format!("cannot read `{}`: {}", path.display(), describe(e)))
+}
+
 pub fn describe(e: &std::io::Error) -> String {
     match e.kind() {
         std::io::ErrorKind::NotFound => "no such file or directory".into(),
@@ -121,13 +119,7 @@ pub enum Contents {
 pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
 pub fn read(path: &Path) -> Result<Contents, FindError> {
-    let meta = std::fs::metadata(path).map_err(|e| {
-        FindError(format!(
-            "cannot read `{}`: {}",
-            path.display(),
-            describe(&e)
-        ))
-    })?;
+    let meta = std::fs::metadata(path).map_err(|e| cannot_read(path, &e))?;
     if meta.len() > MAX_FILE_BYTES {
         return Err(FindError(format!(
             "`{}` is {} MiB; policy files are limited to {} MiB",
@@ -136,13 +128,7 @@ pub fn read(path: &Path) -> Result<Contents, FindError> {
             MAX_FILE_BYTES / (1024 * 1024)
         )));
     }
-    let bytes = std::fs::read(path).map_err(|e| {
-        FindError(format!(
-            "cannot read `{}`: {}",
-            path.display(),
-            describe(&e)
-        ))
-    })?;
+    let bytes = std::fs::read(path).map_err(|e| cannot_read(path, &e))?;
     Ok(match String::from_utf8(bytes) {
         Ok(text) => Contents::Text(text),
         Err(e) => {

@@ -171,7 +171,27 @@ fn syntax_error(
         None => format!("expected {expected_text}, found the end of the file"),
     };
     let len = found.as_ref().map_or(0, |t| t.len());
-    let help = if found.is_none() {
+    const ITEM_WORDS: [&str; 12] = [
+        "use",
+        "rule",
+        "template",
+        "pool",
+        "tier",
+        "cohort",
+        "team",
+        "placement",
+        "warm",
+        "autoscale",
+        "gpu",
+        "node",
+    ];
+    let typo = found
+        .as_deref()
+        .filter(|_| expected.iter().any(|e| e.starts_with("a definition")))
+        .and_then(|t| crate::suggest::closest(t, ITEM_WORDS));
+    let help = if let Some(word) = typo {
+        format!("did you mean `{word}`?")
+    } else if found.is_none() {
         "a block may be missing its closing `}`".to_string()
     } else if expected.contains(&"a value") {
         "a field is written `name = value`, e.g. `priority = 500` or `guaranteed = 8 gpu`"
