@@ -904,6 +904,13 @@ impl Checker<'_> {
                 BinaryOp::Mul | BinaryOp::Div => {
                     "multiply or divide by a plain number, divide like units to get a number, or money by time to get a rate".to_string()
                 }
+                _ if matches!((&l.ty, &r.ty), (Ty::Number, Ty::Q(_)) | (Ty::Q(_), Ty::Number)) => {
+                    let d = match (&l.ty, &r.ty) {
+                        (Ty::Q(d), _) | (_, Ty::Q(d)) => *d,
+                        _ => Dim::Gpu,
+                    };
+                    format!("write the number with its unit, e.g. `{}`", example_unit(d))
+                }
                 _ if !same && l.ty.is_numeric() && r.ty.is_numeric() => {
                     "both sides need the same unit; convert one side or fix the unit".to_string()
                 }

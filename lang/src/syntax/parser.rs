@@ -191,6 +191,9 @@ fn syntax_error(
         .and_then(|t| crate::suggest::closest(t, ITEM_WORDS));
     let help = if let Some(word) = typo {
         format!("did you mean `{word}`?")
+    } else if found.as_deref().is_some_and(|t| t.starts_with(',')) {
+        "to give several values, write a list in brackets: `[8 gpu in dgx, 4 gpu in spot]`"
+            .to_string()
     } else if found.is_none() {
         "a block may be missing its closing `}`".to_string()
     } else if expected.contains(&"a value") {
