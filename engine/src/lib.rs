@@ -1,5 +1,6 @@
-//! The Gantry decision engine and its runtime. For now this crate holds the command-line
-//! front end (`cli`); the pure decision core and the service join it in later milestones,
-//! each in its own module, with the core kept free of I/O.
+//! The Gantry decision engine and its runtime: the pure decision core (`core`), simulations
+//! over it (`sim`), and the command-line front end (`cli`). The core does no I/O.
 
 pub mod cli;
+pub mod core;
+pub mod sim;

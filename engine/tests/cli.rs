@@ -306,3 +306,80 @@ fn explain_knows_every_code_and_rejects_unknown_ones() {
     assert_eq!(out.status.code(), Some(0));
     assert!(text(&out.stdout).contains("W0405"));
 }
+
+#[test]
+fn simulate_fill_writes_metrics_and_rejects_bad_csv() {
+    let dir = tempdir("fill");
+    let mut nodes = String::from("sn,cpu_milli,memory_mib,gpu,model\n");
+    for i in 0..6 {
+        nodes.push_str(&format!("node-{i},64000,262144,8,V100M16\n"));
+    }
+    let mut pods = String::from("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos\n");
+    for i in 0..40 {
+        let (n, m) = [(1, 300), (1, 1000), (2, 1000), (1, 650)][i % 4];
+        pods.push_str(&format!("pod-{i:03},4000,8192,{n},{m},,LS\n"));
+    }
+    std::fs::write(dir.join("nodes.csv"), nodes).unwrap();
+    std::fs::write(dir.join("pods.csv"), &pods).unwrap();
+    let out = gantry(
+        &[
+            "simulate",
+            "fill",
+            "--nodes",
+            "nodes.csv",
+            "--pods",
+            "pods.csv",
+            "--seeds",
+            "1..3",
+            "--packing",
+            "best_fit",
+            "--json",
+            "out.json",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("out.json")).unwrap()).unwrap();
+    assert_eq!(json["seeds"].as_array().map(Vec::len), Some(3));
+    let alloc = json["allocation_ratio_pct"]["130"].as_f64().unwrap();
+    assert!(alloc > 50.0 && alloc <= 100.0, "{json}");
+    assert!(json["frag_ratio_pct"]["100"].is_number());
+
+    std::fs::write(
+        dir.join("bad.csv"),
+        pods.replace("pod-005,4000", "pod-005,lots"),
+    )
+    .unwrap();
+    let out = gantry(
+        &[
+            "simulate",
+            "fill",
+            "--nodes",
+            "nodes.csv",
+            "--pods",
+            "bad.csv",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("bad.csv:7: field `cpu_milli`"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = gantry(
+        &[
+            "simulate",
+            "fill",
+            "--nodes",
+            "nodes.csv",
+            "--pods",
+            "pods.csv",
+            "--packing",
+            "magic",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+}

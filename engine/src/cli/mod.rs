@@ -5,6 +5,7 @@ mod check;
 mod explain;
 mod files;
 mod fmt;
+mod simulate;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -60,7 +61,7 @@ impl<'a> Io<'a> {
 #[command(
     name = "gantry",
     version,
-    about = "Check, format and explain Gantry GPU scheduling policies"
+    about = "Check, format and explain Gantry GPU scheduling policies, and simulate placement"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -96,11 +97,23 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
+    /// Replay workloads against the placement engine.
+    Simulate {
+        #[command(subcommand)]
+        mode: SimulateMode,
+    },
     /// Print the long explanation of a diagnostic code, or list all codes.
     Explain {
         /// A code such as E0301.
         code: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum SimulateMode {
+    /// The FGD paper's fill experiment on Alibaba openb CSVs: place pods one by one, never
+    /// remove, and report GPU allocation and fragmentation by percent of arrived workload.
+    Fill(simulate::FillArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the exit code.
@@ -130,6 +143,9 @@ where
         } => check::run(&paths, format, deny_warnings, io),
         Command::Fmt { paths, check } => fmt::run(&paths, check, io),
         Command::Explain { code } => explain::run(code.as_deref(), io),
+        Command::Simulate {
+            mode: SimulateMode::Fill(args),
+        } => simulate::run(&args, io),
     };
     let _ = io.stdout.flush();
     let _ = io.stderr.flush();

@@ -1,0 +1,190 @@
+//! GPU fragmentation as FGD defines it (Weng et al., ATC'23): for a target workload of
+//! typical pod shapes, the free GPU capacity of a node that those pods could not use.
+//! A node's fragmentation for one shape is all its free GPU milli if the shape does not fit
+//! (wrong model, too few GPUs, too little CPU), else the free milli of GPUs with less free
+//! than the shape needs per GPU. The workload's fragmentation is the weighted sum.
+
+use super::alloc::{NodeFree, Request};
+use std::collections::BTreeMap;
+
+/// Shapes covering this share of pods make up the target workload.
+pub const TYPICAL_SHARE: f64 = 0.95;
+
+/// Typical pod shapes with the same GPU request, their CPU requests sorted, so the share of
+/// them a node's free CPU admits is one binary search.
+#[derive(Debug, Clone)]
+struct Group {
+    num_gpu: u32,
+    gpu_milli: u32,
+    models: Vec<String>,
+    cpus: Vec<u64>,
+    /// `cum[i]` is the weight of the shapes with the `i` smallest CPU requests.
+    cum: Vec<f64>,
+}
+
+impl Group {
+    fn weight(&self) -> f64 {
+        self.cum.last().copied().unwrap_or(0.0)
+    }
+
+    /// Weight of the shapes whose CPU request fits in `cpu_free`.
+    fn weight_within_cpu(&self, cpu_free: u64) -> f64 {
+        let n = self.cpus.partition_point(|c| *c <= cpu_free);
+        self.cum.get(n).copied().unwrap_or(0.0)
+    }
+}
+
+/// The target workload: typical GPU pod shapes and their frequencies (summing to 1).
+#[derive(Debug, Clone, Default)]
+pub struct Workload {
+    groups: Vec<Group>,
+    /// The shapes themselves, most frequent first, for reports.
+    pub shapes: Vec<(Request, f64)>,
+}
+
+impl Workload {
+    /// The most frequent GPU pod shapes (CPU, GPUs, milli per GPU, models) that together
+    /// cover [`TYPICAL_SHARE`] of the GPU pods, with renormalised frequencies.
+    pub fn typical(pods: &[Request]) -> Workload {
+        let mut counts: BTreeMap<Request, u64> = BTreeMap::new();
+        for p in pods.iter().filter(|p| p.num_gpu > 0) {
+            let key = Request {
+                memory_mib: 0,
+                ..p.clone()
+            };
+            *counts.entry(key).or_insert(0) += 1;
+        }
+        let total: u64 = counts.values().sum();
+        let mut ranked: Vec<(Request, u64)> = counts.into_iter().collect();
+        // Most frequent first; equal counts in shape order, so the choice is deterministic.
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        let mut covered = 0u64;
+        let mut chosen = Vec::new();
+        for (shape, count) in ranked {
+            if total > 0 && covered as f64 >= TYPICAL_SHARE * total as f64 {
+                break;
+            }
+            covered += count;
+            chosen.push((shape, count));
+        }
+        let shapes: Vec<(Request, f64)> = chosen
+            .into_iter()
+            .map(|(s, c)| (s, c as f64 / covered.max(1) as f64))
+            .collect();
+        Workload::from_shapes(shapes)
+    }
+
+    pub fn from_shapes(shapes: Vec<(Request, f64)>) -> Workload {
+        /// GPUs, milli per GPU and models: what the GPU side of a fit depends on.
+        type GpuShape = (u32, u32, Vec<String>);
+        let mut by_gpu: BTreeMap<GpuShape, Vec<(u64, f64)>> = BTreeMap::new();
+        for (s, w) in &shapes {
+            by_gpu
+                .entry((s.num_gpu, s.gpu_milli, s.models.clone()))
+                .or_default()
+                .push((s.cpu_milli, *w));
+        }
+        let groups = by_gpu
+            .into_iter()
+            .map(|((num_gpu, gpu_milli, models), mut cw)| {
+                cw.sort_by_key(|a| a.0);
+                let mut cum = vec![0.0];
+                let mut acc = 0.0;
+                for (_, w) in &cw {
+                    acc += w;
+                    cum.push(acc);
+                }
+                Group {
+                    num_gpu,
+                    gpu_milli,
+                    models,
+                    cpus: cw.into_iter().map(|(c, _)| c).collect(),
+                    cum,
+                }
+            })
+            .collect();
+        Workload { groups, shapes }
+    }
+
+    /// Expected fragmented milli-GPUs of a node with GPU `model` and free resources `free`.
+    pub fn node_frag(&self, model: Option<&str>, free: &NodeFree) -> f64 {
+        let left = free.gpu_milli_total() as f64;
+        if left == 0.0 {
+            return 0.0;
+        }
+        let mut frag = 0.0;
+        for g in &self.groups {
+            let w = g.weight();
+            let accessible =
+                g.models.is_empty() || model.is_some_and(|m| g.models.iter().any(|x| x == m));
+            let gpus_fit =
+                free.gpu_milli.iter().filter(|x| **x >= g.gpu_milli).count() >= g.num_gpu as usize;
+            if !accessible || !gpus_fit {
+                frag += w * left;
+                continue;
+            }
+            let fits = g.weight_within_cpu(free.cpu_milli);
+            let stranded: u64 = free
+                .gpu_milli
+                .iter()
+                .filter(|x| **x < g.gpu_milli)
+                .map(|x| u64::from(*x))
+                .sum();
+            frag += fits * stranded as f64 + (w - fits) * left;
+        }
+        frag
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(cpu: u64, num_gpu: u32, gpu_milli: u32) -> Request {
+        Request {
+            cpu_milli: cpu,
+            memory_mib: 0,
+            num_gpu,
+            gpu_milli,
+            models: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn typical_shapes_cover_95_percent_and_are_normalised() {
+        let mut pods = vec![req(1000, 1, 500); 90];
+        pods.extend(vec![req(2000, 1, 1000); 8]);
+        pods.extend(vec![req(4000, 2, 1000); 2]);
+        pods.push(req(1000, 0, 0));
+        let w = Workload::typical(&pods);
+        assert_eq!(w.shapes.len(), 2, "90% + 8% reach 95%");
+        let sum: f64 = w.shapes.iter().map(|s| s.1).sum();
+        assert!((sum - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn fragmentation_counts_gpus_a_shape_cannot_use() {
+        let w = Workload::from_shapes(vec![(req(1000, 1, 500), 1.0)]);
+        let free = NodeFree {
+            cpu_milli: 8000,
+            memory_mib: 0,
+            gpu_milli: vec![1000, 300, 0, 600],
+        };
+        // The 300 left on GPU 1 cannot host a 500-milli pod; 1000 and 600 can.
+        assert_eq!(w.node_frag(None, &free), 300.0);
+        let no_cpu = NodeFree {
+            cpu_milli: 500,
+            ..free.clone()
+        };
+        assert_eq!(w.node_frag(None, &no_cpu), 1900.0);
+        let typed = Workload::from_shapes(vec![(
+            Request {
+                models: vec!["T4".into()],
+                ..req(1000, 1, 500)
+            },
+            1.0,
+        )]);
+        assert_eq!(typed.node_frag(Some("V100M16"), &free), 1900.0);
+        assert_eq!(typed.node_frag(Some("T4"), &free), 300.0);
+    }
+}
