@@ -171,24 +171,10 @@ fn syntax_error(
         None => format!("expected {expected_text}, found the end of the file"),
     };
     let len = found.as_ref().map_or(0, |t| t.len());
-    const ITEM_WORDS: [&str; 12] = [
-        "use",
-        "rule",
-        "template",
-        "pool",
-        "tier",
-        "cohort",
-        "team",
-        "placement",
-        "warm",
-        "autoscale",
-        "gpu",
-        "node",
-    ];
     let typo = found
         .as_deref()
         .filter(|_| expected.iter().any(|e| e.starts_with("a definition")))
-        .and_then(|t| crate::suggest::closest(t, ITEM_WORDS));
+        .and_then(|t| crate::suggest::closest(t, scan::ITEM_KEYWORDS));
     let help = if let Some(word) = typo {
         format!("did you mean `{word}`?")
     } else if found.as_deref().is_some_and(|t| t.starts_with(',')) {

@@ -9,7 +9,7 @@ use crate::source::{FileId, Span};
 pub const MAX_DEPTH: usize = 64;
 
 /// Top-level keywords that start a chunk when they begin a line.
-const ITEM_KEYWORDS: [&str; 12] = [
+pub(crate) const ITEM_KEYWORDS: [&str; 12] = [
     "use",
     "rule",
     "template",
