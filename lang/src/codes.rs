@@ -36,11 +36,7 @@ pub struct CodeInfo {
 
 impl CodeInfo {
     pub fn severity(&self) -> Severity {
-        if self.code.starts_with('W') {
-            Severity::Warning
-        } else {
-            Severity::Error
-        }
+        severity(self.code)
     }
 
     /// The long form printed by `gantry explain`.
@@ -85,6 +81,7 @@ pub fn lookup(code: &str) -> Option<&'static CodeInfo> {
     CODES.iter().find(|c| c.code == code)
 }
 
+/// Codes starting with `W` are warnings; all others are errors.
 pub fn severity(code: &str) -> Severity {
     if code.starts_with('W') {
         Severity::Warning

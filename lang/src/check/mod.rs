@@ -343,26 +343,23 @@ impl<'a> Checker<'a> {
     /// win over whole-module imports; a name imported explicitly must not clash.
     fn resolve_imports(&mut self) {
         let n = self.world.modules.len();
-        // Imports may point either way in load order: iterate to a fixed point.
-        for pass in 0..=n {
-            let last = pass == n;
+        // Imports may point either way in load order: iterate to a fixed point (at most one
+        // pass per module), then report import problems once, against the final scopes.
+        for _ in 0..=n {
             let mut changed = false;
             for module in 0..n {
-                let scope = self.module_scope(module, last);
-                if self.scope.get(module) != Some(&scope) {
+                let scope = self.module_scope(module, false);
+                if let Some(s) = self.scope.get_mut(module).filter(|s| **s != scope) {
+                    *s = scope;
                     changed = true;
-                    if let Some(s) = self.scope.get_mut(module) {
-                        *s = scope;
-                    }
                 }
             }
-            if !changed && !last {
-                // One more pass to report import problems against the final scopes.
-                for module in 0..n {
-                    self.module_scope(module, true);
-                }
+            if !changed {
                 break;
             }
+        }
+        for module in 0..n {
+            self.module_scope(module, true);
         }
     }
 
