@@ -128,7 +128,7 @@ fn strategy(args: &FillArgs, io: &mut Io<'_>) -> Result<Strategy, u8> {
         });
     }
     let Some(policy) = &args.policy else {
-        return Ok(Strategy::Fgd);
+        return Ok(Strategy::LeastFragmentation);
     };
     let found = files::find_policies(std::slice::from_ref(policy)).map_err(|e| fail(io, e.0))?;
     let mut inputs = Vec::new();
@@ -152,7 +152,7 @@ fn strategy(args: &FillArgs, io: &mut Io<'_>) -> Result<Strategy, u8> {
         ));
     };
     Ok(match program.placement.packing {
-        lang::ir::Packing::LeastFragmentation => Strategy::Fgd,
+        lang::ir::Packing::LeastFragmentation => Strategy::LeastFragmentation,
         lang::ir::Packing::BestFit => Strategy::BestFit,
         lang::ir::Packing::Spread => Strategy::Spread,
         lang::ir::Packing::GpuPacking => Strategy::GpuPacking,

@@ -34,7 +34,7 @@ impl Group {
     }
 }
 
-/// The target workload: typical GPU pod shapes and their frequencies (summing to 1).
+/// The target workload: typical pod shapes and their frequencies (summing to 1).
 #[derive(Debug, Clone, Default)]
 pub struct Workload {
     groups: Vec<Group>,
@@ -43,11 +43,12 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// The most frequent GPU pod shapes (CPU, GPUs, milli per GPU, models) that together
-    /// cover [`TYPICAL_SHARE`] of the GPU pods, with renormalised frequencies.
+    /// The most frequent pod shapes (CPU, GPUs, milli per GPU, models) that together cover
+    /// [`TYPICAL_SHARE`] of the pods, with renormalised frequencies. CPU-only pods are
+    /// included, as in the FGD simulator: to them every idle GPU is fragmentation.
     pub fn typical(pods: &[Request]) -> Workload {
         let mut counts: BTreeMap<Request, u64> = BTreeMap::new();
-        for p in pods.iter().filter(|p| p.num_gpu > 0) {
+        for p in pods {
             let key = Request {
                 memory_mib: 0,
                 ..p.clone()
@@ -106,6 +107,38 @@ impl Workload {
         Workload { groups, shapes }
     }
 
+    /// Expected milli-GPUs of a node that a stream of pods of one typical shape could not
+    /// use before the node runs out of GPUs or CPU, weighted over the shapes. Unlike
+    /// [`Workload::node_frag`], which asks whether one more pod fits, this counts GPUs
+    /// that CPU or share sizes will strand as the node fills.
+    pub fn node_stranding(&self, model: Option<&str>, free: &NodeFree) -> f64 {
+        let left = free.gpu_milli_total() as f64;
+        if left == 0.0 {
+            return 0.0;
+        }
+        let mut frag = 0.0;
+        for (s, w) in &self.shapes {
+            if s.num_gpu == 0 || s.gpu_milli == 0 {
+                frag += w * left;
+                continue;
+            }
+            if !s.accepts_model(model) {
+                frag += w * left;
+                continue;
+            }
+            let by_gpu: u64 = if s.is_share() {
+                free.gpu_milli.iter().map(|g| u64::from(*g / s.gpu_milli)).sum()
+            } else {
+                free.gpu_milli.iter().filter(|g| **g >= s.gpu_milli).count() as u64
+                    / u64::from(s.num_gpu)
+            };
+            let by_cpu = if s.cpu_milli == 0 { u64::MAX } else { free.cpu_milli / s.cpu_milli };
+            let usable = by_gpu.min(by_cpu) * s.gpu_milli_total();
+            frag += w * (left - usable as f64).max(0.0);
+        }
+        frag
+    }
+
     /// Expected fragmented milli-GPUs of a node with GPU `model` and free resources `free`.
     pub fn node_frag(&self, model: Option<&str>, free: &NodeFree) -> f64 {
         let left = free.gpu_milli_total() as f64;
@@ -115,6 +148,11 @@ impl Workload {
         let mut frag = 0.0;
         for g in &self.groups {
             let w = g.weight();
+            if g.num_gpu == 0 || g.gpu_milli == 0 {
+                // A CPU-only pod uses no GPU: all of it is idle to that share of the load.
+                frag += w * left;
+                continue;
+            }
             let accessible =
                 g.models.is_empty() || model.is_some_and(|m| g.models.iter().any(|x| x == m));
             let gpus_fit =

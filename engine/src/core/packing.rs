@@ -22,8 +22,10 @@ pub enum Strategy {
     GpuPacking,
     /// The node left with the most free resources.
     Spread,
-    /// Fragmentation gradient descent: the node whose fragmentation grows least.
+    /// Fragmentation gradient descent as the FGD paper scores it: `⌊100·σ(Δfrag/1000)⌋`.
     Fgd,
+    /// Gantry's default: the exact fragmentation change, then best fit, then fleet order.
+    LeastFragmentation,
 }
 
 impl Strategy {
@@ -33,13 +35,21 @@ impl Strategy {
             "best_fit" | "bestfit" => Strategy::BestFit,
             "gpu_packing" => Strategy::GpuPacking,
             "spread" => Strategy::Spread,
-            "fgd" | "least_fragmentation" => Strategy::Fgd,
+            "fgd" => Strategy::Fgd,
+            "least_fragmentation" | "gantry" => Strategy::LeastFragmentation,
             _ => return None,
         })
     }
 
     pub const NAMES: &'static [&'static str] =
-        &["random", "best_fit", "gpu_packing", "spread", "fgd"];
+        &[
+        "random",
+        "best_fit",
+        "gpu_packing",
+        "spread",
+        "fgd",
+        "least_fragmentation",
+    ];
 }
 
 /// Where a request goes.
@@ -49,32 +59,40 @@ pub struct Choice {
     pub gpus: Vec<usize>,
 }
 
-/// Per-node memo of FGD evaluations; a node's entries are dropped when it changes.
+/// Per-node memo of fragmentation evaluations; a node's entries are dropped when it changes.
 #[derive(Debug, Default)]
 pub struct Cache {
-    frag: Vec<Option<f64>>,
-    scores: Vec<HashMap<Request, (i64, Vec<usize>)>>,
+    nodes: Vec<NodeMemo>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct NodeMemo {
+    /// FGD fragmentation and stranding of the node as it is.
+    before: Option<(f64, f64)>,
+    scores: HashMap<Request, (Score, Vec<usize>)>,
 }
 
 impl Cache {
     pub fn new(nodes: usize) -> Cache {
         Cache {
-            frag: vec![None; nodes],
-            scores: vec![HashMap::new(); nodes],
+            nodes: vec![NodeMemo::default(); nodes],
         }
     }
 
     pub fn invalidate(&mut self, node: usize) {
-        if let Some(f) = self.frag.get_mut(node) {
-            *f = None;
-        }
-        if let Some(s) = self.scores.get_mut(node) {
-            s.clear();
+        if let Some(m) = self.nodes.get_mut(node) {
+            *m = NodeMemo::default();
         }
     }
 }
 
-/// Chooses a node and GPUs for `req`, or `None` if no node fits.
+/// Scores compare lexicographically; higher is better.
+type Score = (i64, i64, i64);
+
+/// Chooses a node and GPUs for `req`, or `None` if no node fits. Equal scores go to the
+/// node that comes first in the fleet: a deterministic choice that also packs, where a
+/// random one spreads small pods over nodes large pods need (it costs FGD about five
+/// points on openb). `Random` picks uniformly among the feasible nodes.
 pub fn choose(
     strategy: Strategy,
     fleet: &Fleet,
@@ -84,32 +102,34 @@ pub fn choose(
     cache: &mut Cache,
     rng: &mut Rng,
 ) -> Option<Choice> {
-    let mut best: Option<(i64, Choice)> = None;
-    let mut ties = 0usize;
-    for (i, (node, free)) in fleet.nodes.iter().zip(&state.nodes).enumerate() {
-        let model = node.gpu_model();
-        if !req.accepts_model(model) || !free.fits(req) {
-            continue;
-        }
+    let feasible = fleet
+        .nodes
+        .iter()
+        .zip(&state.nodes)
+        .enumerate()
+        .filter(|(_, (node, free))| req.accepts_model(node.gpu_model()) && free.fits(req));
+    if strategy == Strategy::Random {
+        let all: Vec<usize> = feasible.map(|(i, _)| i).collect();
+        let node = *all.get(rng.below(all.len()))?;
+        let free = state.nodes.get(node)?;
+        return Some(Choice {
+            node,
+            gpus: default_gpus(free, req),
+        });
+    }
+    let mut best: Option<(Score, Choice)> = None;
+    for (i, (node, free)) in feasible {
+        let simple = |s: i64| ((s, 0, 0), default_gpus(free, req));
         let (score, gpus) = match strategy {
-            Strategy::Random => (0, default_gpus(free, req)),
-            Strategy::BestFit => (best_fit_score(free, req), default_gpus(free, req)),
-            Strategy::Spread => (100 - best_fit_score(free, req), default_gpus(free, req)),
-            Strategy::GpuPacking => (gpu_packing_score(free, req), default_gpus(free, req)),
-            Strategy::Fgd => fgd(i, model, free, req, workload, cache),
+            Strategy::Random | Strategy::BestFit => simple(best_fit_score(free, req)),
+            Strategy::Spread => simple(100 - best_fit_score(free, req)),
+            Strategy::GpuPacking => simple(gpu_packing_score(free, req)),
+            Strategy::Fgd | Strategy::LeastFragmentation => {
+                fragmentation_score(strategy, i, node.gpu_model(), free, req, workload, cache)
+            }
         };
-        match &best {
-            Some((b, _)) if score < *b => {}
-            Some((b, _)) if score == *b => {
-                ties += 1;
-                if rng.below(ties) == 0 {
-                    best = Some((score, Choice { node: i, gpus }));
-                }
-            }
-            _ => {
-                ties = 1;
-                best = Some((score, Choice { node: i, gpus }));
-            }
+        if best.as_ref().is_none_or(|(b, _)| score > *b) {
+            best = Some((score, Choice { node: i, gpus }));
         }
     }
     best.map(|(_, c)| c)
@@ -157,53 +177,73 @@ fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// FGD: the score grows as the node's fragmentation grows less; for a share, every GPU it
-/// fits on is tried and the best kept.
-fn fgd(
+/// FGD's score, `⌊100·σ(Δfrag/1000)⌋` where Δfrag is how much the placement lowers the
+/// node's expected fragmentation. `LeastFragmentation` breaks FGD's many ties for shares
+/// and CPU-only pods by how much GPU capacity the placement strands for a stream of typical
+/// pods (CPU included: see [`Workload::node_stranding`]), then by best fit. A share tries
+/// every GPU it fits on and keeps the best (FGD: the first best; Gantry: the fullest).
+fn fragmentation_score(
+    strategy: Strategy,
     node: usize,
     model: Option<&str>,
     free: &NodeFree,
     req: &Request,
     workload: &Workload,
     cache: &mut Cache,
-) -> (i64, Vec<usize>) {
-    if let Some(hit) = cache.scores.get(node).and_then(|s| s.get(req)) {
+) -> (Score, Vec<usize>) {
+    let Some(memo) = cache.nodes.get_mut(node) else {
+        return ((0, 0, 0), Vec::new());
+    };
+    if let Some(hit) = memo.scores.get(req) {
         return hit.clone();
     }
-    let before = match cache.frag.get(node).copied().flatten() {
-        Some(f) => f,
-        None => {
-            let f = workload.node_frag(model, free);
-            if let Some(slot) = cache.frag.get_mut(node) {
-                *slot = Some(f);
-            }
-            f
-        }
-    };
-    let score_of = |gpus: &[usize]| {
+    let gantry = strategy == Strategy::LeastFragmentation;
+    let looks_ahead = gantry && (req.is_share() || req.num_gpu == 0);
+    let (frag, strand) = *memo.before.get_or_insert_with(|| {
+        (
+            workload.node_frag(model, free),
+            if gantry {
+                workload.node_stranding(model, free)
+            } else {
+                0.0
+            },
+        )
+    });
+    let score_of = |gpus: &[usize]| -> Score {
         let mut after = free.clone();
         after.take(req, gpus);
-        let delta = before - workload.node_frag(model, &after);
-        (sigmoid(delta / 1000.0) * 100.0) as i64
+        let fgd = (sigmoid((frag - workload.node_frag(model, &after)) / 1000.0) * 100.0) as i64;
+        if !gantry {
+            return (fgd, 0, 0);
+        }
+        let unstranded = if looks_ahead {
+            (strand - workload.node_stranding(model, &after)).round() as i64
+        } else {
+            0
+        };
+        (fgd, unstranded, best_fit_score(free, req))
     };
     let result = if req.is_share() {
-        let mut best: Option<(i64, Vec<usize>)> = None;
+        let mut best: Option<(Score, u32, usize)> = None;
         for (i, g) in free.gpu_milli.iter().enumerate() {
             if *g < req.gpu_milli {
                 continue;
             }
             let s = score_of(&[i]);
-            if best.as_ref().is_none_or(|(b, _)| s > *b) {
-                best = Some((s, vec![i]));
+            let better = match &best {
+                None => true,
+                Some((b, bg, _)) => s > *b || (gantry && s == *b && *g < *bg),
+            };
+            if better {
+                best = Some((s, *g, i));
             }
         }
-        best.unwrap_or((0, Vec::new()))
+        best.map(|(s, _, i)| (s, vec![i]))
+            .unwrap_or(((0, 0, 0), Vec::new()))
     } else {
         let gpus = free.exclusive_gpus(req);
         (score_of(&gpus), gpus)
     };
-    if let Some(s) = cache.scores.get_mut(node) {
-        s.insert(req.clone(), result.clone());
-    }
+    memo.scores.insert(req.clone(), result.clone());
     result
 }

@@ -70,7 +70,9 @@ pub fn run(fleet: &Fleet, pods: &[Pod], cfg: FillConfig) -> FillResult {
     let mut rng = Rng::new(cfg.seed);
     let capacity = fleet.gpu_milli_capacity();
     let order = arrivals(pods, capacity, cfg.inflate, &mut rng);
-    let workload = Workload::typical(&pods.iter().map(|p| p.request.clone()).collect::<Vec<_>>());
+    let requests: Vec<Request> = pods.iter().map(|p| p.request.clone()).collect();
+    let workload = Workload::typical(&requests);
+
     let mut state = ClusterState::new(fleet);
     let mut cache = Cache::new(fleet.nodes.len());
     let mut result = FillResult {

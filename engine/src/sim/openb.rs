@@ -152,7 +152,8 @@ pub fn parse_nodes(file: &str, text: &str) -> Result<Fleet, CsvError> {
     Ok(Fleet { nodes })
 }
 
-/// `name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...`: one pod per row.
+/// `name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]`: one pod per row; without
+/// a `gpu_spec` column (as in the multigpu variants) a pod takes any model.
 pub fn parse_pods(file: &str, text: &str) -> Result<Vec<Pod>, CsvError> {
     let t = Table::parse(
         file,
@@ -163,7 +164,6 @@ pub fn parse_pods(file: &str, text: &str) -> Result<Vec<Pod>, CsvError> {
             "memory_mib",
             "num_gpu",
             "gpu_milli",
-            "gpu_spec",
         ],
     )?;
     let mut pods = Vec::with_capacity(t.rows.len());
