@@ -1,27 +1,35 @@
 //! Allocation state: what is still free on every node and GPU, and what a request needs.
-//! Whole GPUs and fractional shares (milli-GPUs) are both counted per GPU.
+//! Whole GPUs and fractional shares are counted per GPU in milli-GPUs; GPUs in MIG mode
+//! serve MIG instances only and track their occupied slots instead.
 
 use super::fleet::{Fleet, MILLI};
+use super::mig::{self, MigTable, SlotMask};
 
 /// A request for one member of a job: CPU, memory, and `num_gpu` GPUs with `gpu_milli` free
-/// on each (1000 = a whole GPU), on one of `models` (empty = any model).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// on each (1000 = a whole GPU) and at least `vram_mib` of memory, on one of `models`
+/// (empty = any model); or, with `mig_profile`, `num_gpu` MIG instances of that profile.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Request {
     pub cpu_milli: u64,
     pub memory_mib: u64,
     pub num_gpu: u32,
     pub gpu_milli: u32,
     pub models: Vec<String>,
+    pub vram_mib: u64,
+    pub mig_profile: Option<String>,
 }
 
 impl Request {
-    /// GPU milli this request takes in total.
+    /// GPU milli this request takes in total (MIG instances count as none).
     pub fn gpu_milli_total(&self) -> u64 {
+        if self.mig_profile.is_some() {
+            return 0;
+        }
         u64::from(self.num_gpu) * u64::from(self.gpu_milli)
     }
 
     pub fn is_share(&self) -> bool {
-        self.num_gpu == 1 && self.gpu_milli < MILLI
+        self.mig_profile.is_none() && self.num_gpu == 1 && self.gpu_milli < MILLI
     }
 
     pub fn accepts_model(&self, model: Option<&str>) -> bool {
@@ -32,12 +40,16 @@ impl Request {
 }
 
 /// Free resources of one node.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NodeFree {
     pub cpu_milli: u64,
     pub memory_mib: u64,
-    /// Free milli-GPUs per GPU, indexed like the node's GPUs.
+    /// Free milli-GPUs per GPU, indexed like the node's GPUs (0 for MIG and failed GPUs).
     pub gpu_milli: Vec<u32>,
+    /// Occupied MIG slots per GPU; `None` for GPUs not in MIG mode.
+    pub mig: Vec<Option<SlotMask>>,
+    /// Memory of each GPU (static; here so a fit is decided from this value alone).
+    pub vram_mib: Vec<u64>,
 }
 
 impl NodeFree {
@@ -45,35 +57,61 @@ impl NodeFree {
         self.gpu_milli.iter().map(|g| u64::from(*g)).sum()
     }
 
-    /// Whether CPU, memory and GPUs suffice (model checked by the caller).
+    /// Whether GPU `i` can give `r` one of its GPUs (milli and memory; MIG aside).
+    fn gpu_serves(&self, i: usize, r: &Request) -> bool {
+        self.gpu_milli.get(i).is_some_and(|g| *g >= r.gpu_milli)
+            && self
+                .vram_mib
+                .get(i)
+                .is_none_or(|m| *m == 0 || *m >= r.vram_mib)
+    }
+
+    /// Whether CPU, memory and GPUs suffice (model and MIG checked by the caller).
     pub fn fits(&self, r: &Request) -> bool {
         self.cpu_milli >= r.cpu_milli && self.memory_mib >= r.memory_mib && self.gpus_fit(r)
     }
 
     pub fn gpus_fit(&self, r: &Request) -> bool {
         r.num_gpu == 0
-            || self.gpu_milli.iter().filter(|g| **g >= r.gpu_milli).count() >= r.num_gpu as usize
+            || r.mig_profile.is_some()
+            || (0..self.gpu_milli.len())
+                .filter(|i| self.gpu_serves(*i, r))
+                .count()
+                >= r.num_gpu as usize
+    }
+
+    /// GPUs with enough free for one GPU of `r`, in index order.
+    pub fn serving_gpus(&self, r: &Request) -> Vec<usize> {
+        (0..self.gpu_milli.len())
+            .filter(|i| self.gpu_serves(*i, r))
+            .collect()
     }
 
     /// The GPUs a whole-GPU request takes: the lowest-indexed ones with enough free.
     pub fn exclusive_gpus(&self, r: &Request) -> Vec<usize> {
-        self.gpu_milli
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| **g >= r.gpu_milli)
-            .map(|(i, _)| i)
-            .take(r.num_gpu as usize)
-            .collect()
+        let mut gpus = self.serving_gpus(r);
+        gpus.truncate(r.num_gpu as usize);
+        gpus
     }
 
     /// Takes `r` from this node on `gpus`. The caller has checked that it fits.
     pub fn take(&mut self, r: &Request, gpus: &[usize]) {
         self.cpu_milli = self.cpu_milli.saturating_sub(r.cpu_milli);
         self.memory_mib = self.memory_mib.saturating_sub(r.memory_mib);
+        if r.mig_profile.is_some() {
+            return;
+        }
         for g in gpus {
             if let Some(free) = self.gpu_milli.get_mut(*g) {
                 *free = free.saturating_sub(r.gpu_milli);
             }
+        }
+    }
+
+    /// Marks MIG slots `used` on GPU `gpu` as occupied.
+    pub fn take_mig(&mut self, gpu: usize, used: SlotMask) {
+        if let Some(Some(m)) = self.mig.get_mut(gpu) {
+            *m |= used;
         }
     }
 }
@@ -85,7 +123,9 @@ pub struct ClusterState {
 }
 
 impl ClusterState {
-    pub fn new(fleet: &Fleet) -> ClusterState {
+    /// Everything free except failed GPUs and MIG instances already in use. An instance of
+    /// a profile the table does not know takes its whole GPU, which errs on the safe side.
+    pub fn new(fleet: &Fleet, mig_table: &MigTable) -> ClusterState {
         ClusterState {
             nodes: fleet
                 .nodes
@@ -96,8 +136,30 @@ impl ClusterState {
                     gpu_milli: n
                         .gpus
                         .iter()
-                        .map(|g| if g.healthy { MILLI } else { 0 })
+                        .map(|g| {
+                            if g.healthy && g.mig.is_none() {
+                                MILLI
+                            } else {
+                                0
+                            }
+                        })
                         .collect(),
+                    mig: n
+                        .gpus
+                        .iter()
+                        .map(|g| {
+                            let instances = g.mig.as_ref()?;
+                            if !g.healthy {
+                                return Some(SlotMask::MAX);
+                            }
+                            Some(instances.iter().fold(0, |used, inst| {
+                                used | mig_table
+                                    .profile(&g.model, &inst.profile)
+                                    .map_or(SlotMask::MAX, |p| mig::mask(p, inst.start))
+                            }))
+                        })
+                        .collect(),
+                    vram_mib: n.gpus.iter().map(|g| g.memory_mib).collect(),
                 })
                 .collect(),
         }

@@ -1,9 +1,17 @@
 //! The fleet: nodes with CPU, memory, pool and topology labels, and their GPUs.
 
+use lang::ir::TopologyLevel;
 use std::collections::BTreeMap;
 
 /// Milli-GPUs in one GPU.
 pub const MILLI: u32 = 1000;
+
+/// A MIG instance that exists on a GPU and is in use: `profile` starting at slot `start`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MigInstance {
+    pub profile: String,
+    pub start: u32,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Gpu {
@@ -14,6 +22,23 @@ pub struct Gpu {
     pub memory_mib: u64,
     pub nvlink_island: Option<u32>,
     pub healthy: bool,
+    /// `Some` when the GPU is in MIG mode: it then serves MIG instances only, and these are
+    /// the instances already in use.
+    pub mig: Option<Vec<MigInstance>>,
+}
+
+impl Gpu {
+    pub fn new(index: u32, model: &str, memory_mib: u64) -> Gpu {
+        Gpu {
+            index,
+            uuid: None,
+            model: model.to_string(),
+            memory_mib,
+            nvlink_island: None,
+            healthy: true,
+            mig: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,22 +61,27 @@ impl Node {
             cpu_milli,
             memory_mib,
             labels: BTreeMap::new(),
-            gpus: (0..gpus)
-                .map(|index| Gpu {
-                    index,
-                    uuid: None,
-                    model: model.to_string(),
-                    memory_mib: 0,
-                    nvlink_island: None,
-                    healthy: true,
-                })
-                .collect(),
+            gpus: (0..gpus).map(|index| Gpu::new(index, model, 0)).collect(),
         }
     }
 
     /// The model of the node's first GPU (openb nodes have one model each).
     pub fn gpu_model(&self) -> Option<&str> {
         self.gpus.first().map(|g| g.model.as_str())
+    }
+
+    /// The label naming this node's group at `level`: the node itself for `Node`, nothing
+    /// for levels the node carries no label for.
+    pub fn topology_key(&self, level: TopologyLevel) -> Option<String> {
+        let label = match level {
+            TopologyLevel::Node => return Some(self.name.clone()),
+            TopologyLevel::Any => return Some(String::new()),
+            TopologyLevel::NvlinkIsland => return Some(self.name.clone()),
+            TopologyLevel::NvlinkDomain => "nvlink_domain",
+            TopologyLevel::Rack => "rack",
+            TopologyLevel::Leaf => "leaf",
+        };
+        self.labels.get(label).cloned()
     }
 }
 

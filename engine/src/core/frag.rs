@@ -127,12 +127,19 @@ impl Workload {
                 continue;
             }
             let by_gpu: u64 = if s.is_share() {
-                free.gpu_milli.iter().map(|g| u64::from(*g / s.gpu_milli)).sum()
+                free.gpu_milli
+                    .iter()
+                    .map(|g| u64::from(*g / s.gpu_milli))
+                    .sum()
             } else {
                 free.gpu_milli.iter().filter(|g| **g >= s.gpu_milli).count() as u64
                     / u64::from(s.num_gpu)
             };
-            let by_cpu = if s.cpu_milli == 0 { u64::MAX } else { free.cpu_milli / s.cpu_milli };
+            let by_cpu = if s.cpu_milli == 0 {
+                u64::MAX
+            } else {
+                free.cpu_milli / s.cpu_milli
+            };
             let usable = by_gpu.min(by_cpu) * s.gpu_milli_total();
             frag += w * (left - usable as f64).max(0.0);
         }
@@ -185,6 +192,7 @@ mod tests {
             num_gpu,
             gpu_milli,
             models: Vec::new(),
+            ..Request::default()
         }
     }
 
@@ -201,12 +209,34 @@ mod tests {
     }
 
     #[test]
+    fn stranding_counts_gpus_that_cpu_or_share_size_leave_unused() {
+        let w = Workload::from_shapes(vec![(req(4000, 1, 1000), 1.0)]);
+        let free = |cpu: u64, gpus: Vec<u32>| NodeFree {
+            cpu_milli: cpu,
+            memory_mib: 0,
+            mig: vec![None; gpus.len()],
+            vram_mib: vec![0; gpus.len()],
+            gpu_milli: gpus,
+        };
+        // Four free GPUs but CPU for two pods: two GPUs are stranded.
+        assert_eq!(w.node_stranding(None, &free(8000, vec![1000; 4])), 2000.0);
+        // One pod fits, so FGD's one-pod view sees no fragmentation at all.
+        assert_eq!(w.node_frag(None, &free(8000, vec![1000; 4])), 0.0);
+        assert_eq!(
+            w.node_stranding(None, &free(16_000, vec![1000, 1000, 400, 0])),
+            400.0
+        );
+    }
+
+    #[test]
     fn fragmentation_counts_gpus_a_shape_cannot_use() {
         let w = Workload::from_shapes(vec![(req(1000, 1, 500), 1.0)]);
         let free = NodeFree {
             cpu_milli: 8000,
             memory_mib: 0,
             gpu_milli: vec![1000, 300, 0, 600],
+            mig: vec![None; 4],
+            vram_mib: vec![0; 4],
         };
         // The 300 left on GPU 1 cannot host a 500-milli pod; 1000 and 600 can.
         assert_eq!(w.node_frag(None, &free), 300.0);

@@ -1,9 +1,12 @@
-//! The pure decision core: fleet model, allocation state and placement strategies. Nothing
-//! here reads files, clocks or the network; randomness comes from a seeded generator passed
-//! in, so the same inputs give the same placements.
+//! The pure decision core: fleet model, allocation state, placement strategies and gang
+//! placement. Nothing here reads files, clocks or the network; randomness comes from a
+//! seeded generator, so the same inputs give the same placements.
 
 pub mod alloc;
 pub mod fleet;
 pub mod frag;
+pub mod gang;
+pub mod mig;
 pub mod packing;
+pub mod placer;
 pub mod rng;

@@ -4,10 +4,12 @@
 //! arrived GPU request, as a percentage of capacity, may cross whole-percent bins; at each
 //! crossing the allocation and fragmentation are recorded.
 
-use crate::core::alloc::{ClusterState, Request};
+use crate::core::alloc::Request;
 use crate::core::fleet::Fleet;
 use crate::core::frag::Workload;
-use crate::core::packing::{self, Cache, Strategy};
+use crate::core::mig::MigTable;
+use crate::core::packing::Strategy;
+use crate::core::placer::Placer;
 use crate::core::rng::Rng;
 use std::collections::BTreeMap;
 
@@ -73,8 +75,8 @@ pub fn run(fleet: &Fleet, pods: &[Pod], cfg: FillConfig) -> FillResult {
     let requests: Vec<Request> = pods.iter().map(|p| p.request.clone()).collect();
     let workload = Workload::typical(&requests);
 
-    let mut state = ClusterState::new(fleet);
-    let mut cache = Cache::new(fleet.nodes.len());
+    let mig = MigTable::default();
+    let mut placer = Placer::new(fleet, cfg.strategy, &workload, &mig, cfg.seed);
     let mut result = FillResult {
         seed: cfg.seed,
         ..FillResult::default()
@@ -83,20 +85,9 @@ pub fn run(fleet: &Fleet, pods: &[Pod], cfg: FillConfig) -> FillResult {
     let mut next_bin = 0u32;
     for pod in &order {
         result.arrived += 1;
-        match packing::choose(
-            cfg.strategy,
-            fleet,
-            &state,
-            &pod.request,
-            &workload,
-            &mut cache,
-            &mut rng,
-        ) {
+        match placer.choose(&pod.request, &|_| true) {
             Some(choice) => {
-                if let Some(node) = state.nodes.get_mut(choice.node) {
-                    node.take(&pod.request, &choice.gpus);
-                }
-                cache.invalidate(choice.node);
+                placer.commit(&pod.request, &choice);
                 allocated_milli += pod.request.gpu_milli_total();
                 result.placed += 1;
             }
@@ -109,10 +100,10 @@ pub fn run(fleet: &Fleet, pods: &[Pod], cfg: FillConfig) -> FillResult {
             let frag: f64 = fleet
                 .nodes
                 .iter()
-                .zip(&state.nodes)
+                .zip(&placer.state().nodes)
                 .map(|(n, free)| workload.node_frag(n.gpu_model(), free))
                 .sum();
-            let free = state.gpu_milli_free().max(1) as f64;
+            let free = placer.state().gpu_milli_free().max(1) as f64;
             while f64::from(next_bin) <= arrived_pct {
                 result.allocation_ratio_pct.insert(next_bin, alloc);
                 result
@@ -140,6 +131,7 @@ mod tests {
                 num_gpu,
                 gpu_milli,
                 models: Vec::new(),
+                ..Request::default()
             },
         }
     }

@@ -158,13 +158,7 @@ pub fn parse_pods(file: &str, text: &str) -> Result<Vec<Pod>, CsvError> {
     let t = Table::parse(
         file,
         text,
-        &[
-            "name",
-            "cpu_milli",
-            "memory_mib",
-            "num_gpu",
-            "gpu_milli",
-        ],
+        &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
     )?;
     let mut pods = Vec::with_capacity(t.rows.len());
     for (line, row) in &t.rows {
@@ -202,6 +196,7 @@ pub fn parse_pods(file: &str, text: &str) -> Result<Vec<Pod>, CsvError> {
                     u32::try_from(gpu_milli).unwrap_or(0)
                 },
                 models,
+                ..Request::default()
             },
         });
     }

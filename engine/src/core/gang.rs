@@ -1,0 +1,345 @@
+//! Jobs as gangs: `members` identical members placed all or none, inside one topology
+//! group when the job requires it (same node, NVLink domain, rack or leaf), inside one when
+//! it can if the job prefers it. A job that cannot be placed gets a typed reason that says
+//! whether it could ever fit this fleet.
+
+use super::alloc::{NodeFree, Request};
+use super::fleet::Node;
+use super::packing::{self, Context};
+use super::placer::{Choice, Placer};
+use lang::ir::TopologyLevel;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The shape of a job: `members` × `member`, on nodes of `pools` (empty: any pool).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct JobShape {
+    pub members: u32,
+    pub member: Request,
+    pub pools: Vec<String>,
+    pub topology_required: Option<TopologyLevel>,
+    pub topology_preferred: Option<TopologyLevel>,
+}
+
+impl JobShape {
+    pub fn gpus(&self) -> u64 {
+        u64::from(self.members) * u64::from(self.member.num_gpu)
+    }
+
+    fn allows(&self, node: &Node) -> bool {
+        self.pools.is_empty()
+            || node
+                .pool
+                .as_ref()
+                .is_some_and(|p| self.pools.iter().any(|x| x == p))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnplacedCode {
+    /// No node (in the allowed pools) has an allowed GPU model or the MIG profile.
+    NoSuchModel,
+    /// A member needs more than any single node has, even empty.
+    NeverFits,
+    /// The required topology group cannot hold the gang, even empty.
+    TopologyUnsatisfiable,
+    /// It would fit the empty fleet; it does not fit what is free now.
+    NoCapacity,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unplaced {
+    pub code: UnplacedCode,
+    pub message: String,
+}
+
+fn level_name(level: TopologyLevel) -> &'static str {
+    match level {
+        TopologyLevel::NvlinkIsland => "nvlink_island",
+        TopologyLevel::Node => "node",
+        TopologyLevel::NvlinkDomain => "nvlink_domain",
+        TopologyLevel::Rack => "rack",
+        TopologyLevel::Leaf => "leaf",
+        TopologyLevel::Any => "any",
+    }
+}
+
+/// How many members of `r` fit on a node in state `free`.
+fn member_slots(ctx: &Context<'_>, node: &Node, free: &NodeFree, r: &Request) -> u64 {
+    if !r.accepts_model(node.gpu_model()) {
+        return 0;
+    }
+    let per = |have: u64, need: u64| if need == 0 { u64::MAX } else { have / need };
+    let by_gpu = if r.num_gpu == 0 {
+        u64::MAX
+    } else if r.mig_profile.is_some() {
+        u64::from(packing::feasible(ctx, node, free, r))
+    } else if r.is_share() {
+        free.serving_gpus(r)
+            .iter()
+            .map(|i| u64::from(free.gpu_milli.get(*i).copied().unwrap_or(0) / r.gpu_milli.max(1)))
+            .sum()
+    } else {
+        free.serving_gpus(r).len() as u64 / u64::from(r.num_gpu)
+    };
+    by_gpu
+        .min(per(free.cpu_milli, r.cpu_milli))
+        .min(per(free.memory_mib, r.memory_mib))
+}
+
+/// The level a placement must or should stay inside, if it is a real grouping.
+fn grouping(level: Option<TopologyLevel>) -> Option<TopologyLevel> {
+    level.filter(|l| !matches!(l, TopologyLevel::Any | TopologyLevel::NvlinkIsland))
+}
+
+/// Places `job` whole, or nothing and a reason.
+pub fn place_job(placer: &mut Placer<'_>, job: &JobShape) -> Result<Vec<Choice>, Unplaced> {
+    let fleet = placer.fleet();
+    let allowed: Vec<bool> = fleet.nodes.iter().map(|n| job.allows(n)).collect();
+    let is_allowed = |i: usize| allowed.get(i).copied().unwrap_or(false);
+    if job.members == 0 {
+        return Ok(Vec::new());
+    }
+    if let Some(level) = grouping(job.topology_required) {
+        return match place_in_groups(placer, job, level, &is_allowed) {
+            Some(c) => Ok(c),
+            None => Err(explain(placer, job, &is_allowed)),
+        };
+    }
+    if let Some(level) = grouping(job.topology_preferred) {
+        if job.members > 1 {
+            if let Some(c) = place_in_groups(placer, job, level, &is_allowed) {
+                return Ok(c);
+            }
+        }
+    }
+    place_members(placer, job, &is_allowed).ok_or_else(|| explain(placer, job, &is_allowed))
+}
+
+/// Places every member with `allowed`, or undoes what it placed and returns `None`.
+fn place_members(
+    placer: &mut Placer<'_>,
+    job: &JobShape,
+    allowed: &dyn Fn(usize) -> bool,
+) -> Option<Vec<Choice>> {
+    try_members(placer, job, allowed).map(|done| done.into_iter().map(|(c, _)| c).collect())
+}
+
+/// Like [`place_members`], keeping each node's previous state so the caller can undo.
+fn try_members(
+    placer: &mut Placer<'_>,
+    job: &JobShape,
+    allowed: &dyn Fn(usize) -> bool,
+) -> Option<Vec<(Choice, NodeFree)>> {
+    let mut done: Vec<(Choice, NodeFree)> = Vec::new();
+    for _ in 0..job.members {
+        let placed = placer
+            .choose(&job.member, allowed)
+            .and_then(|c| placer.commit(&job.member, &c).map(|prev| (c, prev)));
+        match placed {
+            Some(p) => done.push(p),
+            None => {
+                for (c, prev) in done.into_iter().rev() {
+                    placer.undo(c.node, prev);
+                }
+                return None;
+            }
+        }
+    }
+    Some(done)
+}
+
+/// Nodes grouped by their label at `level`; nodes without the label are in no group.
+fn groups(
+    placer: &Placer<'_>,
+    level: TopologyLevel,
+    allowed: &dyn Fn(usize) -> bool,
+) -> BTreeMap<String, Vec<usize>> {
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, n) in placer.fleet().nodes.iter().enumerate() {
+        if !allowed(i) {
+            continue;
+        }
+        if let Some(key) = n.topology_key(level) {
+            groups.entry(key).or_default().push(i);
+        }
+    }
+    groups
+}
+
+/// Tries each group that has room; keeps the one left with the fewest free GPUs (so large
+/// groups stay whole for large gangs), ties to the first group in name order.
+fn place_in_groups(
+    placer: &mut Placer<'_>,
+    job: &JobShape,
+    level: TopologyLevel,
+    allowed: &dyn Fn(usize) -> bool,
+) -> Option<Vec<Choice>> {
+    let ctx = placer.context();
+    let fleet = placer.fleet();
+    let mut best: Option<(u64, Vec<usize>)> = None;
+    for (_, nodes) in groups(placer, level, allowed) {
+        let room: u64 = nodes
+            .iter()
+            .filter_map(|i| {
+                Some(member_slots(
+                    &ctx,
+                    fleet.nodes.get(*i)?,
+                    placer.state().nodes.get(*i)?,
+                    &job.member,
+                ))
+            })
+            .fold(0u64, u64::saturating_add);
+        if room < u64::from(job.members) {
+            continue;
+        }
+        let in_group = |i: usize| nodes.binary_search(&i).is_ok();
+        let Some(done) = try_members(placer, job, &in_group) else {
+            continue;
+        };
+        let left: u64 = nodes
+            .iter()
+            .filter_map(|i| placer.state().nodes.get(*i))
+            .map(NodeFree::gpu_milli_total)
+            .sum();
+        // Undone now and placed again below: placement is deterministic.
+        for (c, prev) in done.into_iter().rev() {
+            placer.undo(c.node, prev);
+        }
+        if best.as_ref().is_none_or(|(b, _)| left < *b) {
+            best = Some((left, nodes));
+        }
+    }
+    let (_, nodes) = best?;
+    let in_group = |i: usize| nodes.binary_search(&i).is_ok();
+    place_members(placer, job, &in_group)
+}
+
+/// Why `job` is not placed: first what can never fit this fleet, then what is full now.
+fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool) -> Unplaced {
+    let ctx = placer.context();
+    let fleet = placer.fleet();
+    let r = &job.member;
+    let nodes: Vec<(usize, &Node)> = fleet
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| allowed(*i))
+        .collect();
+    let pools = if job.pools.is_empty() {
+        String::new()
+    } else {
+        format!(" in pool {}", job.pools.join(" or "))
+    };
+    if nodes.is_empty() {
+        return Unplaced {
+            code: UnplacedCode::NoSuchModel,
+            message: format!("no node{pools}"),
+        };
+    }
+    if r.num_gpu > 0 && !nodes.iter().any(|(_, n)| r.accepts_model(n.gpu_model())) {
+        return Unplaced {
+            code: UnplacedCode::NoSuchModel,
+            message: format!("no node{pools} has model {}", r.models.join(" or ")),
+        };
+    }
+    if let Some(profile) = &r.mig_profile {
+        let offers = |n: &Node| {
+            n.gpus
+                .iter()
+                .any(|g| g.mig.is_some() && ctx.mig.profile(&g.model, profile).is_some())
+        };
+        if !nodes.iter().any(|(_, n)| offers(n)) {
+            return Unplaced {
+                code: UnplacedCode::NoSuchModel,
+                message: format!("no node{pools} has a MIG-mode GPU offering profile {profile}"),
+            };
+        }
+    }
+    let empty = super::alloc::ClusterState::new(fleet, ctx.mig);
+    let empty_slots = |i: usize, n: &Node| {
+        empty
+            .nodes
+            .get(i)
+            .map_or(0, |f| member_slots(&ctx, n, f, r))
+    };
+    if !nodes.iter().any(|(i, n)| empty_slots(*i, n) > 0) {
+        let most = nodes
+            .iter()
+            .filter(|(_, n)| r.accepts_model(n.gpu_model()))
+            .map(|(_, n)| n.gpus.len())
+            .max()
+            .unwrap_or(0);
+        return Unplaced {
+            code: UnplacedCode::NeverFits,
+            message: format!(
+                "a member needs {} GPU(s){}{}, {} CPU and {} MiB on one node; no node{pools} has that (the largest has {most} GPUs)",
+                r.num_gpu,
+                if r.vram_mib > 0 { format!(" with {} MiB each", r.vram_mib) } else { String::new() },
+                if r.gpu_milli < 1000 && r.num_gpu > 0 { format!(" of {}m", r.gpu_milli) } else { String::new() },
+                r.cpu_milli as f64 / 1000.0,
+                r.memory_mib
+            ),
+        };
+    }
+    if let Some(level) = grouping(job.topology_required) {
+        let all = groups(placer, level, allowed);
+        let best_empty = all
+            .values()
+            .map(|g| {
+                g.iter()
+                    .filter_map(|i| Some(empty_slots(*i, fleet.nodes.get(*i)?)))
+                    .fold(0u64, u64::saturating_add)
+            })
+            .max()
+            .unwrap_or(0);
+        if best_empty < u64::from(job.members) {
+            return Unplaced {
+                code: UnplacedCode::TopologyUnsatisfiable,
+                message: format!(
+                    "{} members must share one {}; no {}{pools} can hold more than {best_empty}",
+                    job.members,
+                    level_name(level),
+                    level_name(level)
+                ),
+            };
+        }
+        let best_now = all
+            .values()
+            .map(|g| {
+                g.iter()
+                    .filter_map(|i| {
+                        Some(member_slots(
+                            &ctx,
+                            fleet.nodes.get(*i)?,
+                            placer.state().nodes.get(*i)?,
+                            r,
+                        ))
+                    })
+                    .fold(0u64, u64::saturating_add)
+            })
+            .max()
+            .unwrap_or(0);
+        return Unplaced {
+            code: UnplacedCode::NoCapacity,
+            message: format!(
+                "{} members must share one {}; the freest {} has room for {best_now} now",
+                job.members,
+                level_name(level),
+                level_name(level)
+            ),
+        };
+    }
+    let now: u64 = nodes
+        .iter()
+        .filter_map(|(i, n)| Some(member_slots(&ctx, n, placer.state().nodes.get(*i)?, r)))
+        .fold(0u64, u64::saturating_add);
+    Unplaced {
+        code: UnplacedCode::NoCapacity,
+        message: format!(
+            "needs {} member(s) of {} GPU(s); free capacity{pools} holds {now} now",
+            job.members, r.num_gpu
+        ),
+    }
+}

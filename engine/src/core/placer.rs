@@ -1,0 +1,231 @@
+//! The placer: allocation state plus an index that groups nodes into classes of identical
+//! static kind and free resources. Nodes in a class score the same for any request, so a
+//! choice costs one evaluation per class (memoised until the class changes), not per node:
+//! a fleet of 1,000 identical empty nodes is one class. Equal scores go to the node that
+//! comes first in the fleet.
+
+use super::alloc::{ClusterState, NodeFree, Request};
+use super::fleet::{Fleet, Node};
+use super::frag::Workload;
+use super::mig::{self, MigTable};
+use super::packing::{self, Context, OnNode, Score, Strategy};
+use super::rng::Rng;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ClassKey {
+    /// Index of the node's static kind (GPU models, memory, islands, MIG mode).
+    kind: u32,
+    free: NodeFree,
+}
+
+#[derive(Debug, Default)]
+struct Class {
+    nodes: BTreeSet<usize>,
+    before: Option<(f64, f64)>,
+    /// `None`: the request does not fit nodes of this class.
+    memo: HashMap<Request, Option<(Score, OnNode)>>,
+}
+
+/// Where one member of a job goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub node: usize,
+    pub on: OnNode,
+}
+
+#[derive(Debug)]
+pub struct Placer<'a> {
+    fleet: &'a Fleet,
+    ctx: Context<'a>,
+    state: ClusterState,
+    classes: BTreeMap<ClassKey, Class>,
+    kind_of: Vec<u32>,
+    rng: Rng,
+}
+
+/// The static part of a node that placement reads (not its name, pool or labels).
+fn kind_signature(n: &Node) -> Vec<(String, u64, Option<u32>, bool)> {
+    n.gpus
+        .iter()
+        .map(|g| {
+            (
+                g.model.clone(),
+                g.memory_mib,
+                g.nvlink_island,
+                g.mig.is_some(),
+            )
+        })
+        .collect()
+}
+
+impl<'a> Placer<'a> {
+    pub fn new(
+        fleet: &'a Fleet,
+        strategy: Strategy,
+        workload: &'a Workload,
+        mig: &'a MigTable,
+        seed: u64,
+    ) -> Placer<'a> {
+        let state = ClusterState::new(fleet, mig);
+        let mut kinds: BTreeMap<Vec<(String, u64, Option<u32>, bool)>, u32> = BTreeMap::new();
+        let kind_of: Vec<u32> = fleet
+            .nodes
+            .iter()
+            .map(|n| {
+                let next = kinds.len() as u32;
+                *kinds.entry(kind_signature(n)).or_insert(next)
+            })
+            .collect();
+        let mut placer = Placer {
+            fleet,
+            ctx: Context {
+                strategy,
+                workload,
+                mig,
+            },
+            state,
+            classes: BTreeMap::new(),
+            kind_of,
+            rng: Rng::new(seed),
+        };
+        for i in 0..fleet.nodes.len() {
+            placer.enter(i);
+        }
+        placer
+    }
+
+    pub fn fleet(&self) -> &'a Fleet {
+        self.fleet
+    }
+
+    pub fn context(&self) -> Context<'a> {
+        self.ctx
+    }
+
+    pub fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    pub fn rng(&mut self) -> &mut Rng {
+        &mut self.rng
+    }
+
+    fn key(&self, node: usize) -> Option<ClassKey> {
+        Some(ClassKey {
+            kind: *self.kind_of.get(node)?,
+            free: self.state.nodes.get(node)?.clone(),
+        })
+    }
+
+    fn enter(&mut self, node: usize) {
+        if let Some(key) = self.key(node) {
+            self.classes.entry(key).or_default().nodes.insert(node);
+        }
+    }
+
+    fn leave(&mut self, node: usize) {
+        if let Some(key) = self.key(node) {
+            if let Some(class) = self.classes.get_mut(&key) {
+                class.nodes.remove(&node);
+                if class.nodes.is_empty() {
+                    self.classes.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// The best node among those `allowed` for `req`, and where on it; `None` if none fits.
+    pub fn choose(&mut self, req: &Request, allowed: &dyn Fn(usize) -> bool) -> Option<Choice> {
+        let fleet = self.fleet;
+        let ctx = self.ctx;
+        if ctx.strategy == Strategy::Random && req.mig_profile.is_none() {
+            let mut all = Vec::new();
+            for (key, class) in &self.classes {
+                let Some(rep) = class.nodes.first().and_then(|i| fleet.nodes.get(*i)) else {
+                    continue;
+                };
+                if packing::feasible(&ctx, rep, &key.free, req) {
+                    all.extend(class.nodes.iter().copied().filter(|i| allowed(*i)));
+                }
+            }
+            all.sort_unstable();
+            let node = *all.get(self.rng.below(all.len()))?;
+            let (free, n) = (self.state.nodes.get(node)?, fleet.nodes.get(node)?);
+            let (_, on) = packing::score(&ctx, n, free, req, (0.0, 0.0));
+            return Some(Choice { node, on });
+        }
+        let mut best: Option<((Score, Reverse<usize>), Choice)> = None;
+        for (key, class) in self.classes.iter_mut() {
+            let Some(first) = class.nodes.iter().copied().find(|i| allowed(*i)) else {
+                continue;
+            };
+            let Some(node) = fleet.nodes.get(first) else {
+                continue;
+            };
+            let evaluated = match class.memo.get(req) {
+                Some(hit) => hit.clone(),
+                None => {
+                    let value = if packing::feasible(&ctx, node, &key.free, req) {
+                        let before = *class
+                            .before
+                            .get_or_insert_with(|| packing::node_state(&ctx, node, &key.free));
+                        Some(packing::score(&ctx, node, &key.free, req, before))
+                    } else {
+                        None
+                    };
+                    class.memo.insert(req.clone(), value.clone());
+                    value
+                }
+            };
+            let Some((score, on)) = evaluated else {
+                continue;
+            };
+            let rank = (score, Reverse(first));
+            if best.as_ref().is_none_or(|(b, _)| rank > *b) {
+                best = Some((rank, Choice { node: first, on }));
+            }
+        }
+        best.map(|(_, c)| c)
+    }
+
+    /// Takes `req` on the chosen node; returns the node's previous state for [`Placer::undo`].
+    pub fn commit(&mut self, req: &Request, choice: &Choice) -> Option<NodeFree> {
+        let previous = self.state.nodes.get(choice.node)?.clone();
+        self.leave(choice.node);
+        let node = self.fleet.nodes.get(choice.node);
+        if let Some(free) = self.state.nodes.get_mut(choice.node) {
+            free.take(req, &choice.on.gpus);
+            if let (Some(name), Some(node)) = (&req.mig_profile, node) {
+                for (gpu, start) in choice.on.gpus.iter().zip(&choice.on.mig_starts) {
+                    let model = node.gpus.get(*gpu).map(|g| g.model.as_str()).unwrap_or("");
+                    if let Some(p) = self.ctx.mig.profile(model, name) {
+                        free.take_mig(*gpu, mig::mask(p, *start));
+                    }
+                }
+            }
+        }
+        self.enter(choice.node);
+        Some(previous)
+    }
+
+    /// Puts a node back as it was before a commit.
+    pub fn undo(&mut self, node: usize, previous: NodeFree) {
+        self.leave(node);
+        if let Some(free) = self.state.nodes.get_mut(node) {
+            *free = previous;
+        }
+        self.enter(node);
+    }
+
+    /// Scores one node directly (for topology-restricted searches over few nodes).
+    pub fn evaluate(&self, node: usize, free: &NodeFree, req: &Request) -> Option<(Score, OnNode)> {
+        let n = self.fleet.nodes.get(node)?;
+        if !packing::feasible(&self.ctx, n, free, req) {
+            return None;
+        }
+        let before = packing::node_state(&self.ctx, n, free);
+        Some(packing::score(&self.ctx, n, free, req, before))
+    }
+}
