@@ -3,4 +3,5 @@
 
 pub mod cli;
 pub mod core;
+pub mod inventory;
 pub mod sim;

@@ -146,3 +146,15 @@ pub fn display_name(path: &Path) -> String {
     let s = path.to_string_lossy().replace('\\', "/");
     s.strip_prefix("./").map(str::to_string).unwrap_or(s)
 }
+
+/// Reads a UTF-8 text file for a command: `(display name, text)` or a message.
+pub fn read_text(path: &Path) -> Result<(String, String), String> {
+    match read(path) {
+        Ok(Contents::Text(t)) => Ok((display_name(path), t)),
+        Ok(Contents::NotUtf8 { valid_up_to, .. }) => Err(format!(
+            "`{}` is not UTF-8 text (invalid byte at offset {valid_up_to})",
+            path.display()
+        )),
+        Err(e) => Err(e.0),
+    }
+}

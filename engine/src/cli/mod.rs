@@ -5,6 +5,9 @@ mod check;
 mod explain;
 mod files;
 mod fmt;
+mod inventory;
+mod place;
+mod policy;
 mod simulate;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -107,6 +110,10 @@ enum Command {
         /// A code such as E0301.
         code: Option<String>,
     },
+    /// Place jobs, in order, on a fleet file and show where each went or why it waits.
+    Place(place::PlaceArgs),
+    /// Read a fleet file, check it, and print the expanded fleet as JSON.
+    Inventory(inventory::InventoryArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -143,6 +150,8 @@ where
         } => check::run(&paths, format, deny_warnings, io),
         Command::Fmt { paths, check } => fmt::run(&paths, check, io),
         Command::Explain { code } => explain::run(code.as_deref(), io),
+        Command::Place(args) => place::run(&args, io),
+        Command::Inventory(args) => inventory::run(&args, io),
         Command::Simulate {
             mode: SimulateMode::Fill(args),
         } => simulate::run(&args, io),

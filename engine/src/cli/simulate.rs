@@ -1,14 +1,14 @@
 //! `gantry simulate fill`: the FGD paper's packing experiment on openb CSVs, over one or
 //! more seeds, with a summary table and optional JSON.
 
-use super::files::{self, Contents};
+use super::files::{self, read_text as read};
 use super::{fail, Io, EXIT_OK};
 use crate::core::packing::Strategy;
 use crate::sim::fill::{self, FillConfig, FillResult};
 use crate::sim::openb;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
 pub struct FillArgs {
@@ -24,7 +24,7 @@ pub struct FillArgs {
     /// One seed, or a range `42..51` (inclusive).
     #[arg(long, alias = "seed", default_value = "42")]
     pub seeds: String,
-    /// Packing strategy: random, best_fit, gpu_packing, spread, fgd.
+    /// Packing strategy: least_fragmentation (default), fgd, best_fit, gpu_packing, spread, random.
     #[arg(long, conflicts_with = "policy")]
     pub packing: Option<String>,
     /// Take the packing strategy from this policy's `placement` block.
@@ -104,17 +104,6 @@ pub fn run(args: &FillArgs, io: &mut Io<'_>) -> u8 {
     EXIT_OK
 }
 
-fn read(path: &Path) -> Result<(String, String), String> {
-    match files::read(path) {
-        Ok(Contents::Text(t)) => Ok((files::display_name(path), t)),
-        Ok(Contents::NotUtf8 { valid_up_to, .. }) => Err(format!(
-            "`{}` is not UTF-8 text (invalid byte at offset {valid_up_to})",
-            path.display()
-        )),
-        Err(e) => Err(e.0),
-    }
-}
-
 fn strategy(args: &FillArgs, io: &mut Io<'_>) -> Result<Strategy, u8> {
     if let Some(name) = &args.packing {
         return Strategy::from_name(name).ok_or_else(|| {
@@ -130,33 +119,8 @@ fn strategy(args: &FillArgs, io: &mut Io<'_>) -> Result<Strategy, u8> {
     let Some(policy) = &args.policy else {
         return Ok(Strategy::LeastFragmentation);
     };
-    let found = files::find_policies(std::slice::from_ref(policy)).map_err(|e| fail(io, e.0))?;
-    let mut inputs = Vec::new();
-    for path in found.iter().flat_map(|p| p.files.iter()) {
-        match read(path) {
-            Ok(input) => inputs.push(input),
-            Err(e) => return Err(fail(io, e)),
-        }
-    }
-    let checked = lang::check(&inputs);
-    let Some(program) = checked.program else {
-        for d in &checked.diagnostics {
-            let _ = write!(io.stderr, "{}", d.render(&checked.sources, io.color));
-        }
-        return Err(fail(
-            io,
-            format!(
-                "policy `{}` has errors; run `gantry check`",
-                policy.display()
-            ),
-        ));
-    };
-    Ok(match program.placement.packing {
-        lang::ir::Packing::LeastFragmentation => Strategy::LeastFragmentation,
-        lang::ir::Packing::BestFit => Strategy::BestFit,
-        lang::ir::Packing::Spread => Strategy::Spread,
-        lang::ir::Packing::GpuPacking => Strategy::GpuPacking,
-    })
+    let program = super::policy::load(policy, io)?;
+    Ok(Strategy::from_policy(program.placement.packing))
 }
 
 fn parse_seeds(text: &str) -> Option<Vec<u64>> {

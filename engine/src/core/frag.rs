@@ -135,11 +135,7 @@ impl Workload {
                 free.gpu_milli.iter().filter(|g| **g >= s.gpu_milli).count() as u64
                     / u64::from(s.num_gpu)
             };
-            let by_cpu = if s.cpu_milli == 0 {
-                u64::MAX
-            } else {
-                free.cpu_milli / s.cpu_milli
-            };
+            let by_cpu = free.cpu_milli.checked_div(s.cpu_milli).unwrap_or(u64::MAX);
             let usable = by_gpu.min(by_cpu) * s.gpu_milli_total();
             frag += w * (left - usable as f64).max(0.0);
         }

@@ -70,7 +70,7 @@ fn member_slots(ctx: &Context<'_>, node: &Node, free: &NodeFree, r: &Request) ->
     if !r.accepts_model(node.gpu_model()) {
         return 0;
     }
-    let per = |have: u64, need: u64| if need == 0 { u64::MAX } else { have / need };
+    let per = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);
     let by_gpu = if r.num_gpu == 0 {
         u64::MAX
     } else if r.mig_profile.is_some() {
@@ -274,10 +274,9 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
         return Unplaced {
             code: UnplacedCode::NeverFits,
             message: format!(
-                "a member needs {} GPU(s){}{}, {} CPU and {} MiB on one node; no node{pools} has that (the largest has {most} GPUs)",
-                r.num_gpu,
+                "a member needs {}{}, {} CPU and {} MiB on one node; no node{pools} has that (the largest has {most} GPUs)",
+                describe(r),
                 if r.vram_mib > 0 { format!(" with {} MiB each", r.vram_mib) } else { String::new() },
-                if r.gpu_milli < 1000 && r.num_gpu > 0 { format!(" of {}m", r.gpu_milli) } else { String::new() },
                 r.cpu_milli as f64 / 1000.0,
                 r.memory_mib
             ),
@@ -338,8 +337,25 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
     Unplaced {
         code: UnplacedCode::NoCapacity,
         message: format!(
-            "needs {} member(s) of {} GPU(s); free capacity{pools} holds {now} now",
-            job.members, r.num_gpu
+            "needs {} × {}; free capacity{pools} holds {now} now",
+            job.members,
+            describe(r)
         ),
+    }
+}
+
+/// A member in words: `4 GPUs`, `1 GPU of 500m`, `1 MIG 3g.40gb`, `CPU only`.
+pub fn describe(r: &Request) -> String {
+    let gpus = match (&r.mig_profile, r.num_gpu) {
+        (_, 0) => "CPU only".to_string(),
+        (Some(p), n) => format!("{n} MIG {p}"),
+        (None, 1) if r.gpu_milli < 1000 => format!("1 GPU of {}m", r.gpu_milli),
+        (None, 1) => "1 GPU".to_string(),
+        (None, n) => format!("{n} GPUs"),
+    };
+    if r.models.is_empty() {
+        gpus
+    } else {
+        format!("{gpus} ({})", r.models.join(" or "))
     }
 }

@@ -82,6 +82,7 @@ pub fn room(profiles: &[MigProfile], used: SlotMask) -> u64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "test code")]
 mod tests {
     use super::*;
 

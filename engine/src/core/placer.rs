@@ -45,8 +45,11 @@ pub struct Placer<'a> {
     rng: Rng,
 }
 
-/// The static part of a node that placement reads (not its name, pool or labels).
-fn kind_signature(n: &Node) -> Vec<(String, u64, Option<u32>, bool)> {
+/// The static part of a node that placement reads (not its name, pool or labels): per GPU,
+/// model, memory, NVLink island and MIG mode.
+type Kind = Vec<(String, u64, Option<u32>, bool)>;
+
+fn kind_signature(n: &Node) -> Kind {
     n.gpus
         .iter()
         .map(|g| {
@@ -69,7 +72,7 @@ impl<'a> Placer<'a> {
         seed: u64,
     ) -> Placer<'a> {
         let state = ClusterState::new(fleet, mig);
-        let mut kinds: BTreeMap<Vec<(String, u64, Option<u32>, bool)>, u32> = BTreeMap::new();
+        let mut kinds: BTreeMap<Kind, u32> = BTreeMap::new();
         let kind_of: Vec<u32> = fleet
             .nodes
             .iter()
