@@ -268,22 +268,55 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
         let most = nodes
             .iter()
             .filter(|(_, n)| r.accepts_model(n.gpu_model()))
-            .map(|(_, n)| n.gpus.len())
+            .map(|(_, n)| {
+                n.gpus
+                    .iter()
+                    .filter(|g| g.healthy && g.mig.is_none())
+                    .count()
+            })
             .max()
             .unwrap_or(0);
+        let mig_note = if r.mig_profile.is_none()
+            && nodes
+                .iter()
+                .any(|(_, n)| n.gpus.iter().any(|g| g.mig.is_some()))
+        {
+            "; GPUs in MIG mode take MIG instances only"
+        } else {
+            ""
+        };
+        let mut needs = vec![describe(r)];
+        if r.vram_mib > 0 {
+            needs.push(format!("{} MiB of GPU memory each", r.vram_mib));
+        }
+        if r.cpu_milli > 0 {
+            needs.push(format!("{} CPU", r.cpu_milli as f64 / 1000.0));
+        }
+        if r.memory_mib > 0 {
+            needs.push(format!("{} MiB of memory", r.memory_mib));
+        }
         return Unplaced {
             code: UnplacedCode::NeverFits,
             message: format!(
-                "a member needs {}{}, {} CPU and {} MiB on one node; no node{pools} has that (the largest has {most} GPUs)",
-                describe(r),
-                if r.vram_mib > 0 { format!(" with {} MiB each", r.vram_mib) } else { String::new() },
-                r.cpu_milli as f64 / 1000.0,
-                r.memory_mib
+                "a member needs {} on one node; no node{pools} has that, even empty (the largest has {most} usable GPU{}{mig_note})",
+                needs.join(", "),
+                if most == 1 { "" } else { "s" }
             ),
         };
     }
     if let Some(level) = grouping(job.topology_required) {
         let all = groups(placer, level, allowed);
+        if all.is_empty() {
+            return Unplaced {
+                code: UnplacedCode::TopologyUnsatisfiable,
+                message: format!(
+                    "{} members must share one {}, but no node{pools} has a `{}` label",
+                    job.members,
+                    level_name(level),
+                    level_name(level)
+                ),
+            };
+        }
         let best_empty = all
             .values()
             .map(|g| {
@@ -336,11 +369,15 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
         .fold(0u64, u64::saturating_add);
     Unplaced {
         code: UnplacedCode::NoCapacity,
-        message: format!(
-            "needs {} × {}; free capacity{pools} holds {now} now",
-            job.members,
-            describe(r)
-        ),
+        message: if job.members == 1 {
+            format!("needs {}; none is free{pools} now", describe(r))
+        } else {
+            format!(
+                "needs {} members of {}; free capacity{pools} holds {now} now",
+                job.members,
+                describe(r)
+            )
+        },
     }
 }
 
