@@ -80,6 +80,21 @@ impl NodeFree {
                 >= r.num_gpu as usize
     }
 
+    /// How many GPUs could give `r` one of its GPUs.
+    pub fn count_serving(&self, r: &Request) -> usize {
+        (0..self.gpu_milli.len())
+            .filter(|i| self.gpu_serves(*i, r))
+            .count()
+    }
+
+    /// How many shares of `r` the GPUs could still take.
+    pub fn share_slots(&self, r: &Request) -> u64 {
+        (0..self.gpu_milli.len())
+            .filter(|i| self.gpu_serves(*i, r))
+            .map(|i| u64::from(self.gpu_milli.get(i).copied().unwrap_or(0) / r.gpu_milli.max(1)))
+            .sum()
+    }
+
     /// GPUs with enough free for one GPU of `r`, in index order.
     pub fn serving_gpus(&self, r: &Request) -> Vec<usize> {
         (0..self.gpu_milli.len())

@@ -9,7 +9,6 @@ use super::packing::{self, Context};
 use super::placer::{Choice, Placer};
 use lang::ir::TopologyLevel;
 use serde::Serialize;
-use std::collections::BTreeMap;
 
 /// The shape of a job: `members` × `member`, on nodes of `pools` (empty: any pool).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -76,12 +75,9 @@ fn member_slots(ctx: &Context<'_>, node: &Node, free: &NodeFree, r: &Request) ->
     } else if r.mig_profile.is_some() {
         u64::from(packing::feasible(ctx, node, free, r))
     } else if r.is_share() {
-        free.serving_gpus(r)
-            .iter()
-            .map(|i| u64::from(free.gpu_milli.get(*i).copied().unwrap_or(0) / r.gpu_milli.max(1)))
-            .sum()
+        free.share_slots(r)
     } else {
-        free.serving_gpus(r).len() as u64 / u64::from(r.num_gpu)
+        free.count_serving(r) as u64 / u64::from(r.num_gpu)
     };
     by_gpu
         .min(per(free.cpu_milli, r.cpu_milli))
@@ -150,26 +146,10 @@ fn try_members(
     Some(done)
 }
 
-/// Nodes grouped by their label at `level`; nodes without the label are in no group.
-fn groups(
-    placer: &Placer<'_>,
-    level: TopologyLevel,
-    allowed: &dyn Fn(usize) -> bool,
-) -> BTreeMap<String, Vec<usize>> {
-    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (i, n) in placer.fleet().nodes.iter().enumerate() {
-        if !allowed(i) {
-            continue;
-        }
-        if let Some(key) = n.topology_key(level) {
-            groups.entry(key).or_default().push(i);
-        }
-    }
-    groups
-}
-
-/// Tries each group that has room; keeps the one left with the fewest free GPUs (so large
-/// groups stay whole for large gangs), ties to the first group in name order.
+/// Picks the group to place in without trial placements: of the groups whose free room
+/// holds every member (room per node is exact for identical members, so the placement
+/// below cannot fail), the one with the fewest free GPUs, so large groups stay whole for
+/// large gangs; ties to the first group in name order. Then places inside it.
 fn place_in_groups(
     placer: &mut Placer<'_>,
     job: &JobShape,
@@ -178,46 +158,67 @@ fn place_in_groups(
 ) -> Option<Vec<Choice>> {
     let ctx = placer.context();
     let fleet = placer.fleet();
-    let mut best: Option<(u64, Vec<usize>)> = None;
-    for (_, nodes) in groups(placer, level, allowed) {
-        let room: u64 = nodes
-            .iter()
-            .filter_map(|i| {
-                Some(member_slots(
-                    &ctx,
-                    fleet.nodes.get(*i)?,
-                    placer.state().nodes.get(*i)?,
-                    &job.member,
-                ))
-            })
-            .fold(0u64, u64::saturating_add);
-        if room < u64::from(job.members) {
-            continue;
+    let mut best: Option<(u64, usize)> = None;
+    for (g, (_, nodes)) in placer.groups(level).iter().enumerate() {
+        let (mut room, mut free_milli) = (0u64, 0u64);
+        for &i in nodes.iter().filter(|i| allowed(**i)) {
+            let (Some(node), Some(free)) = (fleet.nodes.get(i), placer.state().nodes.get(i)) else {
+                continue;
+            };
+            room = room.saturating_add(member_slots(&ctx, node, free, &job.member));
+            free_milli += free.gpu_milli_total();
         }
-        let in_group = |i: usize| nodes.binary_search(&i).is_ok();
-        let Some(done) = try_members(placer, job, &in_group) else {
-            continue;
-        };
-        let left: u64 = nodes
-            .iter()
-            .filter_map(|i| placer.state().nodes.get(*i))
-            .map(NodeFree::gpu_milli_total)
-            .sum();
-        // Undone now and placed again below: placement is deterministic.
-        for (c, prev) in done.into_iter().rev() {
-            placer.undo(c.node, prev);
-        }
-        if best.as_ref().is_none_or(|(b, _)| left < *b) {
-            best = Some((left, nodes));
+        if room >= u64::from(job.members) && best.is_none_or(|(b, _)| free_milli < b) {
+            best = Some((free_milli, g));
         }
     }
-    let (_, nodes) = best?;
-    let in_group = |i: usize| nodes.binary_search(&i).is_ok();
-    place_members(placer, job, &in_group)
+    let (_, g) = best?;
+    let nodes: Vec<usize> = placer
+        .groups(level)
+        .get(g)?
+        .1
+        .iter()
+        .copied()
+        .filter(|i| allowed(*i))
+        .collect();
+    let mut done: Vec<(Choice, NodeFree)> = Vec::new();
+    for _ in 0..job.members {
+        let placed = placer
+            .choose_among(&nodes, &job.member)
+            .and_then(|c| placer.commit(&job.member, &c).map(|prev| (c, prev)));
+        match placed {
+            Some(p) => done.push(p),
+            None => {
+                for (c, prev) in done.into_iter().rev() {
+                    placer.undo(c.node, prev);
+                }
+                return None;
+            }
+        }
+    }
+    Some(done.into_iter().map(|(c, _)| c).collect())
 }
 
 /// Why `job` is not placed: first what can never fit this fleet, then what is full now.
-fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool) -> Unplaced {
+fn explain(placer: &mut Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool) -> Unplaced {
+    let verdict = match placer.verdicts.get(job) {
+        Some(v) => v.clone(),
+        None => {
+            let v = never_fits(placer, job, allowed);
+            placer.verdicts.insert(job.clone(), v.clone());
+            v
+        }
+    };
+    verdict.unwrap_or_else(|| not_now(placer, job, allowed))
+}
+
+/// Why `job` can never be placed on this fleet (its pools, models, node sizes and
+/// topology groups, all empty), if it cannot; memoised per shape by the caller.
+fn never_fits(
+    placer: &Placer<'_>,
+    job: &JobShape,
+    allowed: &dyn Fn(usize) -> bool,
+) -> Option<Unplaced> {
     let ctx = placer.context();
     let fleet = placer.fleet();
     let r = &job.member;
@@ -233,16 +234,16 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
         format!(" in pool {}", job.pools.join(" or "))
     };
     if nodes.is_empty() {
-        return Unplaced {
+        return Some(Unplaced {
             code: UnplacedCode::NoSuchModel,
             message: format!("no node{pools}"),
-        };
+        });
     }
     if r.num_gpu > 0 && !nodes.iter().any(|(_, n)| r.accepts_model(n.gpu_model())) {
-        return Unplaced {
+        return Some(Unplaced {
             code: UnplacedCode::NoSuchModel,
             message: format!("no node{pools} has model {}", r.models.join(" or ")),
-        };
+        });
     }
     if let Some(profile) = &r.mig_profile {
         let offers = |n: &Node| {
@@ -251,13 +252,13 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
                 .any(|g| g.mig.is_some() && ctx.mig.profile(&g.model, profile).is_some())
         };
         if !nodes.iter().any(|(_, n)| offers(n)) {
-            return Unplaced {
+            return Some(Unplaced {
                 code: UnplacedCode::NoSuchModel,
                 message: format!("no node{pools} has a MIG-mode GPU offering profile {profile}"),
-            };
+            });
         }
     }
-    let empty = super::alloc::ClusterState::new(fleet, ctx.mig);
+    let empty = placer.empty_state();
     let empty_slots = |i: usize, n: &Node| {
         empty
             .nodes
@@ -295,19 +296,29 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
         if r.memory_mib > 0 {
             needs.push(format!("{} MiB of memory", r.memory_mib));
         }
-        return Unplaced {
+        return Some(Unplaced {
             code: UnplacedCode::NeverFits,
             message: format!(
                 "a member needs {} on one node; no node{pools} has that, even empty (the largest has {most} usable GPU{}{mig_note})",
                 needs.join(", "),
                 if most == 1 { "" } else { "s" }
             ),
-        };
+        });
     }
     if let Some(level) = grouping(job.topology_required) {
-        let all = groups(placer, level, allowed);
+        let all: Vec<Vec<usize>> = placer
+            .groups(level)
+            .iter()
+            .map(|(_, g)| {
+                g.iter()
+                    .copied()
+                    .filter(|i| allowed(*i))
+                    .collect::<Vec<usize>>()
+            })
+            .filter(|g| !g.is_empty())
+            .collect();
         if all.is_empty() {
-            return Unplaced {
+            return Some(Unplaced {
                 code: UnplacedCode::TopologyUnsatisfiable,
                 message: format!(
                     "{} members must share one {}, but no node{pools} has a `{}` label",
@@ -315,10 +326,10 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
                     level_name(level),
                     level_name(level)
                 ),
-            };
+            });
         }
         let best_empty = all
-            .values()
+            .iter()
             .map(|g| {
                 g.iter()
                     .filter_map(|i| Some(empty_slots(*i, fleet.nodes.get(*i)?)))
@@ -327,7 +338,7 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
             .max()
             .unwrap_or(0);
         if best_empty < u64::from(job.members) {
-            return Unplaced {
+            return Some(Unplaced {
                 code: UnplacedCode::TopologyUnsatisfiable,
                 message: format!(
                     "{} members must share one {}; no {}{pools} can hold more than {best_empty}",
@@ -335,10 +346,35 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
                     level_name(level),
                     level_name(level)
                 ),
-            };
+            });
         }
+    }
+    None
+}
+
+/// Why `job`, which fits the empty fleet, does not fit what is free now.
+fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool) -> Unplaced {
+    let ctx = placer.context();
+    let fleet = placer.fleet();
+    let r = &job.member;
+    let pools = if job.pools.is_empty() {
+        String::new()
+    } else {
+        format!(" in pool {}", job.pools.join(" or "))
+    };
+    if let Some(level) = grouping(job.topology_required) {
+        let all: Vec<Vec<usize>> = placer
+            .groups(level)
+            .iter()
+            .map(|(_, g)| {
+                g.iter()
+                    .copied()
+                    .filter(|i| allowed(*i))
+                    .collect::<Vec<usize>>()
+            })
+            .collect();
         let best_now = all
-            .values()
+            .iter()
             .map(|g| {
                 g.iter()
                     .filter_map(|i| {
@@ -363,9 +399,15 @@ fn explain(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
             ),
         };
     }
-    let now: u64 = nodes
-        .iter()
-        .filter_map(|(i, n)| Some(member_slots(&ctx, n, placer.state().nodes.get(*i)?, r)))
+    // Counted per class of identical nodes, not per node.
+    let now: u64 = placer
+        .classes()
+        .filter_map(|(free, members)| {
+            let count = members.iter().filter(|i| allowed(**i)).count() as u64;
+            let first = members.iter().find(|i| allowed(**i))?;
+            let slots = member_slots(&ctx, fleet.nodes.get(*first)?, free, r);
+            Some(slots.saturating_mul(count))
+        })
         .fold(0u64, u64::saturating_add);
     Unplaced {
         code: UnplacedCode::NoCapacity,

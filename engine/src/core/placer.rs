@@ -7,9 +7,11 @@
 use super::alloc::{ClusterState, NodeFree, Request};
 use super::fleet::{Fleet, Node};
 use super::frag::Workload;
+use super::gang::{JobShape, Unplaced};
 use super::mig::{self, MigTable};
 use super::packing::{self, Context, OnNode, Score, Strategy};
 use super::rng::Rng;
+use lang::ir::TopologyLevel;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -42,6 +44,14 @@ pub struct Placer<'a> {
     state: ClusterState,
     classes: BTreeMap<ClassKey, Class>,
     kind_of: Vec<u32>,
+    /// Each node's current class, kept in step with `state`.
+    key_of: Vec<Option<ClassKey>>,
+    /// Nodes grouped by label value, per topology level (the fleet is static).
+    groups: BTreeMap<TopologyLevel, Vec<(String, Vec<usize>)>>,
+    /// Free resources of the empty fleet, for telling "never fits" from "not now".
+    empty: ClusterState,
+    /// Why a job shape can never fit this fleet (`None`: it can), memoised per shape.
+    pub(crate) verdicts: HashMap<JobShape, Option<Unplaced>>,
     rng: Rng,
 }
 
@@ -81,7 +91,26 @@ impl<'a> Placer<'a> {
                 *kinds.entry(kind_signature(n)).or_insert(next)
             })
             .collect();
+        let mut groups = BTreeMap::new();
+        for level in [
+            TopologyLevel::Node,
+            TopologyLevel::NvlinkDomain,
+            TopologyLevel::Rack,
+            TopologyLevel::Leaf,
+        ] {
+            let mut by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+            for (i, n) in fleet.nodes.iter().enumerate() {
+                if let Some(k) = n.topology_key(level) {
+                    by.entry(k).or_default().push(i);
+                }
+            }
+            groups.insert(level, by.into_iter().collect());
+        }
         let mut placer = Placer {
+            empty: state.clone(),
+            verdicts: HashMap::new(),
+            key_of: vec![None; fleet.nodes.len()],
+            groups,
             fleet,
             ctx: Context {
                 strategy,
@@ -115,28 +144,87 @@ impl<'a> Placer<'a> {
         &mut self.rng
     }
 
-    fn key(&self, node: usize) -> Option<ClassKey> {
-        Some(ClassKey {
-            kind: *self.kind_of.get(node)?,
-            free: self.state.nodes.get(node)?.clone(),
-        })
-    }
-
     fn enter(&mut self, node: usize) {
-        if let Some(key) = self.key(node) {
-            self.classes.entry(key).or_default().nodes.insert(node);
+        let (Some(kind), Some(free)) = (self.kind_of.get(node), self.state.nodes.get(node)) else {
+            return;
+        };
+        let key = ClassKey {
+            kind: *kind,
+            free: free.clone(),
+        };
+        self.classes
+            .entry(key.clone())
+            .or_default()
+            .nodes
+            .insert(node);
+        if let Some(slot) = self.key_of.get_mut(node) {
+            *slot = Some(key);
         }
     }
 
     fn leave(&mut self, node: usize) {
-        if let Some(key) = self.key(node) {
-            if let Some(class) = self.classes.get_mut(&key) {
-                class.nodes.remove(&node);
-                if class.nodes.is_empty() {
-                    self.classes.remove(&key);
-                }
+        let Some(key) = self.key_of.get_mut(node).and_then(Option::take) else {
+            return;
+        };
+        if let Some(class) = self.classes.get_mut(&key) {
+            class.nodes.remove(&node);
+            if class.nodes.is_empty() {
+                self.classes.remove(&key);
             }
         }
+    }
+
+    /// Nodes grouped by their label at `level` (`Node`: one group per node); nodes without
+    /// the label are in no group.
+    pub fn groups(&self, level: TopologyLevel) -> &[(String, Vec<usize>)] {
+        self.groups.get(&level).map_or(&[], Vec::as_slice)
+    }
+
+    /// The free resources of the empty fleet.
+    pub fn empty_state(&self) -> &ClusterState {
+        &self.empty
+    }
+
+    /// Every class with its free resources and nodes: for counting capacity without
+    /// visiting every node.
+    pub fn classes(&self) -> impl Iterator<Item = (&NodeFree, &BTreeSet<usize>)> {
+        self.classes.iter().map(|(k, c)| (&k.free, &c.nodes))
+    }
+
+    /// The memoised evaluation of `req` on `node`'s class.
+    fn evaluate_memo(&mut self, node: usize, req: &Request) -> Option<(Score, OnNode)> {
+        let key = self.key_of.get(node)?.as_ref()?;
+        let class = self.classes.get_mut(key)?;
+        if let Some(hit) = class.memo.get(req) {
+            return hit.clone();
+        }
+        let n = self.fleet.nodes.get(node)?;
+        let value = if packing::feasible(&self.ctx, n, &key.free, req) {
+            let ctx = self.ctx;
+            let before = *class
+                .before
+                .get_or_insert_with(|| packing::node_state(&ctx, n, &key.free));
+            Some(packing::score(&self.ctx, n, &key.free, req, before))
+        } else {
+            None
+        };
+        class.memo.insert(req.clone(), value.clone());
+        value
+    }
+
+    /// The best of a few given nodes (a topology group) for `req`; ties to the first.
+    pub fn choose_among(&mut self, nodes: &[usize], req: &Request) -> Option<Choice> {
+        let mut best: Option<((Score, Reverse<usize>), Choice)> = None;
+        for &node in nodes {
+            let Some((score, on)) = self.evaluate_memo(node, req) else {
+                continue;
+            };
+            let rank = (score, Reverse(node));
+            if best.as_ref().is_none_or(|(b, _)| rank > *b) {
+                best = Some((rank, Choice { node, on }));
+            }
+        }
+        best.map(|(_, c)| c)
     }
 
     /// The best node among those `allowed` for `req`, and where on it; `None` if none fits.
@@ -220,15 +308,5 @@ impl<'a> Placer<'a> {
             *free = previous;
         }
         self.enter(node);
-    }
-
-    /// Scores one node directly (for topology-restricted searches over few nodes).
-    pub fn evaluate(&self, node: usize, free: &NodeFree, req: &Request) -> Option<(Score, OnNode)> {
-        let n = self.fleet.nodes.get(node)?;
-        if !packing::feasible(&self.ctx, n, free, req) {
-            return None;
-        }
-        let before = packing::node_state(&self.ctx, n, free);
-        Some(packing::score(&self.ctx, n, free, req, before))
     }
 }

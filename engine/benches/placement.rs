@@ -1,0 +1,93 @@
+//! Placement speed: 1,000 nodes × 8 H100 (NVLink domains of 8 nodes, two islands per node)
+//! and 5,000 pending jobs — 1-GPU, shares, 2/4/8-GPU jobs and 2×8 gangs that require one
+//! NVLink domain — placed in order on a fresh cluster with Gantry's default packing.
+//! Target: the whole pass under 50 ms on one core (DESIGN.md).
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use engine::core::alloc::Request;
+use engine::core::fleet::{Fleet, Gpu, Node};
+use engine::core::frag::Workload;
+use engine::core::gang::{self, JobShape};
+use engine::core::mig::MigTable;
+use engine::core::packing::Strategy;
+use engine::core::placer::Placer;
+use engine::core::rng::Rng;
+use lang::ir::TopologyLevel;
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+pub fn fleet(nodes: usize) -> Fleet {
+    Fleet {
+        nodes: (0..nodes)
+            .map(|i| Node {
+                name: format!("h100-{i}"),
+                pool: Some("train".into()),
+                cpu_milli: 224_000,
+                memory_mib: 2_097_152,
+                labels: BTreeMap::from([
+                    ("nvlink_domain".to_string(), format!("nvl-{}", i / 8)),
+                    ("rack".to_string(), format!("rack-{}", i / 32)),
+                ]),
+                gpus: (0..8u32)
+                    .map(|g| Gpu {
+                        nvlink_island: Some(g / 4),
+                        ..Gpu::new(g, "H100-SXM5-80GB", 81_559)
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+pub fn jobs(n: usize, seed: u64) -> Vec<JobShape> {
+    let mut rng = Rng::new(seed);
+    (0..n)
+        .map(|_| {
+            let kind = rng.below(100);
+            let (members, num_gpu, gpu_milli, topology) = match kind {
+                0..=39 => (1, 1, 1000, None),
+                40..=59 => (1, 1, [250, 500, 750][rng.below(3)], None),
+                60..=74 => (1, [2, 4][rng.below(2)], 1000, None),
+                75..=89 => (1, 8, 1000, None),
+                _ => (2, 8, 1000, Some(TopologyLevel::NvlinkDomain)),
+            };
+            JobShape {
+                members,
+                member: Request {
+                    cpu_milli: 8_000 * u64::from(num_gpu),
+                    memory_mib: 65_536 * u64::from(num_gpu),
+                    num_gpu,
+                    gpu_milli,
+                    ..Request::default()
+                },
+                pools: Vec::new(),
+                topology_required: topology,
+                topology_preferred: None,
+            }
+        })
+        .collect()
+}
+
+fn bench(c: &mut Criterion) {
+    let fleet = fleet(1000);
+    let jobs = jobs(5000, 42);
+    let members: Vec<Request> = jobs.iter().map(|j| j.member.clone()).collect();
+    let workload = Workload::typical(&members);
+    let mig = MigTable::default();
+    let mut group = c.benchmark_group("placement");
+    group.sample_size(20);
+    group.bench_function("1000 nodes x 8 GPUs, 5000 jobs incl. gangs", |b| {
+        b.iter(|| {
+            let mut placer = Placer::new(&fleet, Strategy::LeastFragmentation, &workload, &mig, 0);
+            let placed = jobs
+                .iter()
+                .filter(|j| gang::place_job(&mut placer, j).is_ok())
+                .count();
+            black_box(placed)
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
