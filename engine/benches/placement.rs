@@ -46,8 +46,8 @@ pub fn jobs(n: usize, seed: u64) -> Vec<JobShape> {
             let kind = rng.below(100);
             let (members, num_gpu, gpu_milli, topology) = match kind {
                 0..=39 => (1, 1, 1000, None),
-                40..=59 => (1, 1, [250, 500, 750][rng.below(3)], None),
-                60..=74 => (1, [2, 4][rng.below(2)], 1000, None),
+                40..=59 => (1, 1, 250 * (1 + rng.below(3) as u32), None),
+                60..=74 => (1, 2 << rng.below(2), 1000, None),
                 75..=89 => (1, 8, 1000, None),
                 _ => (2, 8, 1000, Some(TopologyLevel::NvlinkDomain)),
             };
