@@ -383,3 +383,170 @@ fn simulate_fill_writes_metrics_and_rejects_bad_csv() {
     );
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn fleet_file_errors_name_file_line_and_field() {
+    let dir = tempdir("fleet-errors");
+    let cases: &[(&str, &str, &str)] = &[
+        ("empty.json", r#"{"nodes": []}"#, "empty.json:1: field `nodes`: the fleet has no nodes"),
+        (
+            "typo.json",
+            "{\"nodes\": [\n  {\"name\": \"a\", \"cpu_milli\": 1000, \"memory_mib\": 10,\n   \"gpus\": {\"count\": 8, \"model\": \"H100-SXM5-80G\"}}\n]}",
+            "typo.json:3: field `nodes[0].gpus.model`: unknown GPU model `H100-SXM5-80G`; did you mean `H100-SXM5-80GB`?",
+        ),
+        (
+            "negative.json",
+            "{\"nodes\": [\n {\"name\": \"a\",\n  \"cpu_milli\": -4, \"memory_mib\": 1}]}",
+            "negative.json:3: field `nodes[0].cpu_milli`: invalid value: integer `-4`, expected a whole number",
+        ),
+        (
+            "absurd.json",
+            "{\"nodes\": [{\"name\": \"a\", \"count\": 100000000, \"cpu_milli\": 1, \"memory_mib\": 1}]}",
+            "absurd.json:1: field `nodes[0].count`: 100000000 is out of range",
+        ),
+        (
+            "unknown.toml",
+            "[[nodes]]\nname = \"x\"\ncpu_milli = 1000\nmemory_mib = 100\ngpu = 3\n",
+            "unknown.toml:5: field `nodes[0].gpu`: unknown field `gpu`, expected one of",
+        ),
+        (
+            "dup.json",
+            "{\"nodes\": [{\"name\": \"a\", \"count\": 2, \"cpu_milli\": 1, \"memory_mib\": 1},\n {\"name\": \"a-1\", \"cpu_milli\": 1, \"memory_mib\": 1}]}",
+            "dup.json:2: field `nodes[1].name`: node `a-1` is defined twice",
+        ),
+        (
+            "mig.json",
+            "{\"nodes\": [{\"name\": \"a\", \"cpu_milli\": 1, \"memory_mib\": 1,\n \"gpus\": [{\"model\": \"H100-SXM5-80GB\", \"mig\": [{\"profile\": \"3g.40gb\", \"start\": 2}]}]}]}",
+            "field `nodes[0].gpus[0].mig[0].start`: 3g.40gb cannot start at slot 2; NVIDIA allows [0, 4]",
+        ),
+        ("broken.json", "{\"nodes\": [", "broken.json:1: field `nodes`: EOF while parsing"),
+    ];
+    for (name, body, expected) in cases {
+        std::fs::write(dir.join(name), body).unwrap();
+        let out = gantry(&["inventory", "--source", name], &dir);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{name}: {err}");
+        assert!(
+            err.contains(expected),
+            "{name}: expected `{expected}` in\n{err}"
+        );
+        assert!(!err.contains("panicked"), "{name}: {err}");
+    }
+}
+
+#[test]
+fn inventory_expands_counts_and_gpu_shorthand() {
+    let dir = tempdir("inventory");
+    std::fs::write(
+        dir.join("fleet.toml"),
+        "[[nodes]]\nname = \"dgx\"\ncount = 2\npool = \"dgx\"\ncpu_milli = 224000\nmemory_mib = 2097152\nlabels = { rack = \"r1\" }\ngpus = { count = 8, model = \"H100-SXM5-80GB\", nvlink_islands = 2 }\n",
+    )
+    .unwrap();
+    let out = gantry(&["inventory", "--source", "fleet.toml"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2);
+    assert_eq!(nodes[1]["name"], "dgx-1");
+    assert_eq!(nodes[0]["gpus"].as_array().unwrap().len(), 8);
+    assert_eq!(
+        nodes[0]["gpus"][7]["memory_mib"], 81559,
+        "memory from the stdlib model"
+    );
+    assert_eq!(nodes[0]["gpus"][4]["nvlink_island"], 1);
+    assert_eq!(nodes[0]["labels"]["rack"], "r1");
+}
+
+#[test]
+fn place_reports_bad_jobs_with_line_and_field() {
+    let dir = tempdir("place-jobs");
+    std::fs::write(
+        dir.join("fleet.json"),
+        r#"{"nodes": [{"name": "a", "cpu_milli": 8000, "memory_mib": 1024, "gpus": {"count": 1, "model": "L4"}}]}"#,
+    )
+    .unwrap();
+    let cases: &[(&str, &str)] = &[
+        (
+            "{\"id\": \"a\"}\n{\"id\": \"b\", \"members\": 0}\n",
+            "jobs.jsonl:2: field `members`: 0 is out of range",
+        ),
+        (
+            "{\"id\": \"a\", \"gpu_milli\": 5000, \"gpus_per_member\": 1}\n",
+            "field `gpu_milli`: 5000 is out of range",
+        ),
+        (
+            "{\"id\": \"a\", \"topology\": \"same_rack\"}\n",
+            "unknown topology `same_rack`; expected one of node",
+        ),
+        (
+            "{\"id\": \"a\", \"gpus\": 2}\n",
+            "jobs.jsonl:1: field `gpus`: unknown field `gpus`",
+        ),
+        ("not json\n", "jobs.jsonl:1:"),
+    ];
+    for (body, expected) in cases {
+        std::fs::write(dir.join("jobs.jsonl"), body).unwrap();
+        let out = gantry(
+            &["place", "--fleet", "fleet.json", "--jobs", "jobs.jsonl"],
+            &dir,
+        );
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{body}: {err}");
+        assert!(err.contains(expected), "expected `{expected}` in\n{err}");
+    }
+    std::fs::write(
+        dir.join("jobs.json"),
+        "[\n {\"id\": \"ok\", \"gpus_per_member\": 1},\n {\"id\": \"bad\", \"vram_mib\": -1}\n]",
+    )
+    .unwrap();
+    let out = gantry(
+        &["place", "--fleet", "fleet.json", "--jobs", "jobs.json"],
+        &dir,
+    );
+    assert!(
+        text(&out.stderr).contains("jobs.json:3: field `[1].vram_mib`"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn place_uses_the_policy_packing_and_models() {
+    let dir = tempdir("place-policy");
+    std::fs::create_dir_all(dir.join("policy")).unwrap();
+    std::fs::write(
+        dir.join("policy/p.gantry"),
+        "use std.gpus\nplacement { packing = spread }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("fleet.json"),
+        r#"{"nodes": [{"name": "a", "count": 2, "cpu_milli": 8000, "memory_mib": 1024, "gpus": {"count": 2, "model": "L4"}}]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("jobs.jsonl"),
+        "{\"id\": \"x\", \"gpus_per_member\": 1}\n{\"id\": \"y\", \"gpus_per_member\": 1}\n",
+    )
+    .unwrap();
+    let out = gantry(
+        &[
+            "place",
+            "--fleet",
+            "fleet.json",
+            "--jobs",
+            "jobs.jsonl",
+            "--policy",
+            "policy",
+        ],
+        &dir,
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // Spread puts the two jobs on different nodes.
+    assert!(
+        stdout.contains("a-0[") && stdout.contains("a-1["),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Spread"), "{stdout}");
+}
