@@ -555,10 +555,19 @@ fn place_uses_the_policy_packing_and_models() {
 fn the_readme_placement_example_is_what_gantry_prints() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let marker = "$ gantry place --fleet examples/placement/fleet.toml --jobs examples/placement/jobs.jsonl\n";
-    let start = readme.find(marker).expect("README shows the placement example") + marker.len();
+    let start = readme
+        .find(marker)
+        .expect("README shows the placement example")
+        + marker.len();
     let len = readme[start..].find("```").unwrap();
     let out = gantry(
-        &["place", "--fleet", "examples/placement/fleet.toml", "--jobs", "examples/placement/jobs.jsonl"],
+        &[
+            "place",
+            "--fleet",
+            "examples/placement/fleet.toml",
+            "--jobs",
+            "examples/placement/jobs.jsonl",
+        ],
         &repo(),
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
