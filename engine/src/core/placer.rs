@@ -27,7 +27,8 @@ struct Class {
     nodes: BTreeSet<usize>,
     before: Option<(f64, f64)>,
     /// `None`: the request does not fit nodes of this class.
-    memo: HashMap<Request, Option<(Score, OnNode)>>,
+    /// By request id: `None` not evaluated yet; `Some(None)` does not fit.
+    memo: Vec<Option<Option<(Score, OnNode)>>>,
 }
 
 /// Where one member of a job goes.
@@ -52,7 +53,24 @@ pub struct Placer<'a> {
     empty: ClusterState,
     /// Why a job shape can never fit this fleet (`None`: it can), memoised per shape.
     pub(crate) verdicts: HashMap<JobShape, Option<Unplaced>>,
+    /// Distinct requests seen, numbered, so class memos are indexed, not hashed.
+    request_ids: HashMap<Request, usize>,
     rng: Rng,
+}
+
+impl Class {
+    fn get(&self, id: usize) -> Option<&Option<(Score, OnNode)>> {
+        self.memo.get(id).and_then(Option::as_ref)
+    }
+
+    fn put(&mut self, id: usize, value: Option<(Score, OnNode)>) {
+        if self.memo.len() <= id {
+            self.memo.resize(id + 1, None);
+        }
+        if let Some(slot) = self.memo.get_mut(id) {
+            *slot = Some(value);
+        }
+    }
 }
 
 /// The static part of a node that placement reads (not its name, pool or labels): per GPU,
@@ -109,6 +127,7 @@ impl<'a> Placer<'a> {
         let mut placer = Placer {
             empty: state.clone(),
             verdicts: HashMap::new(),
+            request_ids: HashMap::new(),
             key_of: vec![None; fleet.nodes.len()],
             groups,
             fleet,
@@ -191,11 +210,23 @@ impl<'a> Placer<'a> {
         self.classes.iter().map(|(k, c)| (&k.free, &c.nodes))
     }
 
+    fn request_id(&mut self, req: &Request) -> usize {
+        let next = self.request_ids.len();
+        match self.request_ids.get(req) {
+            Some(id) => *id,
+            None => {
+                self.request_ids.insert(req.clone(), next);
+                next
+            }
+        }
+    }
+
     /// The memoised evaluation of `req` on `node`'s class.
     fn evaluate_memo(&mut self, node: usize, req: &Request) -> Option<(Score, OnNode)> {
+        let id = self.request_id(req);
         let key = self.key_of.get(node)?.as_ref()?;
         let class = self.classes.get_mut(key)?;
-        if let Some(hit) = class.memo.get(req) {
+        if let Some(hit) = class.get(id) {
             return hit.clone();
         }
         let n = self.fleet.nodes.get(node)?;
@@ -208,7 +239,7 @@ impl<'a> Placer<'a> {
         } else {
             None
         };
-        class.memo.insert(req.clone(), value.clone());
+        class.put(id, value.clone());
         value
     }
 
@@ -247,6 +278,7 @@ impl<'a> Placer<'a> {
             let (_, on) = packing::score(&ctx, n, free, req, (0.0, 0.0));
             return Some(Choice { node, on });
         }
+        let id = self.request_id(req);
         let mut best: Option<((Score, Reverse<usize>), Choice)> = None;
         for (key, class) in self.classes.iter_mut() {
             let Some(first) = class.nodes.iter().copied().find(|i| allowed(*i)) else {
@@ -255,7 +287,7 @@ impl<'a> Placer<'a> {
             let Some(node) = fleet.nodes.get(first) else {
                 continue;
             };
-            let evaluated = match class.memo.get(req) {
+            let evaluated = match class.get(id) {
                 Some(hit) => hit.clone(),
                 None => {
                     let value = if packing::feasible(&ctx, node, &key.free, req) {
@@ -266,7 +298,7 @@ impl<'a> Placer<'a> {
                     } else {
                         None
                     };
-                    class.memo.insert(req.clone(), value.clone());
+                    class.put(id, value.clone());
                     value
                 }
             };
