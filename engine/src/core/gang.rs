@@ -119,20 +119,19 @@ fn place_members(
     job: &JobShape,
     allowed: &dyn Fn(usize) -> bool,
 ) -> Option<Vec<Choice>> {
-    try_members(placer, job, allowed).map(|done| done.into_iter().map(|(c, _)| c).collect())
+    place_each(placer, job, |p| p.choose(&job.member, allowed))
 }
 
-/// Like [`place_members`], keeping each node's previous state so the caller can undo.
-fn try_members(
+/// Commits `job.members` choices from `pick`; if one is missing, undoes the others.
+fn place_each(
     placer: &mut Placer<'_>,
     job: &JobShape,
-    allowed: &dyn Fn(usize) -> bool,
-) -> Option<Vec<(Choice, NodeFree)>> {
+    mut pick: impl FnMut(&mut Placer<'_>) -> Option<Choice>,
+) -> Option<Vec<Choice>> {
     let mut done: Vec<(Choice, NodeFree)> = Vec::new();
     for _ in 0..job.members {
-        let placed = placer
-            .choose(&job.member, allowed)
-            .and_then(|c| placer.commit(&job.member, &c).map(|prev| (c, prev)));
+        let placed =
+            pick(placer).and_then(|c| placer.commit(&job.member, &c).map(|prev| (c, prev)));
         match placed {
             Some(p) => done.push(p),
             None => {
@@ -143,7 +142,7 @@ fn try_members(
             }
         }
     }
-    Some(done)
+    Some(done.into_iter().map(|(c, _)| c).collect())
 }
 
 /// Picks the group to place in without trial placements: of the groups whose free room
@@ -181,22 +180,7 @@ fn place_in_groups(
         .copied()
         .filter(|i| allowed(*i))
         .collect();
-    let mut done: Vec<(Choice, NodeFree)> = Vec::new();
-    for _ in 0..job.members {
-        let placed = placer
-            .choose_among(&nodes, &job.member)
-            .and_then(|c| placer.commit(&job.member, &c).map(|prev| (c, prev)));
-        match placed {
-            Some(p) => done.push(p),
-            None => {
-                for (c, prev) in done.into_iter().rev() {
-                    placer.undo(c.node, prev);
-                }
-                return None;
-            }
-        }
-    }
-    Some(done.into_iter().map(|(c, _)| c).collect())
+    place_each(placer, job, |p| p.choose_among(&nodes, &job.member))
 }
 
 /// Why `job` is not placed: first what can never fit this fleet, then what is full now.
@@ -228,11 +212,7 @@ fn never_fits(
         .enumerate()
         .filter(|(i, _)| allowed(*i))
         .collect();
-    let pools = if job.pools.is_empty() {
-        String::new()
-    } else {
-        format!(" in pool {}", job.pools.join(" or "))
-    };
+    let pools = pools_text(job);
     if nodes.is_empty() {
         return Some(Unplaced {
             code: UnplacedCode::NoSuchModel,
@@ -306,17 +286,7 @@ fn never_fits(
         });
     }
     if let Some(level) = grouping(job.topology_required) {
-        let all: Vec<Vec<usize>> = placer
-            .groups(level)
-            .iter()
-            .map(|(_, g)| {
-                g.iter()
-                    .copied()
-                    .filter(|i| allowed(*i))
-                    .collect::<Vec<usize>>()
-            })
-            .filter(|g| !g.is_empty())
-            .collect();
+        let all = allowed_groups(placer, level, allowed);
         if all.is_empty() {
             return Some(Unplaced {
                 code: UnplacedCode::TopologyUnsatisfiable,
@@ -357,22 +327,9 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
     let ctx = placer.context();
     let fleet = placer.fleet();
     let r = &job.member;
-    let pools = if job.pools.is_empty() {
-        String::new()
-    } else {
-        format!(" in pool {}", job.pools.join(" or "))
-    };
+    let pools = pools_text(job);
     if let Some(level) = grouping(job.topology_required) {
-        let all: Vec<Vec<usize>> = placer
-            .groups(level)
-            .iter()
-            .map(|(_, g)| {
-                g.iter()
-                    .copied()
-                    .filter(|i| allowed(*i))
-                    .collect::<Vec<usize>>()
-            })
-            .collect();
+        let all = allowed_groups(placer, level, allowed);
         let best_now = all
             .iter()
             .map(|g| {
@@ -437,4 +394,32 @@ pub fn describe(r: &Request) -> String {
     } else {
         format!("{gpus} ({})", r.models.join(" or "))
     }
+}
+
+/// ` in pool a or b` for messages; empty when any pool will do.
+fn pools_text(job: &JobShape) -> String {
+    if job.pools.is_empty() {
+        String::new()
+    } else {
+        format!(" in pool {}", job.pools.join(" or "))
+    }
+}
+
+/// The non-empty groups at `level`, each cut down to its allowed nodes.
+fn allowed_groups(
+    placer: &Placer<'_>,
+    level: TopologyLevel,
+    allowed: &dyn Fn(usize) -> bool,
+) -> Vec<Vec<usize>> {
+    placer
+        .groups(level)
+        .iter()
+        .map(|(_, g)| {
+            g.iter()
+                .copied()
+                .filter(|i| allowed(*i))
+                .collect::<Vec<usize>>()
+        })
+        .filter(|g| !g.is_empty())
+        .collect()
 }

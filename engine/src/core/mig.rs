@@ -33,15 +33,6 @@ impl MigTable {
     pub fn profile(&self, model: &str, name: &str) -> Option<&MigProfile> {
         self.profiles(model).iter().find(|p| p.name == name)
     }
-
-    /// Models that offer a profile of this name, for messages.
-    pub fn models_with(&self, name: &str) -> Vec<&str> {
-        self.by_model
-            .iter()
-            .filter(|(_, ps)| ps.iter().any(|p| p.name == name))
-            .map(|(m, _)| m.as_str())
-            .collect()
-    }
 }
 
 /// The slots an instance of `profile` starting at `start` occupies.

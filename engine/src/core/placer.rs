@@ -159,10 +159,6 @@ impl<'a> Placer<'a> {
         &self.state
     }
 
-    pub fn rng(&mut self) -> &mut Rng {
-        &mut self.rng
-    }
-
     fn enter(&mut self, node: usize) {
         let (Some(kind), Some(free)) = (self.kind_of.get(node), self.state.nodes.get(node)) else {
             return;
