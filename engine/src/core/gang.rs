@@ -21,10 +21,6 @@ pub struct JobShape {
 }
 
 impl JobShape {
-    pub fn gpus(&self) -> u64 {
-        u64::from(self.members) * u64::from(self.member.num_gpu)
-    }
-
     fn allows(&self, node: &Node) -> bool {
         self.pools.is_empty()
             || node

@@ -1,11 +1,13 @@
 //! Job files (the contract format): a JSON array of jobs or JSON Lines, one job per line.
-//! This reads the shape of each job — what placement needs; queue fields (team, tier,
-//! times) are accepted and kept for the decision cycle.
+//! This reads each job's id, team, tier and shape — what placement needs; the contract's
+//! queue and runtime fields (times, running placement, preemptions) are accepted and not
+//! read yet.
 
 use crate::core::alloc::Request;
 use crate::core::fleet::MILLI;
 use crate::core::gang::JobShape;
 use lang::ir::TopologyLevel;
+use serde::de::IgnoredAny;
 use serde::Deserialize;
 use std::fmt;
 
@@ -61,14 +63,22 @@ struct Entry {
     pools: Vec<String>,
     topology: Option<String>,
     topology_preferred: Option<String>,
-    // Queue and runtime fields, read by the decision cycle.
-    submitted_at: Option<serde_json::Value>,
-    runtime_s: Option<f64>,
-    checkpoint_interval_s: Option<f64>,
-    placement: Option<serde_json::Value>,
-    started_at: Option<serde_json::Value>,
-    last_checkpoint_at: Option<serde_json::Value>,
-    preemptions: Option<u32>,
+    // Queue and runtime fields of the contract: accepted so one jobs file serves every
+    // command, not read until the decision cycle exists.
+    #[serde(default, rename = "submitted_at")]
+    _submitted_at: IgnoredAny,
+    #[serde(default, rename = "runtime_s")]
+    _runtime_s: IgnoredAny,
+    #[serde(default, rename = "checkpoint_interval_s")]
+    _checkpoint_interval_s: IgnoredAny,
+    #[serde(default, rename = "placement")]
+    _placement: IgnoredAny,
+    #[serde(default, rename = "started_at")]
+    _started_at: IgnoredAny,
+    #[serde(default, rename = "last_checkpoint_at")]
+    _last_checkpoint_at: IgnoredAny,
+    #[serde(default, rename = "preemptions")]
+    _preemptions: IgnoredAny,
 }
 
 fn one() -> u32 {
@@ -237,15 +247,6 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
             )
         }),
     };
-    let _ = (
-        &e.submitted_at,
-        &e.runtime_s,
-        &e.checkpoint_interval_s,
-        &e.placement,
-        &e.started_at,
-        &e.last_checkpoint_at,
-        &e.preemptions,
-    );
     Ok(Job {
         id: e.id,
         team: e.team,

@@ -76,7 +76,8 @@ pub fn run(fleet: &Fleet, pods: &[Pod], cfg: FillConfig) -> FillResult {
     let workload = Workload::typical(&requests);
 
     let mig = MigTable::default();
-    let mut placer = Placer::new(fleet, cfg.strategy, &workload, &mig, cfg.seed);
+    // Its own stream: the placer must not replay the draws that shuffled the pods.
+    let mut placer = Placer::new(fleet, cfg.strategy, &workload, &mig, rng.next_u64());
     let mut result = FillResult {
         seed: cfg.seed,
         ..FillResult::default()
