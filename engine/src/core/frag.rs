@@ -45,28 +45,39 @@ pub struct Workload {
 impl Workload {
     /// The most frequent pod shapes (CPU, GPUs, milli per GPU, models) that together cover
     /// [`TYPICAL_SHARE`] of the pods, with renormalised frequencies. CPU-only pods are
-    /// included, as in the FGD simulator: to them every idle GPU is fragmentation.
+    /// included, as in the FGD simulator: to them every idle GPU is fragmentation. Memory is
+    /// not part of a shape (as in FGD); each shape carries its pods' mean memory, which only
+    /// Gantry's memory-aware measures read.
     pub fn typical(pods: &[Request]) -> Workload {
-        let mut counts: BTreeMap<Request, u64> = BTreeMap::new();
+        let mut counts: BTreeMap<Request, (u64, u64)> = BTreeMap::new();
         for p in pods {
             let key = Request {
                 memory_mib: 0,
                 ..p.clone()
             };
-            *counts.entry(key).or_insert(0) += 1;
+            let (count, memory) = counts.entry(key).or_insert((0, 0));
+            *count += 1;
+            *memory = memory.saturating_add(p.memory_mib);
         }
-        let total: u64 = counts.values().sum();
-        let mut ranked: Vec<(Request, u64)> = counts.into_iter().collect();
+        let total: u64 = counts.values().map(|(c, _)| c).sum();
+        let mut ranked: Vec<(Request, (u64, u64))> = counts.into_iter().collect();
         // Most frequent first; equal counts in shape order, so the choice is deterministic.
-        ranked.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
         let mut covered = 0u64;
         let mut chosen = Vec::new();
-        for (shape, count) in ranked {
+        for (shape, (count, memory)) in ranked {
             if total > 0 && covered as f64 >= TYPICAL_SHARE * total as f64 {
                 break;
             }
             covered += count;
-            chosen.push((shape, count));
+            let mean_memory = memory / count.max(1);
+            chosen.push((
+                Request {
+                    memory_mib: mean_memory,
+                    ..shape
+                },
+                count,
+            ));
         }
         let shapes: Vec<(Request, f64)> = chosen
             .into_iter()
@@ -108,7 +119,7 @@ impl Workload {
     }
 
     /// Expected milli-GPUs of a node that a stream of pods of one typical shape could not
-    /// use before the node runs out of GPUs or CPU, weighted over the shapes. Unlike
+    /// use before the node runs out of GPUs, CPU or memory, weighted over the shapes. Unlike
     /// [`Workload::node_frag`], which asks whether one more pod fits, this counts GPUs
     /// that CPU or share sizes will strand as the node fills.
     pub fn node_stranding(&self, model: Option<&str>, free: &NodeFree) -> f64 {
@@ -136,8 +147,42 @@ impl Workload {
                     / u64::from(s.num_gpu)
             };
             let by_cpu = free.cpu_milli.checked_div(s.cpu_milli).unwrap_or(u64::MAX);
-            let usable = by_gpu.min(by_cpu) * s.gpu_milli_total();
+            let by_memory = free
+                .memory_mib
+                .checked_div(s.memory_mib)
+                .unwrap_or(u64::MAX);
+            let usable = by_gpu.min(by_cpu).min(by_memory) * s.gpu_milli_total();
             frag += w * (left - usable as f64).max(0.0);
+        }
+        frag
+    }
+
+    /// [`Workload::node_frag`] where a shape also needs its mean memory to fit: a node whose
+    /// memory is spent cannot use its GPUs either. Gantry's default packing scores by this;
+    /// `fgd` keeps the paper's CPU-only fit.
+    pub fn node_frag_memory_aware(&self, model: Option<&str>, free: &NodeFree) -> f64 {
+        let left = free.gpu_milli_total() as f64;
+        if left == 0.0 {
+            return 0.0;
+        }
+        let mut frag = 0.0;
+        for (s, w) in &self.shapes {
+            let fits = s.num_gpu > 0
+                && s.gpu_milli > 0
+                && s.accepts_model(model)
+                && s.cpu_milli <= free.cpu_milli
+                && s.memory_mib <= free.memory_mib
+                && free.gpu_milli.iter().filter(|x| **x >= s.gpu_milli).count()
+                    >= s.num_gpu as usize;
+            frag += w * if fits {
+                free.gpu_milli
+                    .iter()
+                    .filter(|x| **x < s.gpu_milli)
+                    .map(|x| f64::from(*x))
+                    .sum::<f64>()
+            } else {
+                left
+            };
         }
         frag
     }
@@ -222,6 +267,45 @@ mod tests {
             w.node_stranding(None, &free(16_000, vec![1000, 1000, 400, 0])),
             400.0
         );
+    }
+
+    #[test]
+    fn memory_aware_measures_count_gpus_that_spent_memory_strands() {
+        let shape = Request {
+            memory_mib: 16_384,
+            ..req(1000, 1, 1000)
+        };
+        let w = Workload::from_shapes(vec![(shape, 1.0)]);
+        let free = |memory_mib: u64| NodeFree {
+            cpu_milli: 64_000,
+            memory_mib,
+            gpu_milli: vec![1000; 4],
+            mig: vec![None; 4],
+            vram_mib: vec![0; 4],
+        };
+        // Memory for two pods: two GPUs are stranded; with none, all four are fragmented.
+        assert_eq!(w.node_stranding(None, &free(40_000)), 2000.0);
+        assert_eq!(w.node_frag_memory_aware(None, &free(40_000)), 0.0);
+        assert_eq!(w.node_frag_memory_aware(None, &free(8_000)), 4000.0);
+        // FGD's own measure ignores memory.
+        assert_eq!(w.node_frag(None, &free(8_000)), 0.0);
+    }
+
+    #[test]
+    fn typical_shapes_carry_their_mean_memory() {
+        let pods = vec![
+            Request {
+                memory_mib: 1000,
+                ..req(1000, 1, 500)
+            },
+            Request {
+                memory_mib: 3000,
+                ..req(1000, 1, 500)
+            },
+        ];
+        let w = Workload::typical(&pods);
+        assert_eq!(w.shapes.len(), 1, "memory does not split a shape");
+        assert_eq!(w.shapes.first().map(|s| s.0.memory_mib), Some(2000));
     }
 
     #[test]

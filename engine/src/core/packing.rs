@@ -83,7 +83,7 @@ pub fn node_state(ctx: &Context<'_>, node: &Node, free: &NodeFree) -> (f64, f64)
     match ctx.strategy {
         Strategy::Fgd => (ctx.workload.node_frag(node.gpu_model(), free), 0.0),
         Strategy::LeastFragmentation => (
-            ctx.workload.node_frag(node.gpu_model(), free),
+            ctx.workload.node_frag_memory_aware(node.gpu_model(), free),
             ctx.workload.node_stranding(node.gpu_model(), free),
         ),
         _ => (0.0, 0.0),
@@ -196,9 +196,11 @@ fn sigmoid(x: f64) -> f64 {
 }
 
 /// FGD's score, `⌊100·σ(Δfrag/1000)⌋` where Δfrag is how much the placement lowers the
-/// node's expected fragmentation. `LeastFragmentation` breaks FGD's many ties for shares
-/// and CPU-only pods by how much GPU capacity the placement strands for a stream of typical
-/// pods (CPU included: see [`Workload::node_stranding`]), then by best fit. A share tries
+/// node's expected fragmentation. `LeastFragmentation` counts a typical shape as fitting
+/// only if its memory fits too ([`Workload::node_frag_memory_aware`]), and breaks the many
+/// ties for shares and CPU-only pods by how much GPU capacity the placement strands for a
+/// stream of typical pods (CPU and memory included: see [`Workload::node_stranding`]), then
+/// by best fit. A share tries
 /// every GPU it fits on and keeps the best (FGD: the first best; Gantry: the fullest).
 fn fragmentation_score(
     ctx: &Context<'_>,
@@ -213,7 +215,12 @@ fn fragmentation_score(
     let score_of = |gpus: &[usize]| -> Score {
         let mut after = free.clone();
         after.take(req, gpus);
-        let fgd = (sigmoid((frag - ctx.workload.node_frag(model, &after)) / 1000.0) * 100.0) as i64;
+        let frag_after = if gantry {
+            ctx.workload.node_frag_memory_aware(model, &after)
+        } else {
+            ctx.workload.node_frag(model, &after)
+        };
+        let fgd = (sigmoid((frag - frag_after) / 1000.0) * 100.0) as i64;
         if !gantry {
             return (fgd, 0, 0);
         }
