@@ -3,5 +3,6 @@
 
 pub mod cli;
 pub mod core;
+pub mod decide;
 pub mod inventory;
 pub mod sim;

@@ -7,6 +7,7 @@ mod files;
 mod fmt;
 mod inventory;
 mod place;
+mod plan;
 mod policy;
 mod simulate;
 
@@ -112,6 +113,9 @@ enum Command {
     },
     /// Place jobs, in order, on a fleet file and show where each went or why it waits.
     Place(place::PlaceArgs),
+    /// One decision cycle: admission, queue order, quotas, preemption, backfill; the plan
+    /// with a reason for every job that waits.
+    Plan(plan::PlanArgs),
     /// Read a fleet file, check it, and print the expanded fleet as JSON.
     Inventory(inventory::InventoryArgs),
 }
@@ -151,6 +155,7 @@ where
         Command::Fmt { paths, check } => fmt::run(&paths, check, io),
         Command::Explain { code } => explain::run(code.as_deref(), io),
         Command::Place(args) => place::run(&args, io),
+        Command::Plan(args) => plan::run(&args, io),
         Command::Inventory(args) => inventory::run(&args, io),
         Command::Simulate {
             mode: SimulateMode::Fill(args),

@@ -8,14 +8,20 @@ use std::path::Path;
 
 /// Checks the policy at `path`; prints its diagnostics and fails if it has errors.
 pub fn load(path: &Path, io: &mut Io<'_>) -> Result<Program, u8> {
+    load_with_revision(path, io).map(|(program, _)| program)
+}
+
+/// [`load`], and the policy's revision: a content hash of its files (names and text).
+pub fn load_with_revision(path: &Path, io: &mut Io<'_>) -> Result<(Program, String), u8> {
     let found = files::find_policies(&[path.to_path_buf()]).map_err(|e| fail(io, e.0))?;
     let mut inputs = Vec::new();
     for file in found.iter().flat_map(|p| p.files.iter()) {
         inputs.push(read_text(file).map_err(|e| fail(io, e))?);
     }
+    let revision = content_hash(&inputs);
     let checked = lang::check(&inputs);
     match checked.program {
-        Some(program) => Ok(program),
+        Some(program) => Ok((program, revision)),
         None => {
             for d in &checked.diagnostics {
                 let _ = write!(io.stderr, "{}", d.render(&checked.sources, io.color));
@@ -26,4 +32,19 @@ pub fn load(path: &Path, io: &mut Io<'_>) -> Result<Program, u8> {
             ))
         }
     }
+}
+
+/// FNV-1a (64 bit) over each file's name and text: stable across runs and platforms.
+fn content_hash(inputs: &[(String, String)]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (name, text) in inputs {
+        let file = Path::new(name)
+            .file_name()
+            .map_or_else(|| name.clone(), |f| f.to_string_lossy().into_owned());
+        for b in file.bytes().chain([0]).chain(text.bytes()).chain([0]) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("fnv1a:{h:016x}")
 }

@@ -123,6 +123,28 @@ impl NodeFree {
         }
     }
 
+    /// Gives back what [`NodeFree::take`] took (capped at `capacity`, the empty node).
+    pub fn give(&mut self, r: &Request, gpus: &[usize], capacity: &NodeFree) {
+        self.cpu_milli = (self.cpu_milli + r.cpu_milli).min(capacity.cpu_milli);
+        self.memory_mib = (self.memory_mib + r.memory_mib).min(capacity.memory_mib);
+        if r.mig_profile.is_some() {
+            return;
+        }
+        for g in gpus {
+            let cap = capacity.gpu_milli.get(*g).copied().unwrap_or(0);
+            if let Some(free) = self.gpu_milli.get_mut(*g) {
+                *free = (*free + r.gpu_milli).min(cap);
+            }
+        }
+    }
+
+    /// Frees MIG slots `used` on GPU `gpu`.
+    pub fn give_mig(&mut self, gpu: usize, used: SlotMask) {
+        if let Some(Some(m)) = self.mig.get_mut(gpu) {
+            *m &= !used;
+        }
+    }
+
     /// Marks MIG slots `used` on GPU `gpu` as occupied.
     pub fn take_mig(&mut self, gpu: usize, used: SlotMask) {
         if let Some(Some(m)) = self.mig.get_mut(gpu) {

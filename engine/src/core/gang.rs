@@ -49,7 +49,7 @@ pub struct Unplaced {
     pub message: String,
 }
 
-fn level_name(level: TopologyLevel) -> &'static str {
+pub fn level_name(level: TopologyLevel) -> &'static str {
     match level {
         TopologyLevel::NvlinkIsland => "nvlink_island",
         TopologyLevel::Node => "node",
@@ -87,16 +87,27 @@ fn grouping(level: Option<TopologyLevel>) -> Option<TopologyLevel> {
 
 /// Places `job` whole, or nothing and a reason.
 pub fn place_job(placer: &mut Placer<'_>, job: &JobShape) -> Result<Vec<Choice>, Unplaced> {
+    place_job_within(placer, job, &|_| true)
+}
+
+/// [`place_job`] on the nodes `within` allows (e.g. not those reserved for another job).
+/// The reason still says whether the job could ever fit its pools.
+pub fn place_job_within(
+    placer: &mut Placer<'_>,
+    job: &JobShape,
+    within: &dyn Fn(usize) -> bool,
+) -> Result<Vec<Choice>, Unplaced> {
     let fleet = placer.fleet();
-    let allowed: Vec<bool> = fleet.nodes.iter().map(|n| job.allows(n)).collect();
-    let is_allowed = |i: usize| allowed.get(i).copied().unwrap_or(false);
+    let in_pools: Vec<bool> = fleet.nodes.iter().map(|n| job.allows(n)).collect();
+    let pool_ok = |i: usize| in_pools.get(i).copied().unwrap_or(false);
+    let is_allowed = |i: usize| pool_ok(i) && within(i);
     if job.members == 0 {
         return Ok(Vec::new());
     }
     if let Some(level) = grouping(job.topology_required) {
         return match place_in_groups(placer, job, level, &is_allowed) {
             Some(c) => Ok(c),
-            None => Err(explain(placer, job, &is_allowed)),
+            None => Err(explain(placer, job, &pool_ok)),
         };
     }
     if let Some(level) = grouping(job.topology_preferred) {
@@ -106,7 +117,7 @@ pub fn place_job(placer: &mut Placer<'_>, job: &JobShape) -> Result<Vec<Choice>,
             }
         }
     }
-    place_members(placer, job, &is_allowed).ok_or_else(|| explain(placer, job, &is_allowed))
+    place_members(placer, job, &is_allowed).ok_or_else(|| explain(placer, job, &pool_ok))
 }
 
 /// Places every member with `allowed`, or undoes what it placed and returns `None`.

@@ -329,6 +329,28 @@ impl<'a> Placer<'a> {
         Some(previous)
     }
 
+    /// Gives back what a member placed by `choice` holds (a running job that ends or is
+    /// preempted); [`Placer::commit`] with the same choice takes it again.
+    pub fn release(&mut self, req: &Request, choice: &Choice) {
+        let Some(capacity) = self.empty.nodes.get(choice.node).cloned() else {
+            return;
+        };
+        self.leave(choice.node);
+        let node = self.fleet.nodes.get(choice.node);
+        if let Some(free) = self.state.nodes.get_mut(choice.node) {
+            free.give(req, &choice.on.gpus, &capacity);
+            if let (Some(name), Some(node)) = (&req.mig_profile, node) {
+                for (gpu, start) in choice.on.gpus.iter().zip(&choice.on.mig_starts) {
+                    let model = node.gpus.get(*gpu).map(|g| g.model.as_str()).unwrap_or("");
+                    if let Some(p) = self.ctx.mig.profile(model, name) {
+                        free.give_mig(*gpu, mig::mask(p, *start));
+                    }
+                }
+            }
+        }
+        self.enter(choice.node);
+    }
+
     /// Puts a node back as it was before a commit.
     pub fn undo(&mut self, node: usize, previous: NodeFree) {
         self.leave(node);

@@ -1,7 +1,7 @@
 //! Job files (the contract format): a JSON array of jobs or JSON Lines, one job per line.
-//! This reads each job's id, team, tier and shape — what placement needs; the contract's
-//! queue and runtime fields (times, running placement, preemptions) are accepted and not
-//! read yet.
+//! Each job has an id, queue attributes (team, tier, submit time, estimates) and a shape;
+//! a running job also has its placement, start and last checkpoint. Times are seconds or
+//! RFC 3339.
 
 use crate::core::alloc::Request;
 use crate::core::fleet::MILLI;
@@ -29,13 +29,50 @@ impl fmt::Display for JobsError {
     }
 }
 
-/// A job as read: its id, queue attributes and shape.
-#[derive(Debug, Clone, PartialEq)]
+/// A job as read: its id, queue attributes, shape and, when running, where it runs.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Job {
     pub id: String,
+    /// Line of the job in its file, for errors found later (placement, duplicates).
+    pub line: usize,
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub user: Option<String>,
     pub team: Option<String>,
     pub tier: Option<String>,
     pub shape: JobShape,
+    pub submitted_at: Option<i64>,
+    pub runtime_s: Option<u64>,
+    pub checkpoint_interval_s: Option<u64>,
+    pub interactive: bool,
+    pub preemptions: u32,
+    pub spot_interruptions: u32,
+    /// One entry per member for a running job; empty for a pending one.
+    pub placement: Vec<PlacedMember>,
+    pub started_at: Option<i64>,
+    pub last_checkpoint_at: Option<i64>,
+}
+
+/// Where one member of a running job is: a node by name and GPU indices on it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacedMember {
+    pub node: String,
+    #[serde(default)]
+    pub gpus: Vec<u32>,
+    /// Per GPU; defaults to the job's `gpu_milli`.
+    pub gpu_milli: Option<u32>,
+    /// For MIG jobs: the slot each instance starts at, one per GPU entry.
+    #[serde(default)]
+    pub mig_starts: Vec<u32>,
+}
+
+/// A time: seconds (a number) or an RFC 3339 string.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Time {
+    Seconds(f64),
+    Text(String),
 }
 
 #[derive(Debug, Deserialize)]
@@ -63,22 +100,25 @@ struct Entry {
     pools: Vec<String>,
     topology: Option<String>,
     topology_preferred: Option<String>,
-    // Queue and runtime fields of the contract: accepted so one jobs file serves every
-    // command, not read until the decision cycle exists.
-    #[serde(default, rename = "submitted_at")]
-    _submitted_at: IgnoredAny,
-    #[serde(default, rename = "runtime_s")]
-    _runtime_s: IgnoredAny,
-    #[serde(default, rename = "checkpoint_interval_s")]
-    _checkpoint_interval_s: IgnoredAny,
-    #[serde(default, rename = "placement")]
-    _placement: IgnoredAny,
-    #[serde(default, rename = "started_at")]
-    _started_at: IgnoredAny,
-    #[serde(default, rename = "last_checkpoint_at")]
-    _last_checkpoint_at: IgnoredAny,
-    #[serde(default, rename = "preemptions")]
-    _preemptions: IgnoredAny,
+    name: Option<String>,
+    namespace: Option<String>,
+    user: Option<String>,
+    submitted_at: Option<Time>,
+    runtime_s: Option<u64>,
+    checkpoint_interval_s: Option<u64>,
+    #[serde(default)]
+    interactive: bool,
+    #[serde(default)]
+    preemptions: u32,
+    #[serde(default)]
+    spot_interruptions: u32,
+    #[serde(default)]
+    placement: Vec<PlacedMember>,
+    started_at: Option<Time>,
+    last_checkpoint_at: Option<Time>,
+    /// Free-form labels and annotations: accepted, not read.
+    #[serde(default, rename = "labels")]
+    _labels: IgnoredAny,
 }
 
 fn one() -> u32 {
@@ -247,10 +287,57 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
             )
         }),
     };
+    let time = |field: &str, t: &Option<Time>| -> Result<Option<i64>, JobsError> {
+        match t {
+            None => Ok(None),
+            Some(Time::Seconds(s)) if s.is_finite() && s.abs() < 1e15 => Ok(Some(s.floor() as i64)),
+            Some(Time::Seconds(s)) => Err(err(field, format!("{s} is not a usable time"))),
+            Some(Time::Text(text)) => rfc3339_seconds(text).map(Some).ok_or_else(|| {
+                err(
+                    field,
+                    format!(
+                        "`{text}` is not a time; give seconds or RFC 3339 (2026-11-21T09:30:00Z)"
+                    ),
+                )
+            }),
+        }
+    };
+    if !e.placement.is_empty() && e.placement.len() != e.members as usize {
+        return Err(err(
+            "placement",
+            format!(
+                "a running job has one placement entry per member: {} entries for {} members",
+                e.placement.len(),
+                e.members
+            ),
+        ));
+    }
+    let submitted_at = time("submitted_at", &e.submitted_at)?;
+    let started_at = time("started_at", &e.started_at)?;
+    let last_checkpoint_at = time("last_checkpoint_at", &e.last_checkpoint_at)?;
+    if !e.placement.is_empty() && started_at.is_none() {
+        return Err(err(
+            "started_at",
+            "a job with a placement is running and needs `started_at`".into(),
+        ));
+    }
     Ok(Job {
         id: e.id,
+        line,
+        name: e.name,
+        namespace: e.namespace,
+        user: e.user,
         team: e.team,
         tier: e.tier,
+        submitted_at,
+        runtime_s: e.runtime_s,
+        checkpoint_interval_s: e.checkpoint_interval_s,
+        interactive: e.interactive,
+        preemptions: e.preemptions,
+        spot_interruptions: e.spot_interruptions,
+        placement: e.placement,
+        started_at,
+        last_checkpoint_at,
         shape: JobShape {
             members: e.members,
             member: Request {
@@ -267,4 +354,88 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
             topology_preferred: parse_level("topology_preferred", &e.topology_preferred)?,
         },
     })
+}
+
+/// Seconds since the Unix epoch of an RFC 3339 time (`2026-11-21T09:30:00Z`,
+/// `2026-11-21T10:30:00.5+01:00`); `None` if it is not one.
+pub fn rfc3339_seconds(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    let num = |from: usize, len: usize| -> Option<i64> {
+        let part = text.get(from..from + len)?;
+        part.bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| part.parse().ok())?
+    };
+    let sep = |at: usize, allowed: &[u8]| b.get(at).is_some_and(|c| allowed.contains(c));
+    if !(sep(4, b"-") && sep(7, b"-") && sep(10, b"Tt ") && sep(13, b":") && sep(16, b":")) {
+        return None;
+    }
+    let (year, month, day) = (num(0, 4)?, num(5, 2)?, num(8, 2)?);
+    let (hour, minute, second) = (num(11, 2)?, num(14, 2)?, num(17, 2)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut rest = text.get(19..)?;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        rest = frac.get(digits..)?;
+    }
+    let offset = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first() {
+                Some(b'+') => 1,
+                Some(b'-') => -1,
+                _ => return None,
+            };
+            let tz = rest.get(1..)?;
+            if tz.len() != 5 || tz.as_bytes().get(2) != Some(&b':') {
+                return None;
+            }
+            let h: i64 = tz.get(0..2)?.parse().ok()?;
+            let m: i64 = tz.get(3..5)?.parse().ok()?;
+            sign * (h * 3600 + m * 60)
+        }
+    };
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3600 + minute * 60 + second - offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_seconds;
+
+    #[test]
+    fn rfc3339_times_become_unix_seconds() {
+        assert_eq!(rfc3339_seconds("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(rfc3339_seconds("2026-11-21T09:30:00Z"), Some(1_795_253_400));
+        assert_eq!(
+            rfc3339_seconds("2026-11-21T10:30:00.25+01:00"),
+            Some(1_795_253_400)
+        );
+        assert_eq!(rfc3339_seconds("2000-02-29T00:00:00Z"), Some(951_782_400));
+        for bad in [
+            "2026-13-01T00:00:00Z",
+            "yesterday",
+            "2026-11-21",
+            "2026-11-21T09:30:00",
+        ] {
+            assert_eq!(rfc3339_seconds(bad), None, "{bad}");
+        }
+    }
 }

@@ -1,0 +1,222 @@
+//! `gantry plan`: one decision cycle over a policy, a fleet file and a jobs file (pending
+//! and running), printed as the contract's plan JSON or as a readable queue.
+
+use super::files::read_text;
+use super::{fail, Io, EXIT_OK, EXIT_USAGE};
+use crate::core::mig::MigTable;
+use crate::decide::plan::{Action, Plan};
+use crate::decide::snapshot::{Snapshot, UsageRecord};
+use crate::inventory::jobs_file::rfc3339_seconds;
+use crate::inventory::{catalog, fleet_file, jobs_file};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum, PartialEq, Eq)]
+pub enum PlanFormat {
+    Table,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct PlanArgs {
+    /// Policy directory or file.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Fleet file (JSON or TOML).
+    #[arg(long)]
+    pub fleet: PathBuf,
+    /// Jobs, pending and running (JSON array or JSON Lines).
+    #[arg(long)]
+    pub jobs: PathBuf,
+    /// Team usage history for fair share (JSON Lines of {team, at, gpu_s, cpu_s, memory_mib_s}).
+    #[arg(long)]
+    pub usage: Option<PathBuf>,
+    /// The decision time: seconds since the epoch or RFC 3339. Default: the latest time in
+    /// the jobs file (submit, start or checkpoint), so a saved snapshot replays the same.
+    #[arg(long)]
+    pub now: Option<String>,
+    #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
+    pub format: PlanFormat,
+}
+
+pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
+    let (program, revision) = match super::policy::load_with_revision(&args.policy, io) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let models = catalog::merged(&program.gpu_models);
+    let fleet = match read_text(&args.fleet).and_then(|(name, text)| {
+        fleet_file::parse(&name, &text, &models).map_err(|e| e.to_string())
+    }) {
+        Ok(f) => f,
+        Err(e) => return fail(io, e),
+    };
+    let (jobs_name, jobs) = match read_text(&args.jobs).and_then(|(name, text)| {
+        jobs_file::parse(&name, &text)
+            .map(|j| (name, j))
+            .map_err(|e| e.to_string())
+    }) {
+        Ok(j) => j,
+        Err(e) => return fail(io, e),
+    };
+    let usage = match &args.usage {
+        None => Vec::new(),
+        Some(path) => match read_text(path).and_then(|(name, text)| parse_usage(&name, &text)) {
+            Ok(u) => u,
+            Err(e) => return fail(io, e),
+        },
+    };
+    let now = match &args.now {
+        Some(t) => match t.parse::<i64>().ok().or_else(|| rfc3339_seconds(t)) {
+            Some(n) => n,
+            None => {
+                return fail(
+                    io,
+                    format!("--now `{t}` is not a time; give seconds or RFC 3339"),
+                )
+            }
+        },
+        None => jobs
+            .iter()
+            .flat_map(|j| [j.submitted_at, j.started_at, j.last_checkpoint_at])
+            .flatten()
+            .max()
+            .unwrap_or(0),
+    };
+    let mig = MigTable::from_models(&models);
+    let snapshot = match Snapshot::build(fleet, jobs, usage, &mig) {
+        Ok(s) => s,
+        Err(errors) => {
+            for e in &errors {
+                let _ = writeln!(io.stderr, "error: {jobs_name}:{e}");
+            }
+            return EXIT_USAGE;
+        }
+    };
+    let mut plan = crate::decide::decide(&program, &snapshot, now);
+    plan.policy_revision = revision;
+    match args.format {
+        PlanFormat::Json => match serde_json::to_string_pretty(&plan) {
+            Ok(text) => {
+                let _ = writeln!(io.stdout, "{text}");
+            }
+            Err(e) => return fail(io, format!("cannot write the plan: {e}")),
+        },
+        PlanFormat::Table => table(&plan, io),
+    }
+    EXIT_OK
+}
+
+fn parse_usage(file: &str, text: &str) -> Result<Vec<UsageRecord>, String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| {
+                let m = e.to_string();
+                let m = m.split(" at line ").next().unwrap_or(&m).to_string();
+                format!("{file}:{}: {m}", i + 1)
+            })
+        })
+        .collect()
+}
+
+fn duration(s: i64) -> String {
+    match s {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 => format!("{}m", s / 60),
+        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+fn table(plan: &Plan, io: &mut Io<'_>) {
+    let _ = writeln!(
+        io.stdout,
+        "{:>4}  {:<20} {:<12} {:<12} {:>6}  {:<7} {:>7}  reason",
+        "pos", "job", "team", "tier", "gpus", "state", "eta"
+    );
+    for d in &plan.decisions {
+        let state = match d.action {
+            Action::Place if d.victims.is_empty() => "place",
+            Action::Place => "preempt",
+            Action::Queue => "queue",
+            Action::Deny => "deny",
+        };
+        let (pos, eta, why) = match &d.reason {
+            Some(r) => (
+                r.position.map_or("-".into(), |p| p.to_string()),
+                r.eta_s.map_or("-".into(), duration),
+                format!(
+                    "{}: {}",
+                    serde_json::to_value(r.code)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    r.message
+                ),
+            ),
+            None => {
+                let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
+                let mut dedup = nodes.clone();
+                dedup.dedup();
+                let mut text = format!("on {}", dedup.join(", "));
+                if !d.victims.is_empty() {
+                    text.push_str(&format!(" after preempting {}", d.victims.join(", ")));
+                }
+                if d.borrowing {
+                    text.push_str(" (borrowed quota)");
+                }
+                ("-".into(), "-".into(), text)
+            }
+        };
+        let _ = writeln!(
+            io.stdout,
+            "{pos:>4}  {:<20} {:<12} {:<12} {:>6}  {state:<7} {eta:>7}  {why}",
+            d.job,
+            d.team.as_deref().unwrap_or("-"),
+            d.tier.as_deref().unwrap_or("-"),
+            format!("{}", d.gpus),
+        );
+        if let Some(unblock) = d.reason.as_ref().and_then(|r| r.unblock.as_ref()) {
+            let _ = writeln!(io.stdout, "{:>79}→ {unblock}", "");
+        }
+    }
+    for p in &plan.preemptions {
+        let _ = writeln!(
+            io.stdout,
+            "preempt {} for {} ({}; grace {}, {:.0} GPU-s of work since its last checkpoint)",
+            p.job,
+            p.for_job,
+            p.cause,
+            duration(p.grace_s as i64),
+            p.lost_gpu_s
+        );
+    }
+    if let Some(r) = &plan.reservation {
+        let _ = writeln!(
+            io.stdout,
+            "reserve {} for {} in {}",
+            r.nodes.join(", "),
+            r.job,
+            duration(r.start_at - plan.now)
+        );
+    }
+    let placed = plan
+        .decisions
+        .iter()
+        .filter(|d| d.action == Action::Place)
+        .count();
+    let denied = plan
+        .decisions
+        .iter()
+        .filter(|d| d.action == Action::Deny)
+        .count();
+    let _ = writeln!(
+        io.stdout,
+        "{placed} placed, {} queued, {denied} denied, {} preempted (policy {})",
+        plan.decisions.len() - placed - denied,
+        plan.preemptions.len(),
+        plan.policy_revision
+    );
+}

@@ -1,0 +1,878 @@
+//! The decision cycle itself; see the module docs of `decide`.
+
+use super::admission::{admit, Admission};
+use super::fairshare::{FairShares, Resources};
+use super::plan::{
+    Action, Assignment, Decision, Plan, Preemption, Reason, ReasonCode, Reservation, Routed,
+};
+use super::quota::{Ledger, QuotaBlock};
+use super::snapshot::{JobState, Snapshot};
+use crate::core::alloc::Request;
+use crate::core::frag::Workload;
+use crate::core::gang::{self, JobShape, Unplaced, UnplacedCode};
+use crate::core::packing::Strategy;
+use crate::core::placer::{Choice, Placer};
+use lang::ir::{PreemptMode, Program, Tier};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Distinct job shapes whose start time is estimated per cycle; beyond it `eta_s` is null.
+const ETA_SHAPES: usize = 64;
+
+/// A job holding GPUs during the cycle: running at the start, or placed in this cycle.
+#[derive(Debug, Clone)]
+struct Holder {
+    id: String,
+    team: Option<String>,
+    member: Request,
+    choices: Vec<Choice>,
+    /// Expected end (seconds since the epoch); `None` when the job gave no runtime.
+    ends_at: Option<i64>,
+    /// Index into the snapshot's jobs when it was running at the start (a preemption
+    /// candidate); `None` for jobs placed in this cycle.
+    running: Option<usize>,
+    evicted: bool,
+}
+
+struct Cycle<'a> {
+    program: &'a Program,
+    snapshot: &'a Snapshot,
+    now: i64,
+    placer: Placer<'a>,
+    ledger: Ledger,
+    shares: FairShares,
+    holders: Vec<Holder>,
+    reservation: Option<Reserved>,
+    /// Shapes and priorities for which no victim set exists this cycle.
+    no_victims: BTreeSet<(String, i64, bool)>,
+    eta_memo: HashMap<JobShape, Option<i64>>,
+    preemptions: Vec<Preemption>,
+}
+
+#[derive(Debug, Clone)]
+struct Reserved {
+    job: String,
+    start_at: i64,
+    nodes: BTreeSet<usize>,
+}
+
+/// What placing one job came to.
+enum Outcome {
+    Placed {
+        choices: Vec<Choice>,
+        victims: Vec<String>,
+        borrowing: bool,
+    },
+    Blocked(Reason),
+}
+
+pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+    let fleet = &snapshot.fleet;
+    let members: Vec<Request> = snapshot
+        .jobs
+        .iter()
+        .map(|j| j.job.shape.member.clone())
+        .collect();
+    let workload = Workload::typical(&members);
+    let strategy = Strategy::from_policy(program.placement.packing);
+    let placer = Placer::new(fleet, strategy, &workload, &snapshot.mig, 0);
+    let capacity: Resources = [
+        fleet.gpu_milli_capacity() as f64,
+        fleet.nodes.iter().map(|n| n.cpu_milli as f64).sum(),
+        fleet.nodes.iter().map(|n| n.memory_mib as f64).sum(),
+    ];
+    let mut cycle = Cycle {
+        program,
+        snapshot,
+        now,
+        placer,
+        ledger: Ledger::new(program, fleet.gpu_milli_capacity()),
+        shares: FairShares::new(program, capacity, &snapshot.usage, now),
+        holders: Vec::new(),
+        reservation: None,
+        no_victims: BTreeSet::new(),
+        eta_memo: HashMap::new(),
+        preemptions: Vec::new(),
+    };
+    cycle.run()
+}
+
+impl<'a> Cycle<'a> {
+    fn run(&mut self) -> Plan {
+        let snapshot = self.snapshot;
+        for (k, js) in snapshot.jobs.iter().enumerate() {
+            if let Some(r) = &js.running {
+                self.hold(js, r.members.clone(), Some(k));
+            }
+        }
+        let mut denied = Vec::new();
+        let mut queue: Vec<(usize, Admission, JobShape)> = Vec::new();
+        for (k, js) in snapshot.jobs.iter().enumerate() {
+            if js.running.is_some() {
+                continue;
+            }
+            if let Some(reason) = self.invalid(js) {
+                denied.push(self.decision(js, Action::Deny, Some(reason), &Admission::default()));
+                continue;
+            }
+            let admission = admit(self.program, js, self.now);
+            if let Some((rule, message)) = &admission.denied {
+                let mut reason = Reason::new(
+                    ReasonCode::DeniedByRule,
+                    format!("denied by rule {rule}: {message}"),
+                )
+                .unblock(format!("change the job so rule {rule} no longer matches"));
+                reason.rule = Some(rule.clone());
+                denied.push(self.decision(js, Action::Deny, Some(reason), &admission));
+                continue;
+            }
+            let mut shape = js.job.shape.clone();
+            if let Some((_, pool)) = &admission.routed {
+                shape.pools = vec![pool.clone()];
+            }
+            apply_policy_topology(&mut shape, &self.program.placement);
+            queue.push((k, admission, shape));
+        }
+        let order = self.order(&queue);
+        let mut decisions = Vec::new();
+        for q in order {
+            let Some((k, admission, shape)) = queue.get(q) else {
+                continue;
+            };
+            let Some(js) = snapshot.jobs.get(*k) else {
+                continue;
+            };
+            let outcome = self.place(js, shape);
+            let decision = match outcome {
+                Outcome::Placed {
+                    choices,
+                    victims,
+                    borrowing,
+                } => {
+                    let mut d = self.decision(js, Action::Place, None, admission);
+                    d.placement = self.assignments(&js.job.shape.member, &choices);
+                    d.victims = victims;
+                    d.borrowing = borrowing;
+                    d
+                }
+                Outcome::Blocked(reason) => {
+                    self.decision(js, Action::Queue, Some(reason), admission)
+                }
+            };
+            decisions.push(decision);
+        }
+        let mut position = 0;
+        for d in &mut decisions {
+            if let Some(r) = &mut d.reason {
+                position += 1;
+                r.position = Some(position);
+            }
+        }
+        decisions.extend(denied);
+        let reservation = self.reservation.as_ref().map(|r| Reservation {
+            job: r.job.clone(),
+            start_at: r.start_at,
+            nodes: r.nodes.iter().filter_map(|i| self.node_name(*i)).collect(),
+        });
+        Plan {
+            policy_revision: String::new(),
+            now: self.now,
+            decisions,
+            preemptions: std::mem::take(&mut self.preemptions),
+            reservation,
+            scale: Vec::new(),
+            warm: Vec::new(),
+        }
+    }
+
+    fn node_name(&self, i: usize) -> Option<String> {
+        self.snapshot.fleet.nodes.get(i).map(|n| n.name.clone())
+    }
+
+    fn pool_of(&self, node: usize) -> Option<&'a str> {
+        self.snapshot
+            .fleet
+            .nodes
+            .get(node)
+            .and_then(|n| n.pool.as_deref())
+    }
+
+    fn tier(&self, js: &JobState) -> Option<&'a Tier> {
+        js.job.tier.as_deref().and_then(|t| self.program.tier(t))
+    }
+
+    fn priority(&self, js: &JobState) -> i64 {
+        self.tier(js).map_or(0, |t| t.priority)
+    }
+
+    /// A team or tier the policy does not know, or a tier the team may not use.
+    fn invalid(&self, js: &JobState) -> Option<Reason> {
+        let program = self.program;
+        let names = |v: Vec<&str>| v.join(", ");
+        if let Some(team) = &js.job.team {
+            match program.team(team) {
+                None => {
+                    return Some(
+                        Reason::new(
+                            ReasonCode::InvalidJob,
+                            format!(
+                                "job {}: field `team`: team `{team}` is not defined in the policy",
+                                js.id()
+                            ),
+                        )
+                        .unblock(format!(
+                            "use one of: {}",
+                            names(program.teams.iter().map(|t| t.name.as_str()).collect())
+                        )),
+                    )
+                }
+                Some(t) => {
+                    if let (Some(allowed), Some(tier)) = (&t.tiers, &js.job.tier) {
+                        if !allowed.contains(tier) && program.tier(tier).is_some() {
+                            return Some(
+                                Reason::new(
+                                    ReasonCode::InvalidJob,
+                                    format!("team {team} may not use tier {tier}"),
+                                )
+                                .unblock(format!("use one of its tiers: {}", allowed.join(", "))),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(tier) = &js.job.tier {
+            if program.tier(tier).is_none() {
+                return Some(
+                    Reason::new(
+                        ReasonCode::InvalidJob,
+                        format!(
+                            "job {}: field `tier`: tier `{tier}` is not defined in the policy",
+                            js.id()
+                        ),
+                    )
+                    .unblock(format!(
+                        "use one of: {}",
+                        names(program.tiers.iter().map(|t| t.name.as_str()).collect())
+                    )),
+                );
+            }
+        }
+        None
+    }
+
+    fn decision(
+        &self,
+        js: &JobState,
+        action: Action,
+        reason: Option<Reason>,
+        admission: &Admission,
+    ) -> Decision {
+        let shape = &js.job.shape;
+        Decision {
+            job: js.id().to_string(),
+            team: js.job.team.clone(),
+            tier: js.job.tier.clone(),
+            gpus: f64::from(shape.members) * shape.member.gpu_milli_total() as f64 / 1000.0,
+            action,
+            placement: Vec::new(),
+            victims: Vec::new(),
+            borrowing: false,
+            routed_to: admission.routed.as_ref().map(|(rule, pool)| Routed {
+                pool: pool.clone(),
+                rule: rule.clone(),
+            }),
+            annotations: admission.annotations.clone(),
+            warnings: admission.warnings.clone(),
+            reason,
+        }
+    }
+
+    fn assignments(&self, member: &Request, choices: &[Choice]) -> Vec<Assignment> {
+        choices
+            .iter()
+            .map(|c| Assignment {
+                node: self.node_name(c.node).unwrap_or_default(),
+                gpus: c
+                    .on
+                    .gpus
+                    .iter()
+                    .map(|g| {
+                        self.snapshot
+                            .fleet
+                            .nodes
+                            .get(c.node)
+                            .and_then(|n| n.gpus.get(*g))
+                            .map_or(*g as u32, |x| x.index)
+                    })
+                    .collect(),
+                gpu_milli: member.gpu_milli,
+                mig_starts: c.on.mig_starts.clone(),
+            })
+            .collect()
+    }
+
+    /// Charges per pool for a placement.
+    fn charges(&self, member: &Request, choices: &[Choice]) -> Vec<(Option<&'a str>, u64)> {
+        choices
+            .iter()
+            .map(|c| (self.pool_of(c.node), member.gpu_milli_total()))
+            .collect()
+    }
+
+    fn resources(member: &Request, members: usize) -> Resources {
+        let n = members as f64;
+        [
+            member.gpu_milli_total() as f64 * n,
+            member.cpu_milli as f64 * n,
+            member.memory_mib as f64 * n,
+        ]
+    }
+
+    /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
+    fn hold(&mut self, js: &JobState, choices: Vec<Choice>, running: Option<usize>) {
+        let member = js.job.shape.member.clone();
+        for c in &choices {
+            self.placer.commit(&member, c);
+        }
+        for (pool, milli) in self.charges(&member, &choices) {
+            self.ledger.charge(js.job.team.as_deref(), pool, milli);
+        }
+        self.shares.hold(
+            js.job.team.as_deref(),
+            Self::resources(&member, choices.len()),
+        );
+        let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
+        self.holders.push(Holder {
+            id: js.id().to_string(),
+            team: js.job.team.clone(),
+            member,
+            choices,
+            ends_at: js.job.runtime_s.map(|r| (started + r as i64).max(self.now)),
+            running,
+            evicted: false,
+        });
+    }
+
+    fn release_holder(&mut self, h: usize) {
+        let Some(holder) = self.holders.get(h).cloned() else {
+            return;
+        };
+        for c in &holder.choices {
+            self.placer.release(&holder.member, c);
+        }
+        for (pool, milli) in self.charges(&holder.member, &holder.choices) {
+            self.ledger.uncharge(holder.team.as_deref(), pool, milli);
+        }
+    }
+
+    fn restore_holder(&mut self, h: usize) {
+        let Some(holder) = self.holders.get(h).cloned() else {
+            return;
+        };
+        for c in &holder.choices {
+            self.placer.commit(&holder.member, c);
+        }
+        for (pool, milli) in self.charges(&holder.member, &holder.choices) {
+            self.ledger.charge(holder.team.as_deref(), pool, milli);
+        }
+    }
+
+    /// Queue order: tier priority (high first); within a priority, the team with the
+    /// lowest fair share goes next, with its oldest job; ties by submit time and id.
+    fn order(&mut self, queue: &[(usize, Admission, JobShape)]) -> Vec<usize> {
+        let jobs = &self.snapshot.jobs;
+        let job = |q: usize| queue.get(q).and_then(|(k, _, _)| jobs.get(*k));
+        let mut bands: BTreeMap<std::cmp::Reverse<i64>, BTreeMap<Option<String>, Vec<usize>>> =
+            BTreeMap::new();
+        for q in 0..queue.len() {
+            let Some(js) = job(q) else { continue };
+            bands
+                .entry(std::cmp::Reverse(self.priority(js)))
+                .or_default()
+                .entry(js.job.team.clone())
+                .or_default()
+                .push(q);
+        }
+        let key = |q: usize| {
+            job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id().to_string()))
+        };
+        let mut order = Vec::with_capacity(queue.len());
+        for (_, mut teams) in bands {
+            for list in teams.values_mut() {
+                list.sort_by_key(|q| key(*q));
+                list.reverse(); // pop from the back: oldest first
+            }
+            // Shares move only when a job is placed, so they are read fresh on each pick;
+            // the band is ordered by picking rather than sorting.
+            loop {
+                let next = teams
+                    .iter()
+                    .filter_map(|(team, list)| {
+                        let q = *list.last()?;
+                        let share = self.shares.share(team.as_deref());
+                        Some((share, key(q), team.clone()))
+                    })
+                    .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+                let Some((_, _, team)) = next else { break };
+                let Some(q) = teams.get_mut(&team).and_then(Vec::pop) else {
+                    break;
+                };
+                order.push(q);
+                // Placing happens later; fair share within a band follows what this job
+                // would hold if placed, so one team's many jobs do not go first in a row.
+                if let Some(js) = job(q) {
+                    let r = Self::resources(&js.job.shape.member, js.job.shape.members as usize);
+                    self.shares.hold(js.job.team.as_deref(), r);
+                }
+            }
+        }
+        // Undo the provisional holds: `hold` adds them again for jobs that are placed.
+        for q in &order {
+            if let Some(js) = job(*q) {
+                let r = Self::resources(&js.job.shape.member, js.job.shape.members as usize);
+                self.shares.hold(js.job.team.as_deref(), r.map(|x| -x));
+            }
+        }
+        order
+    }
+
+    /// Places one job: directly, or by preempting, or not (with a reason).
+    fn place(&mut self, js: &JobState, shape: &JobShape) -> Outcome {
+        let ends_at = js.job.runtime_s.map(|r| self.now + r as i64);
+        let reservation = self.reservation.clone();
+        let respects = |r: &Option<Reserved>, node: usize| match r {
+            Some(res) => !res.nodes.contains(&node) || ends_at.is_some_and(|e| e <= res.start_at),
+            None => true,
+        };
+        let attempt = self.try_place(js, shape, &|i| respects(&reservation, i));
+        let mut blocked = match attempt {
+            Ok((choices, borrowing)) => {
+                self.hold(js, choices.clone(), None);
+                return Outcome::Placed {
+                    choices,
+                    victims: Vec::new(),
+                    borrowing,
+                };
+            }
+            Err(b) => b,
+        };
+        // Would it fit on the reserved GPUs? Then it waits for the reservation.
+        if let (Some(res), Blocked::Capacity(_)) = (&reservation, &blocked) {
+            if let Ok((choices, _)) = self.try_place(js, shape, &|_| true) {
+                for c in &choices {
+                    self.placer.release(&shape.member, c);
+                }
+                blocked = Blocked::Reservation(res.clone());
+            }
+        }
+        if let Some(done) = self.preempt(js, shape, &blocked, &|i| respects(&reservation, i)) {
+            return done;
+        }
+        let mut reason = match blocked {
+            Blocked::Capacity(u) => {
+                let code = match u.code {
+                    UnplacedCode::NoSuchModel => ReasonCode::NoSuchModel,
+                    UnplacedCode::NeverFits => ReasonCode::NeverFits,
+                    UnplacedCode::TopologyUnsatisfiable => ReasonCode::TopologyUnsatisfiable,
+                    UnplacedCode::NoCapacity => ReasonCode::NoCapacity,
+                };
+                let mut r = Reason::new(code, u.message);
+                if code == ReasonCode::NoCapacity {
+                    r = self.capacity_reason(js, shape, r);
+                } else {
+                    r.unblock = Some(match code {
+                        ReasonCode::NoSuchModel => {
+                            "add a node with an allowed model to an allowed pool, or widen `models`/`pools`".to_string()
+                        }
+                        ReasonCode::TopologyUnsatisfiable => {
+                            "relax the topology requirement or label more nodes into one group".to_string()
+                        }
+                        _ => "shrink the members or add a larger node shape".to_string(),
+                    });
+                }
+                r
+            }
+            Blocked::Quota(q) => {
+                Reason::new(ReasonCode::QuotaExhausted, q.message).unblock(q.unblock)
+            }
+            Blocked::Reservation(res) => {
+                let mut r = Reason::new(
+                    ReasonCode::WaitingForReservation,
+                    format!(
+                        "it fits only on GPUs reserved for {} from {}s from now, and {}",
+                        res.job,
+                        res.start_at - self.now,
+                        match ends_at {
+                            Some(e) => format!("it would run until {}s from now", e - self.now),
+                            None => "it has no runtime estimate".to_string(),
+                        }
+                    ),
+                )
+                .unblock(format!(
+                    "fits once {} starts, or now with a runtime under {}s",
+                    res.job,
+                    res.start_at - self.now
+                ));
+                r.eta_s = self.eta(shape);
+                r
+            }
+        };
+        if shape.members > 1 {
+            if let (Some(timeout), Some(sub)) =
+                (self.program.placement.gang_timeout_s, js.job.submitted_at)
+            {
+                let waited = self.now - sub;
+                if waited > timeout as i64 {
+                    reason.gang_timeout_exceeded = true;
+                    reason.message = format!(
+                        "{} (gang waiting {waited}s, past the {timeout}s gang timeout)",
+                        reason.message
+                    );
+                }
+            }
+        }
+        Outcome::Blocked(reason)
+    }
+
+    /// A no-capacity reason with an ETA, and the reservation if this is the head blocked job.
+    fn capacity_reason(&mut self, js: &JobState, shape: &JobShape, mut r: Reason) -> Reason {
+        let placement = &self.program.placement;
+        if placement.backfill && self.reservation.is_none() {
+            if let Some((start, nodes)) = self.earliest_start(shape) {
+                if start - self.now <= placement.backfill_window_s as i64 {
+                    let names: Vec<String> =
+                        nodes.iter().filter_map(|i| self.node_name(*i)).collect();
+                    self.reservation = Some(Reserved {
+                        job: js.id().to_string(),
+                        start_at: start,
+                        nodes,
+                    });
+                    let mut reserved = Reason::new(
+                        ReasonCode::Reserved,
+                        format!(
+                            "{}; reserved {} from {}s from now, when running jobs end",
+                            r.message,
+                            names.join(", "),
+                            start - self.now
+                        ),
+                    )
+                    .unblock("starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first");
+                    reserved.eta_s = Some(start - self.now);
+                    return reserved;
+                }
+            }
+        }
+        r.eta_s = self.eta(shape);
+        r.unblock = Some(match r.eta_s {
+            Some(eta) => format!("fits in about {eta}s, when running jobs end (by their runtime estimates)"),
+            None => "fits when running jobs free capacity of this shape (no runtime estimates to say when)".to_string(),
+        });
+        r
+    }
+
+    /// Places without preemption: the team's guaranteed pools first (per-pool quotas),
+    /// then anywhere allowed; each placement must pass the quota check.
+    fn try_place(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Result<(Vec<Choice>, bool), Blocked> {
+        let team = js.job.team.as_deref();
+        let mut tries = vec![shape.clone()];
+        if shape.pools.is_empty() {
+            if let Some(t) = team.and_then(|t| self.program.team(t)) {
+                let mut pools: Vec<String> = t.guaranteed.per_pool_milli.keys().cloned().collect();
+                pools.retain(|p| {
+                    self.ledger
+                        .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                });
+                if !pools.is_empty() {
+                    tries.insert(
+                        0,
+                        JobShape {
+                            pools,
+                            ..shape.clone()
+                        },
+                    );
+                }
+            }
+        }
+        let mut last: Option<Blocked> = None;
+        for s in &tries {
+            match gang::place_job_within(&mut self.placer, s, within) {
+                Ok(choices) => {
+                    let charges = self.charges(&s.member, &choices);
+                    match self.ledger.check(team, &charges) {
+                        Ok(()) => {
+                            for c in &choices {
+                                self.placer.release(&s.member, c);
+                            }
+                            let borrowing = !self.ledger.within_guarantee(team, &charges)
+                                && self.ledger.has_team(team.unwrap_or(""));
+                            return Ok((choices, borrowing));
+                        }
+                        Err(q) => {
+                            for c in &choices {
+                                self.placer.release(&s.member, c);
+                            }
+                            last = Some(Blocked::Quota(q));
+                        }
+                    }
+                }
+                Err(u) => {
+                    if last.is_none() || u.code != UnplacedCode::NoCapacity {
+                        last = Some(Blocked::Capacity(u));
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or(Blocked::Capacity(Unplaced {
+            code: UnplacedCode::NoCapacity,
+            message: "no capacity".into(),
+        })))
+    }
+
+    /// Preempts running jobs to place `js`, if the policy allows a set that works: lower
+    /// tiers, or borrowers when `js`'s team reclaims its guarantee. Candidates are tried
+    /// in order of least lost work (borrowers being reclaimed first) until the job fits;
+    /// then victims that turn out unnecessary are spared.
+    fn preempt(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        blocked: &Blocked,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Option<Outcome> {
+        match blocked {
+            Blocked::Capacity(u) if u.code == UnplacedCode::NoCapacity => {}
+            Blocked::Quota(_) => {}
+            _ => return None,
+        }
+        let team = js.job.team.as_deref();
+        let priority = self.priority(js);
+        let reclaiming = self
+            .ledger
+            .within_guarantee(team, &[(None, js.gpu_milli())])
+            || self.program.team(team.unwrap_or("")).is_some_and(|t| {
+                t.guaranteed.per_pool_milli.keys().any(|p| {
+                    self.ledger
+                        .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                })
+            });
+        let memo = (format!("{shape:?}"), priority, reclaiming);
+        if self.no_victims.contains(&memo) {
+            return None;
+        }
+        let cohort = self.ledger.cohort(team).map(str::to_string);
+        let fleet = &self.snapshot.fleet;
+        let usable = |node: usize| {
+            fleet.nodes.get(node).is_some_and(|n| {
+                (shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                    && shape.member.accepts_model(n.gpu_model())
+            })
+        };
+        // (reclaim first, lost GPU-seconds, priority, id, holder)
+        let mut candidates: Vec<(bool, i64, i64, String, usize)> = Vec::new();
+        for (h, holder) in self.holders.iter().enumerate() {
+            let Some(k) = holder.running else { continue };
+            if holder.evicted || !holder.choices.iter().any(|c| usable(c.node)) {
+                continue;
+            }
+            let Some(victim) = self.snapshot.jobs.get(k) else {
+                continue;
+            };
+            let Some(tier) = self.tier(victim) else {
+                continue;
+            };
+            let Some(run) = &victim.running else { continue };
+            if tier.preempt == PreemptMode::Never
+                || self.now - run.started_at < tier.min_runtime_s as i64
+            {
+                continue;
+            }
+            let since = run
+                .last_checkpoint_at
+                .unwrap_or(run.started_at)
+                .max(run.started_at);
+            let lost_s = (self.now - since).max(0);
+            if tier.preempt == PreemptMode::AfterCheckpoint
+                && tier.max_lost_s.is_some_and(|m| lost_s > m as i64)
+            {
+                continue;
+            }
+            let vteam = victim.job.team.as_deref();
+            let reclaim = reclaiming
+                && vteam != team
+                && cohort.is_some()
+                && self.ledger.cohort(vteam) == cohort.as_deref()
+                && self.ledger.is_borrowing(vteam);
+            if !(reclaim || tier.priority < priority) {
+                continue;
+            }
+            let gpus = victim.gpu_milli() as i64;
+            candidates.push((
+                !reclaim,
+                gpus * lost_s,
+                tier.priority,
+                victim.id().to_string(),
+                h,
+            ));
+        }
+        if candidates.is_empty() {
+            self.no_victims.insert(memo);
+            return None;
+        }
+        candidates.sort();
+        let mut taken: Vec<usize> = Vec::new();
+        let mut found: Option<(Vec<Choice>, bool)> = None;
+        for c in &candidates {
+            self.release_holder(c.4);
+            taken.push(c.4);
+            if let Ok(done) = self.try_place(js, shape, within) {
+                found = Some(done);
+                break;
+            }
+        }
+        let Some(mut placed) = found else {
+            for h in taken.iter().rev() {
+                self.restore_holder(*h);
+            }
+            self.no_victims.insert(memo);
+            return None;
+        };
+        // Spare victims the placement does not need, latest-added first (most lost work).
+        let mut needed: Vec<usize> = Vec::new();
+        let last = taken.pop();
+        for h in taken.into_iter().rev() {
+            self.restore_holder(h);
+            match self.try_place(js, shape, within) {
+                Ok(done) => placed = done,
+                Err(_) => {
+                    self.release_holder(h);
+                    needed.push(h);
+                }
+            }
+        }
+        needed.extend(last);
+        // Re-place on the final victim set so the placement matches it.
+        if let Ok(done) = self.try_place(js, shape, within) {
+            placed = done;
+        }
+        let mut victims = Vec::new();
+        for h in &needed {
+            let Some(holder) = self.holders.get_mut(*h) else {
+                continue;
+            };
+            holder.evicted = true;
+            let holder = holder.clone();
+            let Some(victim) = holder.running.and_then(|k| self.snapshot.jobs.get(k)) else {
+                continue;
+            };
+            let (grace_s, cause) = match candidates.iter().find(|c| c.4 == *h) {
+                Some(c) => (
+                    self.tier(victim).map_or(0, |t| t.grace_s),
+                    if c.0 { "priority" } else { "reclaim" },
+                ),
+                None => (0, "priority"),
+            };
+            let lost = candidates.iter().find(|c| c.4 == *h).map_or(0, |c| c.1);
+            self.shares.hold(
+                holder.team.as_deref(),
+                Self::resources(&holder.member, holder.choices.len()).map(|x| -x),
+            );
+            victims.push(holder.id.clone());
+            self.preemptions.push(Preemption {
+                job: holder.id.clone(),
+                for_job: js.id().to_string(),
+                grace_s,
+                lost_gpu_s: lost as f64 / 1000.0,
+                cause: cause.to_string(),
+            });
+        }
+        victims.sort();
+        let (choices, borrowing) = placed;
+        self.hold(js, choices.clone(), None);
+        Some(Outcome::Placed {
+            choices,
+            victims,
+            borrowing,
+        })
+    }
+
+    /// When `shape` could start if running jobs end as estimated, and on which nodes:
+    /// jobs are released in order of expected end until it fits. Quotas are not
+    /// considered (an estimate of capacity, not of turn).
+    fn earliest_start(&mut self, shape: &JobShape) -> Option<(i64, BTreeSet<usize>)> {
+        let mut ends: Vec<(i64, String, usize)> = self
+            .holders
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| !h.evicted)
+            .filter_map(|(i, h)| Some((h.ends_at?, h.id.clone(), i)))
+            .collect();
+        ends.sort();
+        let mut released = Vec::new();
+        let mut result = None;
+        for (end, _, h) in ends {
+            let Some(holder) = self.holders.get(h) else {
+                continue;
+            };
+            let choices = holder.choices.clone();
+            let member = holder.member.clone();
+            for c in &choices {
+                self.placer.release(&member, c);
+            }
+            released.push(h);
+            if let Ok(placed) = gang::place_job(&mut self.placer, shape) {
+                for c in &placed {
+                    self.placer.release(&shape.member, c);
+                }
+                result = Some((end, placed.iter().map(|c| c.node).collect()));
+                break;
+            }
+        }
+        for h in released.into_iter().rev() {
+            if let Some(holder) = self.holders.get(h).cloned() {
+                for c in &holder.choices {
+                    self.placer.commit(&holder.member, c);
+                }
+            }
+        }
+        result
+    }
+
+    /// Seconds until `shape` could start by the running jobs' estimates; memoised per
+    /// shape and estimated for at most [`ETA_SHAPES`] shapes per cycle.
+    fn eta(&mut self, shape: &JobShape) -> Option<i64> {
+        if let Some(hit) = self.eta_memo.get(shape) {
+            return *hit;
+        }
+        if self.eta_memo.len() >= ETA_SHAPES {
+            return None;
+        }
+        let eta = self.earliest_start(shape).map(|(t, _)| t - self.now);
+        self.eta_memo.insert(shape.clone(), eta);
+        eta
+    }
+}
+
+enum Blocked {
+    Capacity(Unplaced),
+    Quota(QuotaBlock),
+    Reservation(Reserved),
+}
+
+/// Jobs without their own topology take the policy's required level, else its first
+/// preferred level that groups nodes.
+pub fn apply_policy_topology(shape: &mut JobShape, placement: &lang::ir::Placement) {
+    use lang::ir::TopologyLevel;
+    if shape.topology_required.is_none() && shape.topology_preferred.is_none() {
+        shape.topology_required = placement.topology_required;
+        shape.topology_preferred = placement
+            .topology_preferred
+            .iter()
+            .copied()
+            .find(|l| !matches!(l, TopologyLevel::NvlinkIsland | TopologyLevel::Any));
+    }
+}

@@ -1,0 +1,167 @@
+//! The decision cycle's output, in the contract's shape: one decision per pending job, one
+//! preemption per evicted running job, and the scale and warm entries (filled by the
+//! autoscaler). Every job that is not placed carries a reason.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Plan {
+    pub policy_revision: String,
+    /// The `now` the plan was decided at, seconds since the epoch.
+    pub now: i64,
+    pub decisions: Vec<Decision>,
+    pub preemptions: Vec<Preemption>,
+    /// The head blocked job's reservation, if backfill made one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<Reservation>,
+    pub scale: Vec<ScaleEntry>,
+    pub warm: Vec<WarmEntry>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Place,
+    Queue,
+    Deny,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Assignment {
+    pub node: String,
+    pub gpus: Vec<u32>,
+    pub gpu_milli: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub mig_starts: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Decision {
+    pub job: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tier: Option<String>,
+    /// GPUs the job asks for, over all members.
+    pub gpus: f64,
+    pub action: Action,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub placement: Vec<Assignment>,
+    /// Running jobs this placement displaces.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub victims: Vec<String>,
+    /// Placed on capacity borrowed from the cohort (reclaimable by its owner).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub borrowing: bool,
+    /// The pool an admission rule routed the job to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub routed_to: Option<Routed>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Reason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Routed {
+    pub pool: String,
+    pub rule: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasonCode {
+    /// An admission rule denied the job.
+    DeniedByRule,
+    /// The job names a team or tier the policy does not define, or a tier its team may not use.
+    InvalidJob,
+    /// No node (in the allowed pools) has an allowed GPU model or MIG profile.
+    NoSuchModel,
+    /// A member needs more than any node has, even empty.
+    NeverFits,
+    /// The required topology group cannot hold the gang, even empty.
+    TopologyUnsatisfiable,
+    /// The team's guarantee and what it may borrow are used up.
+    QuotaExhausted,
+    /// It would fit the fleet; what is free now (plus what may be preempted) does not hold it.
+    NoCapacity,
+    /// It holds the reservation: it starts when running jobs end.
+    Reserved,
+    /// It would fit, but only on GPUs reserved for an earlier job and it would not end
+    /// before that job starts.
+    WaitingForReservation,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reason {
+    pub code: ReasonCode,
+    pub message: String,
+    /// 1-based place among the waiting jobs in queue order; `None` for a denied job.
+    pub position: Option<usize>,
+    /// Seconds until it is expected to start, when the running jobs' estimates say.
+    pub eta_s: Option<i64>,
+    /// What would let it run.
+    pub unblock: Option<String>,
+    /// The rule that denied it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// A gang that has waited longer than the policy's `gang_timeout`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub gang_timeout_exceeded: bool,
+}
+
+impl Reason {
+    pub fn new(code: ReasonCode, message: impl Into<String>) -> Reason {
+        Reason {
+            code,
+            message: message.into(),
+            position: None,
+            eta_s: None,
+            unblock: None,
+            rule: None,
+            gang_timeout_exceeded: false,
+        }
+    }
+
+    pub fn unblock(mut self, text: impl Into<String>) -> Reason {
+        self.unblock = Some(text.into());
+        self
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Preemption {
+    pub job: String,
+    #[serde(rename = "for")]
+    pub for_job: String,
+    pub grace_s: u64,
+    /// GPU-seconds of work since the victim's last checkpoint (or start).
+    pub lost_gpu_s: f64,
+    /// Why this job may be preempted: `priority` or `reclaim` (its team borrows).
+    pub cause: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Reservation {
+    pub job: String,
+    /// Seconds since the epoch when the reserved GPUs are expected free.
+    pub start_at: i64,
+    pub nodes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ScaleEntry {
+    pub pool: String,
+    pub delta_nodes: i64,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WarmEntry {
+    pub pool: String,
+    pub target_nodes: u64,
+    pub reason: String,
+}

@@ -1,0 +1,287 @@
+//! Quotas with Kueue's semantics. A team's `guaranteed` GPUs (overall, or per pool) are
+//! always available to it. Beyond them it borrows: first the idle guarantees of its cohort
+//! (a lender lends at most its `lend`), then fleet capacity that no team is guaranteed;
+//! never past its `burst`. What a team borrows is reclaimable: when an owner needs its
+//! guarantee back, borrowers are preemption candidates. Amounts are milli-GPUs.
+//!
+//! A team without `burst` may borrow as much as is idle (Kueue's unset borrowing limit).
+//! Lending is counted in GPUs, not per pool: a cohort lends idle guarantees in any pool.
+
+use lang::ir::{Program, Team};
+use std::collections::BTreeMap;
+
+/// Which guarantee a placement counts against: a pool the team has a per-pool guarantee
+/// in, or its overall guarantee (`None`).
+type Bucket = Option<String>;
+
+#[derive(Debug, Clone)]
+struct Book {
+    cohort: Option<String>,
+    guaranteed: BTreeMap<Bucket, u64>,
+    per_pool: bool,
+    burst: Option<u64>,
+    lend: Option<u64>,
+    used: BTreeMap<Bucket, u64>,
+}
+
+impl Book {
+    fn total_used(&self) -> u64 {
+        self.used.values().sum()
+    }
+    fn total_guaranteed(&self) -> u64 {
+        self.guaranteed.values().sum()
+    }
+    /// Usage beyond the guarantee, bucket by bucket.
+    fn borrowed(&self) -> u64 {
+        self.used
+            .iter()
+            .map(|(b, u)| u.saturating_sub(self.guaranteed.get(b).copied().unwrap_or(0)))
+            .sum()
+    }
+    /// Unused guarantee this team lends (at most `lend`).
+    fn lendable(&self) -> u64 {
+        let idle: u64 = self
+            .guaranteed
+            .iter()
+            .map(|(b, g)| g.saturating_sub(self.used.get(b).copied().unwrap_or(0)))
+            .sum();
+        self.lend.map_or(idle, |l| idle.min(l))
+    }
+    fn bucket(&self, pool: Option<&str>) -> Bucket {
+        if self.per_pool {
+            pool.map(str::to_string)
+        } else {
+            None
+        }
+    }
+}
+
+/// Quota accounting for one decision cycle.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    books: BTreeMap<String, Book>,
+    /// Fleet GPUs no team is guaranteed, in milli-GPUs.
+    unguaranteed: u64,
+}
+
+/// Why a charge does not fit the quotas.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuotaBlock {
+    pub message: String,
+    pub unblock: String,
+}
+
+fn gpus(milli: u64) -> String {
+    let g = milli as f64 / 1000.0;
+    if g.fract() == 0.0 {
+        format!("{g:.0} gpu")
+    } else {
+        format!("{g} gpu")
+    }
+}
+
+impl Ledger {
+    pub fn new(program: &Program, fleet_gpu_milli: u64) -> Ledger {
+        let books: BTreeMap<String, Book> = program
+            .teams
+            .iter()
+            .map(|t| (t.name.clone(), book(t)))
+            .collect();
+        let guaranteed: u64 = books.values().map(Book::total_guaranteed).sum();
+        Ledger {
+            books,
+            unguaranteed: fleet_gpu_milli.saturating_sub(guaranteed),
+        }
+    }
+
+    pub fn has_team(&self, team: &str) -> bool {
+        self.books.contains_key(team)
+    }
+
+    /// Counts `milli` of `team`'s usage in `pool` (uncounted teams are ignored).
+    pub fn charge(&mut self, team: Option<&str>, pool: Option<&str>, milli: u64) {
+        if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
+            let bucket = b.bucket(pool);
+            *b.used.entry(bucket).or_insert(0) += milli;
+        }
+    }
+
+    pub fn uncharge(&mut self, team: Option<&str>, pool: Option<&str>, milli: u64) {
+        if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
+            let bucket = b.bucket(pool);
+            if let Some(u) = b.used.get_mut(&bucket) {
+                *u = u.saturating_sub(milli);
+            }
+        }
+    }
+
+    /// Whether `team` uses more than its guarantee (it is borrowing).
+    pub fn is_borrowing(&self, team: Option<&str>) -> bool {
+        team.and_then(|t| self.books.get(t))
+            .is_some_and(|b| b.borrowed() > 0)
+    }
+
+    pub fn cohort(&self, team: Option<&str>) -> Option<&str> {
+        team.and_then(|t| self.books.get(t))
+            .and_then(|b| b.cohort.as_deref())
+    }
+
+    /// Whether `charges` (pool, milli) stay inside `team`'s own guarantee.
+    pub fn within_guarantee(&self, team: Option<&str>, charges: &[(Option<&str>, u64)]) -> bool {
+        let Some(b) = team.and_then(|t| self.books.get(t)) else {
+            return false;
+        };
+        let mut after = b.used.clone();
+        for (pool, milli) in charges {
+            *after.entry(b.bucket(*pool)).or_insert(0) += milli;
+        }
+        after
+            .iter()
+            .all(|(k, u)| *u <= b.guaranteed.get(k).copied().unwrap_or(0))
+    }
+
+    /// Whether adding `charges` to `team` keeps every quota; if not, why and what would
+    /// unblock it.
+    pub fn check(
+        &mut self,
+        team: Option<&str>,
+        charges: &[(Option<&str>, u64)],
+    ) -> Result<(), QuotaBlock> {
+        let Some(name) = team.filter(|t| self.books.contains_key(*t)) else {
+            return Ok(());
+        };
+        let before = self.excess();
+        for (pool, milli) in charges {
+            self.charge(Some(name), *pool, *milli);
+        }
+        let verdict = self.verdict(name, charges.iter().map(|c| c.1).sum(), before);
+        for (pool, milli) in charges {
+            self.uncharge(Some(name), *pool, *milli);
+        }
+        verdict
+    }
+
+    /// Quotas hold for the current usage; `name` just grew by `need`. Borrowing that was
+    /// already over the limit before (a policy change) blocks only charges that add to it.
+    fn verdict(&self, name: &str, need: u64, excess_before: u64) -> Result<(), QuotaBlock> {
+        let Some(b) = self.books.get(name) else {
+            return Ok(());
+        };
+        if let Some(burst) = b.burst {
+            if b.total_used() > burst {
+                let before = b.total_used() - need;
+                return Err(QuotaBlock {
+                    message: format!(
+                        "team {name} uses {} and may burst to {}; this job needs {} more",
+                        gpus(before),
+                        gpus(burst),
+                        gpus(need)
+                    ),
+                    unblock: format!(
+                        "fits when {name}'s running jobs free {}",
+                        gpus((before + need).saturating_sub(burst))
+                    ),
+                });
+            }
+        }
+        let excess = self.excess();
+        if excess > self.unguaranteed && excess > excess_before {
+            let short = excess - self.unguaranteed.max(excess_before);
+            let cohort = b.cohort.clone();
+            // A peer with idle guarantee it does not lend could cover the shortfall.
+            let lender = cohort.as_ref().and_then(|c| {
+                self.books
+                    .iter()
+                    .filter(|(n, p)| n.as_str() != name && p.cohort.as_ref() == Some(c))
+                    .map(|(n, p)| {
+                        let idle: u64 = p
+                            .guaranteed
+                            .iter()
+                            .map(|(k, g)| g.saturating_sub(p.used.get(k).copied().unwrap_or(0)))
+                            .sum();
+                        (n.clone(), idle.saturating_sub(p.lendable()))
+                    })
+                    .filter(|(_, withheld)| *withheld >= short)
+                    .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
+            });
+            let within = b.borrowed() == 0;
+            let message = if within {
+                format!(
+                    "team {name} is within its guarantee, but its idle guarantee is lent out; {} short",
+                    gpus(short)
+                )
+            } else {
+                format!(
+                    "team {name} is past its {} guarantee and {} has {} less idle capacity to lend than it needs",
+                    gpus(b.total_guaranteed()),
+                    cohort.as_deref().map_or_else(|| "the fleet".to_string(), |c| format!("cohort {c}")),
+                    gpus(short)
+                )
+            };
+            let unblock = match lender {
+                Some((l, _)) => format!("fits if {l} lends {} more", gpus(short)),
+                None => match &cohort {
+                    Some(c) => format!("fits when borrowers in cohort {c} free {}", gpus(short)),
+                    None => format!(
+                        "fits when other teams free {} of unguaranteed capacity",
+                        gpus(short)
+                    ),
+                },
+            };
+            return Err(QuotaBlock { message, unblock });
+        }
+        Ok(())
+    }
+
+    /// Borrowing not covered by the lenders of the borrower's own cohort, summed over the
+    /// fleet: it must fit in the unguaranteed capacity.
+    fn excess(&self) -> u64 {
+        let mut by_cohort: BTreeMap<Option<&str>, (u64, u64)> = BTreeMap::new();
+        let mut alone = 0u64;
+        for b in self.books.values() {
+            match &b.cohort {
+                Some(c) => {
+                    let e = by_cohort.entry(Some(c.as_str())).or_insert((0, 0));
+                    e.0 += b.borrowed();
+                    e.1 += b.lendable();
+                }
+                None => alone += b.borrowed(),
+            }
+        }
+        alone
+            + by_cohort
+                .values()
+                .map(|(borrowed, lent)| borrowed.saturating_sub(*lent))
+                .sum::<u64>()
+    }
+
+    /// Used and guaranteed milli-GPUs of a team, for reports.
+    pub fn usage(&self, team: &str) -> Option<(u64, u64)> {
+        self.books
+            .get(team)
+            .map(|b| (b.total_used(), b.total_guaranteed()))
+    }
+}
+
+fn book(t: &Team) -> Book {
+    let per_pool = t.guaranteed.total_milli.is_none() && !t.guaranteed.per_pool_milli.is_empty();
+    let guaranteed: BTreeMap<Bucket, u64> = if per_pool {
+        t.guaranteed
+            .per_pool_milli
+            .iter()
+            .map(|(p, m)| (Some(p.clone()), *m))
+            .collect()
+    } else {
+        [(None, t.guaranteed.total_milli.unwrap_or(0))]
+            .into_iter()
+            .collect()
+    };
+    Book {
+        cohort: t.cohort.clone(),
+        guaranteed,
+        per_pool,
+        burst: t.burst.as_ref().map(|q| q.effective_total_milli()),
+        lend: t.lend.as_ref().map(|q| q.effective_total_milli()),
+        used: BTreeMap::new(),
+    }
+}

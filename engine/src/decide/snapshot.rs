@@ -1,0 +1,250 @@
+//! The decision cycle's input: the fleet, every job (pending and running) and the teams'
+//! usage history, validated against each other. Building it is where bad job files are
+//! caught: duplicate ids, placements on nodes or GPUs that do not exist, GPUs given twice.
+
+use crate::core::alloc::{ClusterState, Request};
+use crate::core::fleet::{Fleet, MILLI};
+use crate::core::gang::JobShape;
+use crate::core::mig::{self, MigTable};
+use crate::core::packing::OnNode;
+use crate::core::placer::Choice;
+use crate::inventory::jobs_file::Job;
+use std::collections::BTreeMap;
+
+/// A running job's whereabouts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Running {
+    /// One choice per member, as the placer would have made it.
+    pub members: Vec<Choice>,
+    pub started_at: i64,
+    pub last_checkpoint_at: Option<i64>,
+}
+
+/// A job as the cycle sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobState {
+    pub job: Job,
+    pub running: Option<Running>,
+}
+
+impl JobState {
+    pub fn id(&self) -> &str {
+        &self.job.id
+    }
+    pub fn shape(&self) -> &JobShape {
+        &self.job.shape
+    }
+    /// GPUs in milli-GPUs over all members.
+    pub fn gpu_milli(&self) -> u64 {
+        u64::from(self.job.shape.members) * self.job.shape.member.gpu_milli_total()
+    }
+}
+
+/// Past usage of a team: `gpu_s` GPU-seconds (and optionally CPU and memory) consumed
+/// around `at`, decayed by the cohort's half-life in fair share.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageRecord {
+    pub team: String,
+    pub at: i64,
+    pub gpu_s: f64,
+    #[serde(default)]
+    pub cpu_s: f64,
+    #[serde(default)]
+    pub memory_mib_s: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    pub fleet: Fleet,
+    pub jobs: Vec<JobState>,
+    pub usage: Vec<UsageRecord>,
+    /// MIG profiles of the fleet's GPU models.
+    pub mig: MigTable,
+}
+
+/// A problem with a job that makes the snapshot unusable, naming the job and field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotError {
+    pub job: String,
+    pub line: usize,
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for SnapshotError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "line {}: job `{}`: field `{}`: {}",
+            self.line, self.job, self.field, self.message
+        )
+    }
+}
+
+impl Snapshot {
+    /// Validates `jobs` against `fleet` and resolves running placements to node indices.
+    /// Every problem found is returned, not only the first.
+    pub fn build(
+        fleet: Fleet,
+        jobs: Vec<Job>,
+        usage: Vec<UsageRecord>,
+        mig_table: &MigTable,
+    ) -> Result<Snapshot, Vec<SnapshotError>> {
+        let mut errors = Vec::new();
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        let node_index: BTreeMap<&str, usize> = fleet
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.as_str(), i))
+            .collect();
+        let mut state = ClusterState::new(&fleet, mig_table);
+        let mut states = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let error = |field: &str, message: String| SnapshotError {
+                job: job.id.clone(),
+                line: job.line,
+                field: field.to_string(),
+                message,
+            };
+            if let Some(first) = seen.insert(job.id.clone(), job.line) {
+                errors.push(error(
+                    "id",
+                    format!("duplicate id; it is also used on line {first}"),
+                ));
+                continue;
+            }
+            let running = if job.placement.is_empty() {
+                None
+            } else {
+                let mut members = Vec::new();
+                for (k, p) in job.placement.iter().enumerate() {
+                    let field = format!("placement[{k}]");
+                    match resolve(&fleet, &node_index, &mut state, mig_table, &job, p) {
+                        Ok(choice) => members.push(choice),
+                        Err(m) => errors.push(error(&field, m)),
+                    }
+                }
+                Some(Running {
+                    members,
+                    started_at: job.started_at.unwrap_or(0),
+                    last_checkpoint_at: job.last_checkpoint_at,
+                })
+            };
+            states.push(JobState { job, running });
+        }
+        if errors.is_empty() {
+            Ok(Snapshot {
+                fleet,
+                jobs: states,
+                usage,
+                mig: mig_table.clone(),
+            })
+        } else {
+            Err(errors)
+        }
+    }
+}
+
+/// One member's placement as a placer choice, taken from `state` so that a GPU given twice
+/// is caught.
+fn resolve(
+    fleet: &Fleet,
+    node_index: &BTreeMap<&str, usize>,
+    state: &mut ClusterState,
+    mig_table: &MigTable,
+    job: &Job,
+    p: &crate::inventory::jobs_file::PlacedMember,
+) -> Result<Choice, String> {
+    let Some(&node) = node_index.get(p.node.as_str()) else {
+        return Err(format!("node `{}` is not in the fleet", p.node));
+    };
+    let (Some(n), Some(free)) = (fleet.nodes.get(node), state.nodes.get_mut(node)) else {
+        return Err(format!("node `{}` is not in the fleet", p.node));
+    };
+    let member: &Request = &job.shape.member;
+    if p.gpus.len() != member.num_gpu as usize {
+        return Err(format!(
+            "{} GPUs listed on {}, the job asks for {} per member",
+            p.gpus.len(),
+            p.node,
+            member.num_gpu
+        ));
+    }
+    let milli = p.gpu_milli.unwrap_or(member.gpu_milli);
+    if milli != member.gpu_milli && member.mig_profile.is_none() {
+        return Err(format!(
+            "gpu_milli {milli} differs from the job's {}",
+            member.gpu_milli
+        ));
+    }
+    if free.cpu_milli < member.cpu_milli || free.memory_mib < member.memory_mib {
+        return Err(format!(
+            "{} has too little CPU or memory left for this member ({} CPU milli and {} MiB free)",
+            p.node, free.cpu_milli, free.memory_mib
+        ));
+    }
+    let mut gpus = Vec::new();
+    for (k, g) in p.gpus.iter().enumerate() {
+        let found = n.gpus.iter().position(|x| x.index == *g);
+        let Some((i, gpu)) = found.and_then(|i| Some((i, n.gpus.get(i)?))) else {
+            return Err(format!(
+                "GPU {g} does not exist on {} ({} GPUs)",
+                p.node,
+                n.gpus.len()
+            ));
+        };
+        if gpus.contains(&i) {
+            return Err(format!("GPU {g} is listed twice"));
+        }
+        match &member.mig_profile {
+            Some(name) => {
+                let profile = mig_table.profile(&gpu.model, name).ok_or_else(|| {
+                    format!(
+                        "GPU {g} on {} ({}) has no MIG profile {name}",
+                        p.node, gpu.model
+                    )
+                })?;
+                let start = p.mig_starts.get(k).copied().ok_or_else(|| {
+                    "a MIG job's placement needs `mig_starts`, one per GPU".to_string()
+                })?;
+                let mask = mig::mask(profile, start);
+                match free.mig.get(i) {
+                    Some(Some(used)) if used & mask == 0 && profile.starts.contains(&start) => {
+                        free.take_mig(i, mask);
+                    }
+                    Some(Some(_)) => {
+                        return Err(format!(
+                            "MIG slots of {name} at {start} on GPU {g} of {} are taken or not a valid start",
+                            p.node
+                        ))
+                    }
+                    _ => return Err(format!("GPU {g} on {} is not in MIG mode", p.node)),
+                }
+            }
+            None => {
+                let have = free.gpu_milli.get(i).copied().unwrap_or(0);
+                if have < milli || milli > MILLI {
+                    return Err(format!(
+                        "GPU {g} on {} is already taken ({have} milli-GPU free, {milli} needed)",
+                        p.node
+                    ));
+                }
+            }
+        }
+        gpus.push(i);
+    }
+    let request = Request {
+        gpu_milli: milli,
+        ..member.clone()
+    };
+    free.take(&request, &gpus);
+    Ok(Choice {
+        node,
+        on: OnNode {
+            gpus,
+            mig_starts: p.mig_starts.clone(),
+        },
+    })
+}
