@@ -1,0 +1,249 @@
+//! Decision-cycle scenarios: every folder under `tests/plan/` holds a policy
+//! (`policy.gantry`), a fleet (`fleet.toml`), jobs pending and running (`jobs.jsonl`), the
+//! decision time (`now`) and optionally a usage history (`usage.jsonl`). `gantry plan
+//! --format json` runs on it and the plan is snapshotted with insta; what each scenario
+//! is about is also asserted outright below, so a snapshot update cannot hide a regression.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failed lookup should fail the test"
+)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("plan")
+}
+
+fn cases() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(root())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn plan_text(case: &str) -> String {
+    let dir = root().join(case);
+    let now = std::fs::read_to_string(dir.join("now")).unwrap();
+    let mut args: Vec<String> = vec![
+        "gantry".into(),
+        "plan".into(),
+        "--policy".into(),
+        dir.join("policy.gantry").display().to_string(),
+        "--fleet".into(),
+        dir.join("fleet.toml").display().to_string(),
+        "--jobs".into(),
+        dir.join("jobs.jsonl").display().to_string(),
+        "--now".into(),
+        now.trim().into(),
+        "--format".into(),
+        "json".into(),
+    ];
+    if dir.join("usage.jsonl").exists() {
+        args.push("--usage".into());
+        args.push(dir.join("usage.jsonl").display().to_string());
+    }
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = {
+        let mut io = engine::cli::Io::captured(&mut out, &mut err);
+        engine::cli::run(args, &mut io)
+    };
+    assert_eq!(code, 0, "{case}: {}", String::from_utf8_lossy(&err));
+    String::from_utf8(out).unwrap()
+}
+
+fn plan(case: &str) -> Value {
+    serde_json::from_str(&plan_text(case)).unwrap()
+}
+
+fn decision<'a>(plan: &'a Value, job: &str) -> &'a Value {
+    plan["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["job"] == job)
+        .unwrap_or_else(|| panic!("no decision for {job}"))
+}
+
+fn action(plan: &Value, job: &str) -> String {
+    decision(plan, job)["action"].as_str().unwrap().to_string()
+}
+
+fn code(plan: &Value, job: &str) -> String {
+    decision(plan, job)["reason"]["code"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn victims(plan: &Value, job: &str) -> Vec<String> {
+    decision(plan, job)["victims"]
+        .as_array()
+        .map(|v| v.iter().map(|x| x.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+fn order(plan: &Value) -> Vec<String> {
+    plan["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["job"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn every_scenario_matches_its_snapshot_and_is_deterministic() {
+    let names = cases();
+    assert!(names.len() >= 12, "scenarios: {names:?}");
+    for case in names {
+        let first = plan_text(&case);
+        assert_eq!(first, plan_text(&case), "{case}: plan is not deterministic");
+        insta::assert_snapshot!(case.clone(), first);
+    }
+}
+
+#[test]
+fn every_waiting_job_has_a_reason_and_a_position() {
+    for case in cases() {
+        let p = plan(&case);
+        for d in p["decisions"].as_array().unwrap() {
+            match d["action"].as_str().unwrap() {
+                "place" => assert!(d["reason"].is_null(), "{case}: {d}"),
+                "queue" => {
+                    assert!(d["reason"]["message"]
+                        .as_str()
+                        .is_some_and(|m| !m.is_empty()));
+                    assert!(d["reason"]["position"].as_u64().is_some(), "{case}: {d}");
+                    assert!(d["reason"]["unblock"].is_string(), "{case}: {d}");
+                }
+                "deny" => assert!(d["reason"]["code"].is_string(), "{case}: {d}"),
+                other => panic!("{case}: action {other}"),
+            }
+        }
+    }
+}
+
+#[test]
+fn two_half_fitting_gangs_one_is_placed_whole() {
+    let p = plan("half_fit_gangs");
+    assert_eq!(action(&p, "gang-a"), "place");
+    assert_eq!(
+        decision(&p, "gang-a")["placement"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(action(&p, "gang-b"), "queue");
+    assert!(decision(&p, "gang-b")["placement"].is_null());
+}
+
+#[test]
+fn a_team_borrows_idle_guarantee_and_the_owner_reclaims_it() {
+    let p = plan("borrow");
+    assert_eq!(action(&p, "vision-b"), "place");
+    assert_eq!(decision(&p, "vision-b")["borrowing"], true);
+    let p = plan("reclaim");
+    assert_eq!(action(&p, "nlp-a"), "place");
+    assert_eq!(victims(&p, "nlp-a"), ["vision-borrowed"]);
+    assert_eq!(p["preemptions"][0]["cause"], "reclaim");
+    assert_eq!(p["preemptions"][0]["grace_s"], 120);
+}
+
+#[test]
+fn a_lender_lends_no_more_than_its_lend() {
+    let p = plan("lend_limit");
+    assert_eq!(action(&p, "vision-8"), "queue");
+    assert_eq!(code(&p, "vision-8"), "quota_exhausted");
+    assert_eq!(action(&p, "vision-4"), "place");
+    assert_eq!(action(&p, "vision-1"), "queue");
+    let unblock = decision(&p, "vision-8")["reason"]["unblock"]
+        .as_str()
+        .unwrap();
+    assert!(unblock.contains("nlp lends 4 gpu"), "{unblock}");
+}
+
+#[test]
+fn critical_jobs_are_never_victims() {
+    let p = plan("critical_never_preempted");
+    assert_eq!(victims(&p, "serve-2"), ["batch"]);
+    assert_eq!(action(&p, "serve-3"), "queue");
+    for pre in p["preemptions"].as_array().unwrap() {
+        assert_ne!(pre["job"], "serve-1");
+    }
+}
+
+#[test]
+fn min_runtime_and_max_lost_protect_jobs() {
+    let p = plan("min_runtime_and_max_lost");
+    assert_eq!(victims(&p, "urgent"), ["fair-game"]);
+}
+
+#[test]
+fn the_victim_with_least_lost_work_is_chosen() {
+    let p = plan("least_lost_work");
+    assert_eq!(victims(&p, "urgent"), ["just-checkpointed"]);
+    assert_eq!(p["preemptions"][0]["lost_gpu_s"], 800.0);
+}
+
+#[test]
+fn backfill_never_delays_the_reservation() {
+    let p = plan("backfill");
+    assert_eq!(code(&p, "big"), "reserved");
+    assert_eq!(p["reservation"]["job"], "big");
+    assert_eq!(p["reservation"]["nodes"][0], "n-0");
+    assert_eq!(action(&p, "short"), "place", "ends before the reservation");
+    assert_eq!(code(&p, "long"), "waiting_for_reservation");
+    assert_eq!(code(&p, "no-estimate"), "waiting_for_reservation");
+}
+
+#[test]
+fn fair_share_orders_teams_within_a_tier() {
+    let p = plan("fair_share");
+    assert_eq!(
+        order(&p),
+        ["nlp-late", "vision-early", "nlp-latest", "vision-later"]
+    );
+    let p = plan("fair_share_history");
+    assert_eq!(action(&p, "nlp-second"), "place");
+    assert_eq!(action(&p, "vision-first"), "queue");
+}
+
+#[test]
+fn deny_and_route_rules_are_named_in_the_plan() {
+    let p = plan("rules");
+    assert_eq!(action(&p, "no-runtime"), "deny");
+    assert_eq!(
+        decision(&p, "no-runtime")["reason"]["rule"],
+        "require_runtime"
+    );
+    assert_eq!(decision(&p, "huge")["reason"]["rule"], "too_big");
+    let nb = decision(&p, "notebook");
+    assert_eq!(nb["routed_to"]["rule"], "notebooks");
+    assert_eq!(nb["routed_to"]["pool"], "interactive");
+    assert_eq!(nb["placement"][0]["node"], "nb-0");
+    assert_eq!(
+        decision(&p, "week-long")["warnings"][0],
+        "checkpoint and resubmit jobs over a day"
+    );
+}
+
+#[test]
+fn quota_and_gang_timeout_reasons() {
+    let p = plan("quota_exhausted");
+    assert_eq!(code(&p, "vision-8"), "quota_exhausted");
+    assert_eq!(action(&p, "vision-4"), "place");
+    let p = plan("gang_timeout");
+    assert_eq!(
+        decision(&p, "old-gang")["reason"]["gang_timeout_exceeded"],
+        true
+    );
+    assert!(decision(&p, "new-gang")["reason"]["gang_timeout_exceeded"].is_null());
+}
