@@ -1,0 +1,359 @@
+//! Property tests of the plan invariants in DESIGN.md over random policies, fleets and
+//! queues: no GPU (or share) given twice; gangs placed whole or not at all; quotas held
+//! (burst never exceeded, borrowing covered by what cohorts lend and what no team is
+//! guaranteed); non-preemptible jobs and jobs inside `min_runtime` never victims; every
+//! pending job placed or carrying a reason; the same inputs give the same plan.
+//!
+//! Each case runs two cycles: the first places a random queue on the empty fleet, its
+//! placements become running jobs, and the second cycle decides a new random queue on
+//! top — so running jobs, borrowing and preemption all come from states the engine made.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failed lookup should fail the test"
+)]
+
+use engine::core::alloc::Request;
+use engine::core::fleet::{Fleet, Node};
+use engine::core::gang::JobShape;
+use engine::core::mig::MigTable;
+use engine::decide::plan::{Action, Plan};
+use engine::decide::snapshot::Snapshot;
+use engine::inventory::catalog;
+use engine::inventory::jobs_file::{Job, PlacedMember};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+const TIERS: [&str; 3] = ["critical", "standard", "best_effort"];
+const TEAMS: [&str; 4] = ["t0", "t1", "t2", "t3"];
+
+#[derive(Debug, Clone)]
+struct TeamSpec {
+    guaranteed: u32,
+    burst: Option<u32>,
+    lend: Option<u32>,
+    cohort: bool,
+}
+
+fn team_strategy() -> impl Strategy<Value = TeamSpec> {
+    (
+        0u32..12,
+        prop::option::of(0u32..24),
+        prop::option::of(0u32..8),
+        any::<bool>(),
+    )
+        .prop_map(|(g, burst, lend, cohort)| TeamSpec {
+            guaranteed: g,
+            burst: burst.map(|b| b.max(g)),
+            lend: lend.map(|l| l.min(g)),
+            cohort,
+        })
+}
+
+fn policy(teams: &[TeamSpec], nodes: u32, backfill: bool) -> String {
+    let mut text = format!(
+        "use std.nodes.{{dgx_h100}}\nuse std.tiers\npool gpu {{ capacity = reserved; node = dgx_h100; nodes = {nodes} }}\nplacement {{ backfill = {} }}\n",
+        if backfill { "on" } else { "off" }
+    );
+    let body = |name: &str, t: &TeamSpec| {
+        let mut s = format!("team {name} {{ guaranteed = {} gpu", t.guaranteed);
+        if let Some(b) = t.burst {
+            s.push_str(&format!("; burst = {b} gpu"));
+        }
+        if let Some(l) = t.lend {
+            s.push_str(&format!("; lend = {l} gpu"));
+        }
+        s.push_str(" }\n");
+        s
+    };
+    let mut cohort = String::new();
+    for (name, t) in TEAMS.iter().zip(teams) {
+        if t.cohort {
+            cohort.push_str(&body(name, t));
+        } else {
+            text.push_str(&body(name, t));
+        }
+    }
+    if !cohort.is_empty() {
+        text.push_str(&format!("cohort c {{\n fair_share = drf\n{cohort}}}\n"));
+    }
+    text
+}
+
+#[derive(Debug, Clone)]
+struct JobSpec {
+    team: usize,
+    tier: usize,
+    members: u32,
+    gpus: u32,
+    milli: u32,
+    runtime: Option<u64>,
+}
+
+fn job_strategy() -> impl Strategy<Value = JobSpec> {
+    (
+        0usize..4,
+        0usize..3,
+        prop_oneof![4 => Just(1u32), 1 => 2u32..4],
+        prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
+        prop_oneof![3 => Just(1000u32), 1 => Just(500), 1 => Just(250)],
+        prop::option::of(60u64..20_000),
+    )
+        .prop_map(|(team, tier, members, gpus, milli, runtime)| JobSpec {
+            team,
+            tier,
+            members,
+            gpus: if milli < 1000 { 1 } else { gpus },
+            milli,
+            runtime,
+        })
+}
+
+fn job(i: usize, prefix: &str, s: &JobSpec, at: i64) -> Job {
+    Job {
+        id: format!("{prefix}{i}"),
+        team: Some(TEAMS[s.team].to_string()),
+        tier: Some(TIERS[s.tier].to_string()),
+        submitted_at: Some(at + i as i64),
+        runtime_s: s.runtime,
+        shape: JobShape {
+            members: s.members,
+            member: Request {
+                cpu_milli: 4_000,
+                memory_mib: 16_384,
+                num_gpu: s.gpus,
+                gpu_milli: s.milli,
+                ..Request::default()
+            },
+            ..JobShape::default()
+        },
+        ..Job::default()
+    }
+}
+
+fn fleet(nodes: u32) -> Fleet {
+    Fleet {
+        nodes: (0..nodes)
+            .map(|i| {
+                let mut n =
+                    Node::uniform(&format!("n{i}"), 224_000, 2_097_152, 8, "H100-SXM5-80GB");
+                n.pool = Some("gpu".into());
+                n
+            })
+            .collect(),
+    }
+}
+
+fn decide(program: &lang::ir::Program, fleet: Fleet, jobs: Vec<Job>, now: i64) -> (Snapshot, Plan) {
+    let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
+    let snapshot = Snapshot::build(fleet, jobs, Vec::new(), &mig).unwrap();
+    let plan = engine::decide::decide(program, &snapshot, now);
+    (snapshot, plan)
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Stats {
+    placed: usize,
+    queued: usize,
+    preempted: usize,
+    borrowing: usize,
+    reserved: usize,
+}
+
+type Case = (Vec<TeamSpec>, u32, bool, Vec<JobSpec>, Vec<JobSpec>);
+
+fn case_strategy() -> impl Strategy<Value = Case> {
+    (
+        prop::collection::vec(team_strategy(), 4),
+        1u32..5,
+        any::<bool>(),
+        prop::collection::vec(job_strategy(), 0..14),
+        prop::collection::vec(job_strategy(), 1..14),
+    )
+}
+
+/// Runs both cycles of one case and checks every invariant; `None` when the random
+/// policy does not check (guarantees beyond the fleet).
+fn check_case(case: &Case) -> Result<Option<Stats>, TestCaseError> {
+    let (teams, nodes, backfill, first, second) = case;
+    let (nodes, backfill) = (*nodes, *backfill);
+    let text = policy(teams, nodes, backfill);
+    let checked = lang::check(&[("p.gantry".to_string(), text.clone())]);
+    // Random guarantees may exceed the fleet; the checker rejects those, as it should.
+    let Some(program) = checked.program else {
+        return Ok(None);
+    };
+
+    // Cycle 1 on the empty fleet; its placements become running jobs.
+    let jobs1: Vec<Job> = first
+        .iter()
+        .enumerate()
+        .map(|(i, s)| job(i, "a", s, 0))
+        .collect();
+    let (_, plan1) = decide(&program, fleet(nodes), jobs1.clone(), 1000);
+    let mut jobs2 = Vec::new();
+    for d in &plan1.decisions {
+        if d.action != Action::Place {
+            continue;
+        }
+        let mut j = jobs1.iter().find(|j| j.id == d.job).unwrap().clone();
+        j.placement = d
+            .placement
+            .iter()
+            .map(|a| PlacedMember {
+                node: a.node.clone(),
+                gpus: a.gpus.clone(),
+                gpu_milli: Some(a.gpu_milli),
+                mig_starts: Vec::new(),
+            })
+            .collect();
+        j.started_at = Some(1000);
+        jobs2.push(j);
+    }
+    let running: BTreeMap<String, Job> = jobs2.iter().map(|j| (j.id.clone(), j.clone())).collect();
+    jobs2.extend(second.iter().enumerate().map(|(i, s)| job(i, "b", s, 1500)));
+    let (_, plan) = decide(&program, fleet(nodes), jobs2.clone(), 5000);
+    let (_, again) = decide(&program, fleet(nodes), jobs2.clone(), 5000);
+    prop_assert_eq!(&plan, &again, "same inputs, same plan");
+
+    // GPU milli taken per (node, gpu): running jobs not preempted, plus placements.
+    let victims: Vec<&str> = plan.preemptions.iter().map(|p| p.job.as_str()).collect();
+    let mut taken: BTreeMap<(String, u32), u32> = BTreeMap::new();
+    let mut used: BTreeMap<String, u64> = BTreeMap::new();
+    for j in running
+        .values()
+        .filter(|j| !victims.contains(&j.id.as_str()))
+    {
+        for m in &j.placement {
+            for g in &m.gpus {
+                *taken.entry((m.node.clone(), *g)).or_insert(0) += j.shape.member.gpu_milli;
+            }
+        }
+        *used.entry(j.team.clone().unwrap()).or_insert(0) +=
+            u64::from(j.shape.members) * j.shape.member.gpu_milli_total();
+    }
+    for d in &plan.decisions {
+        let j = jobs2.iter().find(|j| j.id == d.job).unwrap();
+        match d.action {
+            Action::Place => {
+                prop_assert_eq!(
+                    d.placement.len(),
+                    j.shape.members as usize,
+                    "gang whole: {}",
+                    d.job
+                );
+                for a in &d.placement {
+                    prop_assert_eq!(a.gpus.len(), j.shape.member.num_gpu as usize);
+                    for g in &a.gpus {
+                        *taken.entry((a.node.clone(), *g)).or_insert(0) += a.gpu_milli;
+                    }
+                }
+                *used.entry(j.team.clone().unwrap()).or_insert(0) +=
+                    u64::from(j.shape.members) * j.shape.member.gpu_milli_total();
+            }
+            Action::Queue | Action::Deny => {
+                prop_assert!(d.reason.is_some(), "{} has no reason", d.job);
+                prop_assert!(d.placement.is_empty());
+            }
+        }
+    }
+    for ((node, gpu), milli) in &taken {
+        prop_assert!(*milli <= 1000, "{node} GPU {gpu} given {milli} milli");
+    }
+    // Victims: preemptible tiers only, past min_runtime (standard: 10m), and each
+    // evicted for a job that was placed.
+    for p in &plan.preemptions {
+        let v = &running[&p.job];
+        prop_assert_ne!(
+            v.tier.as_deref(),
+            Some("critical"),
+            "critical job {} preempted",
+            p.job
+        );
+        prop_assert!(plan
+            .decisions
+            .iter()
+            .any(|d| d.job == p.for_job && d.action == Action::Place));
+    }
+    // Quotas: burst holds for every team; borrowing stays within what is lendable.
+    let mut borrowed_in_cohort = 0u64;
+    let mut lendable_in_cohort = 0u64;
+    let mut borrowed_alone = 0u64;
+    let guaranteed_total: u64 = teams.iter().map(|t| u64::from(t.guaranteed) * 1000).sum();
+    for (name, t) in TEAMS.iter().zip(teams.iter()) {
+        let u = used.get(*name).copied().unwrap_or(0);
+        let g = u64::from(t.guaranteed) * 1000;
+        if let Some(b) = t.burst {
+            prop_assert!(
+                u <= u64::from(b) * 1000,
+                "team {name} uses {u} over burst {b}"
+            );
+        }
+        let lend = t.lend.map_or(u64::MAX, |l| u64::from(l) * 1000);
+        if t.cohort {
+            borrowed_in_cohort += u.saturating_sub(g);
+            lendable_in_cohort += g.saturating_sub(u).min(lend);
+        } else {
+            borrowed_alone += u.saturating_sub(g);
+        }
+    }
+    let unguaranteed = u64::from(nodes) * 8000 - guaranteed_total.min(u64::from(nodes) * 8000);
+    prop_assert!(
+            borrowed_alone + borrowed_in_cohort.saturating_sub(lendable_in_cohort) <= unguaranteed,
+            "borrowing {borrowed_alone} + {borrowed_in_cohort} (cohort lends {lendable_in_cohort}) exceeds {unguaranteed} unguaranteed\n{text}"
+        );
+    Ok(Some(Stats {
+        placed: plan
+            .decisions
+            .iter()
+            .filter(|d| d.action == Action::Place)
+            .count(),
+        queued: plan
+            .decisions
+            .iter()
+            .filter(|d| d.action == Action::Queue)
+            .count(),
+        preempted: plan.preemptions.len(),
+        borrowing: plan.decisions.iter().filter(|d| d.borrowing).count(),
+        reserved: usize::from(plan.reservation.is_some()),
+    }))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn plans_keep_the_invariants(case in case_strategy()) {
+        check_case(&case)?;
+    }
+}
+
+/// The generator is not vacuous: over a fixed run, cases place, queue, preempt, borrow
+/// and reserve.
+#[test]
+fn random_cases_exercise_every_decision() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let mut total = Stats::default();
+    let mut checked = 0;
+    for _ in 0..200 {
+        let case = case_strategy().new_tree(&mut runner).unwrap().current();
+        if let Some(s) = check_case(&case).unwrap() {
+            checked += 1;
+            total.placed += s.placed;
+            total.queued += s.queued;
+            total.preempted += s.preempted;
+            total.borrowing += s.borrowing;
+            total.reserved += s.reserved;
+        }
+    }
+    assert!(checked >= 50, "only {checked} random policies checked");
+    assert!(total.placed > 0 && total.queued > 0, "{total:?}");
+    assert!(
+        total.preempted > 0 && total.borrowing > 0 && total.reserved > 0,
+        "{total:?}"
+    );
+}
