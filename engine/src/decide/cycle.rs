@@ -724,41 +724,14 @@ impl<'a> Cycle<'a> {
             return None;
         }
         candidates.sort();
-        let mut taken: Vec<usize> = Vec::new();
-        let mut found: Option<(Vec<Choice>, bool)> = None;
-        for c in &candidates {
-            self.release_holder(c.4);
-            taken.push(c.4);
-            if let Ok(done) = self.try_place(js, shape, within) {
-                found = Some(done);
-                break;
-            }
-        }
-        let Some(mut placed) = found else {
-            for h in taken.iter().rev() {
-                self.restore_holder(*h);
-            }
+        let found = match blocked {
+            Blocked::Quota(_) => self.victims_for_quota(js, shape, within, &candidates),
+            _ => self.victims_by_node(js, shape, within, &candidates, &usable),
+        };
+        let Some((needed, placed)) = found else {
             self.no_victims.insert(memo);
             return None;
         };
-        // Spare victims the placement does not need, latest-added first (most lost work).
-        let mut needed: Vec<usize> = Vec::new();
-        let last = taken.pop();
-        for h in taken.into_iter().rev() {
-            self.restore_holder(h);
-            match self.try_place(js, shape, within) {
-                Ok(done) => placed = done,
-                Err(_) => {
-                    self.release_holder(h);
-                    needed.push(h);
-                }
-            }
-        }
-        needed.extend(last);
-        // Re-place on the final victim set so the placement matches it.
-        if let Ok(done) = self.try_place(js, shape, within) {
-            placed = done;
-        }
         let mut victims = Vec::new();
         for h in &needed {
             let Some(holder) = self.holders.get_mut(*h) else {
@@ -800,6 +773,141 @@ impl<'a> Cycle<'a> {
         })
     }
 
+    /// Victims chosen node by node: for each usable node, the cheapest candidates on it
+    /// (in candidate order: reclaimed borrowers, then least lost work) that free room for
+    /// one member; nodes are then tried cheapest first, adding nodes until the job fits
+    /// (one node for a single member, several for a gang). Victims the final placement
+    /// does not need are spared. Returns the victim holders and the placement.
+    #[allow(clippy::type_complexity)]
+    fn victims_by_node(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        candidates: &[(bool, i64, i64, String, usize)],
+        usable: &dyn Fn(usize) -> bool,
+    ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
+        let ctx = self.placer.context();
+        let fleet = &self.snapshot.fleet;
+        let mut on_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (rank, c) in candidates.iter().enumerate() {
+            let Some(holder) = self.holders.get(c.4) else { continue };
+            let nodes: BTreeSet<usize> = holder.choices.iter().map(|ch| ch.node).collect();
+            for n in nodes.into_iter().filter(|n| usable(*n) && within(*n)) {
+                on_node.entry(n).or_default().push(rank);
+            }
+        }
+        // (non-reclaim victims, lost work, victims) per node, and the victims.
+        let mut costs: Vec<((usize, i64, usize, usize), Vec<usize>)> = Vec::new();
+        for (node, ranks) in &on_node {
+            let (Some(n), Some(start)) = (fleet.nodes.get(*node), self.placer.state().nodes.get(*node)) else {
+                continue;
+            };
+            let Some(capacity) = self.placer.empty_state().nodes.get(*node) else { continue };
+            let mut free = start.clone();
+            let mut chosen = Vec::new();
+            let (mut priority_victims, mut lost) = (0usize, 0i64);
+            for rank in ranks {
+                let Some(c) = candidates.get(*rank) else { continue };
+                let Some(holder) = self.holders.get(c.4) else { continue };
+                for ch in holder.choices.iter().filter(|ch| ch.node == *node) {
+                    free.give(&holder.member, &ch.on.gpus, capacity);
+                }
+                chosen.push(c.4);
+                priority_victims += usize::from(c.0);
+                lost += c.1;
+                if crate::core::packing::feasible(&ctx, n, &free, &shape.member) {
+                    costs.push(((priority_victims, lost, chosen.len(), *node), chosen));
+                    break;
+                }
+            }
+        }
+        costs.sort();
+        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
+        let mut taken: Vec<usize> = Vec::new();
+        let mut placed = None;
+        for (_, victims) in costs.into_iter().take(attempts) {
+            for h in victims {
+                if !taken.contains(&h) {
+                    self.release_holder(h);
+                    taken.push(h);
+                }
+            }
+            if let Ok(done) = self.try_place(js, shape, within) {
+                placed = Some(done);
+                break;
+            }
+        }
+        let Some(placed) = placed else {
+            for h in taken.iter().rev() {
+                self.restore_holder(*h);
+            }
+            return None;
+        };
+        Some(self.spare(js, shape, within, taken, placed))
+    }
+
+    /// Victims when the job fits but its team's guarantee is lent out: borrowers in the
+    /// cohort, least lost work first, until the quota check passes.
+    #[allow(clippy::type_complexity)]
+    fn victims_for_quota(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        candidates: &[(bool, i64, i64, String, usize)],
+    ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
+        let mut taken = Vec::new();
+        let mut placed = None;
+        for c in candidates.iter().filter(|c| !c.0).take(64) {
+            self.release_holder(c.4);
+            taken.push(c.4);
+            if let Ok(done) = self.try_place(js, shape, within) {
+                placed = Some(done);
+                break;
+            }
+        }
+        let Some(placed) = placed else {
+            for h in taken.iter().rev() {
+                self.restore_holder(*h);
+            }
+            return None;
+        };
+        Some(self.spare(js, shape, within, taken, placed))
+    }
+
+    /// Gives back victims the placement does not need (latest added first), then places
+    /// on the final set so the placement matches it.
+    fn spare(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        mut taken: Vec<usize>,
+        mut placed: (Vec<Choice>, bool),
+    ) -> (Vec<usize>, (Vec<Choice>, bool)) {
+        let mut needed: Vec<usize> = Vec::new();
+        let last = taken.pop();
+        if taken.len() > 16 {
+            needed.append(&mut taken);
+        }
+        for h in taken.into_iter().rev() {
+            self.restore_holder(h);
+            match self.try_place(js, shape, within) {
+                Ok(done) => placed = done,
+                Err(_) => {
+                    self.release_holder(h);
+                    needed.push(h);
+                }
+            }
+        }
+        needed.extend(last);
+        if let Ok(done) = self.try_place(js, shape, within) {
+            placed = done;
+        }
+        (needed, placed)
+    }
+
     /// When `shape` could start if running jobs end as estimated, and on which nodes:
     /// jobs are released in order of expected end until it fits. Quotas are not
     /// considered (an estimate of capacity, not of turn).
@@ -824,6 +932,19 @@ impl<'a> Cycle<'a> {
                 self.placer.release(&member, c);
             }
             released.push(h);
+            // Only a node that now holds a member can have changed the answer.
+            let ctx = self.placer.context();
+            let fleet = &self.snapshot.fleet;
+            let helps = choices.iter().any(|c| {
+                let (Some(n), Some(free)) = (fleet.nodes.get(c.node), self.placer.state().nodes.get(c.node)) else {
+                    return false;
+                };
+                (shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                    && crate::core::packing::feasible(&ctx, n, free, &shape.member)
+            });
+            if !helps {
+                continue;
+            }
             if let Ok(placed) = gang::place_job(&mut self.placer, shape) {
                 for c in &placed {
                     self.placer.release(&shape.member, c);
