@@ -26,7 +26,9 @@ fn policy() -> Program {
          placement { backfill = on; gang_timeout = 30m }\n",
     );
     for c in 0..3 {
-        text.push_str(&format!("cohort c{c} {{\n  fair_share = drf\n  half_life = 7d\n"));
+        text.push_str(&format!(
+            "cohort c{c} {{\n  fair_share = drf\n  half_life = 7d\n"
+        ));
         for t in 0..6 {
             text.push_str(&format!(
                 "  team t{c}_{t} {{ guaranteed = 360 gpu; burst = 720 gpu; lend = 180 gpu }}\n"
@@ -71,10 +73,21 @@ fn teams(program: &Program) -> Vec<String> {
 }
 
 /// Job mixes: running jobs are smaller on average so 4,000 of them fit the fleet.
-fn jobs(n: usize, prefix: &str, at: i64, teams: &[String], rng: &mut Rng, running: bool) -> Vec<Job> {
+fn jobs(
+    n: usize,
+    prefix: &str,
+    at: i64,
+    teams: &[String],
+    rng: &mut Rng,
+    running: bool,
+) -> Vec<Job> {
     (0..n)
         .map(|i| {
-            let kind = if running { rng.below(75) } else { rng.below(100) };
+            let kind = if running {
+                rng.below(75)
+            } else {
+                rng.below(100)
+            };
             let (members, num_gpu, gpu_milli, topology) = match kind {
                 0..=39 => (1, 1, 1000, None),
                 40..=54 => (1, 1, 250 * (1 + rng.below(3) as u32), None),
@@ -114,7 +127,8 @@ pub fn snapshot(program: &Program) -> Snapshot {
     let names = teams(program);
     let mig = MigTable::default();
     let first = jobs(4000, "run-", 0, &names, &mut rng, true);
-    let empty = Snapshot::build(fleet(), first.clone(), Vec::new(), &mig).unwrap_or_else(|e| panic!("{e:?}"));
+    let empty = Snapshot::build(fleet(), first.clone(), Vec::new(), &mig)
+        .unwrap_or_else(|e| panic!("{e:?}"));
     let plan = engine::decide::decide(program, &empty, 3600);
     let mut all = Vec::new();
     for d in plan.decisions.iter().filter(|d| d.action == Action::Place) {
@@ -144,7 +158,11 @@ fn bench(c: &mut Criterion) {
     let snap = snapshot(&program);
     let running = snap.jobs.iter().filter(|j| j.running.is_some()).count();
     let plan = engine::decide::decide(&program, &snap, 7200);
-    let placed = plan.decisions.iter().filter(|d| d.action == Action::Place).count();
+    let placed = plan
+        .decisions
+        .iter()
+        .filter(|d| d.action == Action::Place)
+        .count();
     eprintln!(
         "decide: {running} running, {} pending: {placed} placed, {} preemptions, reservation {}",
         snap.jobs.len() - running,

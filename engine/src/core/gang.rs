@@ -61,7 +61,7 @@ pub fn level_name(level: TopologyLevel) -> &'static str {
 }
 
 /// How many members of `r` fit on a node in state `free`.
-fn member_slots(ctx: &Context<'_>, node: &Node, free: &NodeFree, r: &Request) -> u64 {
+pub fn member_slots(ctx: &Context<'_>, node: &Node, free: &NodeFree, r: &Request) -> u64 {
     if !r.accepts_model(node.gpu_model()) {
         return 0;
     }
@@ -363,6 +363,12 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
             ),
         };
     }
+    if job.members == 1 {
+        return Unplaced {
+            code: UnplacedCode::NoCapacity,
+            message: format!("needs {}; none is free{pools} now", describe(r)),
+        };
+    }
     // Counted per class of identical nodes, not per node.
     let now: u64 = placer
         .classes()
@@ -375,15 +381,11 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
         .fold(0u64, u64::saturating_add);
     Unplaced {
         code: UnplacedCode::NoCapacity,
-        message: if job.members == 1 {
-            format!("needs {}; none is free{pools} now", describe(r))
-        } else {
-            format!(
-                "needs {} members of {}; free capacity{pools} holds {now} now",
-                job.members,
-                describe(r)
-            )
-        },
+        message: format!(
+            "needs {} members of {}; free capacity{pools} holds {now} now",
+            job.members,
+            describe(r)
+        ),
     }
 }
 

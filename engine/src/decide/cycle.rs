@@ -7,12 +7,12 @@ use super::plan::{
 };
 use super::quota::{Ledger, QuotaBlock};
 use super::snapshot::{JobState, Snapshot};
-use crate::core::alloc::Request;
+use crate::core::alloc::{NodeFree, Request};
 use crate::core::frag::Workload;
 use crate::core::gang::{self, JobShape, Unplaced, UnplacedCode};
 use crate::core::packing::Strategy;
 use crate::core::placer::{Choice, Placer};
-use lang::ir::{PreemptMode, Program, Tier};
+use lang::ir::{PreemptMode, Program, Tier, TopologyLevel};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Distinct job shapes whose start time is estimated per cycle; beyond it `eta_s` is null.
@@ -27,10 +27,17 @@ struct Holder {
     choices: Vec<Choice>,
     /// Expected end (seconds since the epoch); `None` when the job gave no runtime.
     ends_at: Option<i64>,
-    /// Index into the snapshot's jobs when it was running at the start (a preemption
-    /// candidate); `None` for jobs placed in this cycle.
-    running: Option<usize>,
+    /// Set when the job may be preempted at all (tier, `min_runtime`, `max_lost`).
+    victim: Option<VictimFacts>,
     evicted: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct VictimFacts {
+    priority: i64,
+    /// Milli-GPU-seconds of work since the last checkpoint (or start).
+    lost: i64,
+    grace_s: u64,
 }
 
 struct Cycle<'a> {
@@ -43,10 +50,21 @@ struct Cycle<'a> {
     holders: Vec<Holder>,
     reservation: Option<Reserved>,
     /// Shapes and priorities for which no victim set exists this cycle.
-    no_victims: BTreeSet<(String, i64, bool)>,
+    no_victims: std::collections::HashSet<(JobShape, i64, Vec<String>)>,
+    /// Running jobs (preemption candidates) by node.
+    holders_on: Vec<Vec<usize>>,
+    /// Per (member, priority, reclaimable teams): each node's cheapest victim set, with
+    /// the node state it was computed for.
+    cost_cache: HashMap<(Request, i64, Vec<String>), Vec<Option<(NodeFree, Option<Cost>)>>>,
+    /// The lowest tier priority among preemptible running jobs: a job at or below it
+    /// cannot preempt by priority.
+    lowest_victim_priority: Option<i64>,
     eta_memo: HashMap<JobShape, Option<i64>>,
     preemptions: Vec<Preemption>,
 }
+
+/// Cost of a node's victim set (priority victims, lost work, victims) and the holders.
+type Cost = ((usize, i64, usize), Vec<usize>);
 
 #[derive(Debug, Clone)]
 struct Reserved {
@@ -89,7 +107,10 @@ pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
         shares: FairShares::new(program, capacity, &snapshot.usage, now),
         holders: Vec::new(),
         reservation: None,
-        no_victims: BTreeSet::new(),
+        no_victims: std::collections::HashSet::new(),
+        lowest_victim_priority: None,
+        holders_on: vec![Vec::new(); fleet.nodes.len()],
+        cost_cache: HashMap::new(),
         eta_memo: HashMap::new(),
         preemptions: Vec::new(),
     };
@@ -99,9 +120,9 @@ pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
 impl<'a> Cycle<'a> {
     fn run(&mut self) -> Plan {
         let snapshot = self.snapshot;
-        for (k, js) in snapshot.jobs.iter().enumerate() {
+        for js in &snapshot.jobs {
             if let Some(r) = &js.running {
-                self.hold(js, r.members.clone(), Some(k));
+                self.hold(js, r.members.clone());
             }
         }
         let mut denied = Vec::new();
@@ -329,7 +350,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
-    fn hold(&mut self, js: &JobState, choices: Vec<Choice>, running: Option<usize>) {
+    fn hold(&mut self, js: &JobState, choices: Vec<Choice>) {
         let member = js.job.shape.member.clone();
         for c in &choices {
             self.placer.commit(&member, c);
@@ -342,15 +363,56 @@ impl<'a> Cycle<'a> {
             Self::resources(&member, choices.len()),
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
+        let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
+        if victim.is_some() {
+            let h = self.holders.len();
+            let nodes: BTreeSet<usize> = choices.iter().map(|c| c.node).collect();
+            for n in nodes {
+                if let Some(list) = self.holders_on.get_mut(n) {
+                    list.push(h);
+                }
+            }
+        }
+        if let Some(v) = victim {
+            self.lowest_victim_priority = Some(
+                self.lowest_victim_priority
+                    .map_or(v.priority, |p| p.min(v.priority)),
+            );
+        }
         self.holders.push(Holder {
             id: js.id().to_string(),
             team: js.job.team.clone(),
             member,
             choices,
             ends_at: js.job.runtime_s.map(|r| (started + r as i64).max(self.now)),
-            running,
+            victim,
             evicted: false,
         });
+    }
+
+    /// Whether a running job may be preempted at all, and what it would lose.
+    fn victim_facts(&self, js: &JobState, run: &super::snapshot::Running) -> Option<VictimFacts> {
+        let tier = self.tier(js)?;
+        if tier.preempt == PreemptMode::Never
+            || self.now - run.started_at < tier.min_runtime_s as i64
+        {
+            return None;
+        }
+        let since = run
+            .last_checkpoint_at
+            .unwrap_or(run.started_at)
+            .max(run.started_at);
+        let lost_s = (self.now - since).max(0);
+        if tier.preempt == PreemptMode::AfterCheckpoint
+            && tier.max_lost_s.is_some_and(|m| lost_s > m as i64)
+        {
+            return None;
+        }
+        Some(VictimFacts {
+            priority: tier.priority,
+            lost: js.gpu_milli() as i64 * lost_s,
+            grace_s: tier.grace_s,
+        })
     }
 
     fn release_holder(&mut self, h: usize) {
@@ -393,27 +455,30 @@ impl<'a> Cycle<'a> {
                 .or_default()
                 .push(q);
         }
-        let key = |q: usize| {
-            job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id().to_string()))
-        };
+        let key = |q: usize| job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id()));
         let mut order = Vec::with_capacity(queue.len());
         for (_, mut teams) in bands {
             for list in teams.values_mut() {
                 list.sort_by_key(|q| key(*q));
                 list.reverse(); // pop from the back: oldest first
             }
-            // Shares move only when a job is placed, so they are read fresh on each pick;
-            // the band is ordered by picking rather than sorting.
+            // Shares move only with what a team holds, so each team's share is cached and
+            // recomputed only for the team that just went.
+            let mut share: BTreeMap<Option<String>, f64> = teams
+                .keys()
+                .map(|t| (t.clone(), self.shares.share(t.as_deref())))
+                .collect();
             loop {
                 let next = teams
                     .iter()
                     .filter_map(|(team, list)| {
                         let q = *list.last()?;
-                        let share = self.shares.share(team.as_deref());
-                        Some((share, key(q), team.clone()))
+                        let s = share.get(team).copied().unwrap_or(0.0);
+                        Some((s, key(q), team))
                     })
-                    .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-                let Some((_, _, team)) = next else { break };
+                    .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)))
+                    .map(|(_, _, team)| team.clone());
+                let Some(team) = next else { break };
                 let Some(q) = teams.get_mut(&team).and_then(Vec::pop) else {
                     break;
                 };
@@ -423,6 +488,7 @@ impl<'a> Cycle<'a> {
                 if let Some(js) = job(q) {
                     let r = Self::resources(&js.job.shape.member, js.job.shape.members as usize);
                     self.shares.hold(js.job.team.as_deref(), r);
+                    share.insert(team.clone(), self.shares.share(team.as_deref()));
                 }
             }
         }
@@ -447,7 +513,7 @@ impl<'a> Cycle<'a> {
         let attempt = self.try_place(js, shape, &|i| respects(&reservation, i));
         let mut blocked = match attempt {
             Ok((choices, borrowing)) => {
-                self.hold(js, choices.clone(), None);
+                self.hold(js, choices.clone());
                 return Outcome::Placed {
                     choices,
                     victims: Vec::new(),
@@ -458,7 +524,12 @@ impl<'a> Cycle<'a> {
         };
         // Would it fit on the reserved GPUs? Then it waits for the reservation.
         if let (Some(res), Blocked::Capacity(_)) = (&reservation, &blocked) {
-            if let Ok((choices, _)) = self.try_place(js, shape, &|_| true) {
+            let fits = if self.room_on(&res.nodes, shape) {
+                self.try_place(js, shape, &|_| true).ok()
+            } else {
+                None
+            };
+            if let Some((choices, _)) = fits {
                 for c in &choices {
                     self.placer.release(&shape.member, c);
                 }
@@ -513,7 +584,8 @@ impl<'a> Cycle<'a> {
                     res.job,
                     res.start_at - self.now
                 ));
-                r.eta_s = self.eta(shape);
+                // It cannot start before the reservation does.
+                r.eta_s = self.eta(shape).map(|e| e.max(res.start_at - self.now));
                 r
             }
         };
@@ -532,6 +604,24 @@ impl<'a> Cycle<'a> {
             }
         }
         Outcome::Blocked(reason)
+    }
+
+    /// Whether any of `nodes` (in the job's pools) has room for a member now.
+    fn room_on(&self, nodes: &BTreeSet<usize>, shape: &JobShape) -> bool {
+        let ctx = self.placer.context();
+        nodes.iter().any(|n| {
+            match (
+                self.snapshot.fleet.nodes.get(*n),
+                self.placer.state().nodes.get(*n),
+            ) {
+                (Some(node), Some(free)) => {
+                    (shape.pools.is_empty()
+                        || node.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                        && gang::member_slots(&ctx, node, free, &shape.member) > 0
+                }
+                _ => false,
+            }
+        })
     }
 
     /// A no-capacity reason with an ETA, and the reservation if this is the head blocked job.
@@ -634,9 +724,10 @@ impl<'a> Cycle<'a> {
     }
 
     /// Preempts running jobs to place `js`, if the policy allows a set that works: lower
-    /// tiers, or borrowers when `js`'s team reclaims its guarantee. Candidates are tried
-    /// in order of least lost work (borrowers being reclaimed first) until the job fits;
-    /// then victims that turn out unnecessary are spared.
+    /// tiers, or borrowers when `js`'s team reclaims its guarantee. Capacity: victims are
+    /// chosen node by node (see [`Cycle::node_cost`]), cheapest nodes first; quota: the
+    /// cohort's borrowers, least lost work first. Victims the placement turns out not to
+    /// need are spared.
     fn preempt(
         &mut self,
         js: &JobState,
@@ -660,73 +751,28 @@ impl<'a> Cycle<'a> {
                         .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
                 })
             });
-        let memo = (format!("{shape:?}"), priority, reclaiming);
+        let cohort = self.ledger.cohort(team).map(str::to_string);
+        let reclaimable: Vec<String> = match (&cohort, reclaiming) {
+            (Some(c), true) => self
+                .program
+                .teams
+                .iter()
+                .filter(|t| t.cohort.as_ref() == Some(c) && Some(t.name.as_str()) != team)
+                .filter(|t| self.ledger.is_borrowing(Some(&t.name)))
+                .map(|t| t.name.clone())
+                .collect(),
+            _ => Vec::new(),
+        };
+        if reclaimable.is_empty() && self.lowest_victim_priority.is_none_or(|p| p >= priority) {
+            return None;
+        }
+        let memo = (shape.clone(), priority, reclaimable.clone());
         if self.no_victims.contains(&memo) {
             return None;
         }
-        let cohort = self.ledger.cohort(team).map(str::to_string);
-        let fleet = &self.snapshot.fleet;
-        let usable = |node: usize| {
-            fleet.nodes.get(node).is_some_and(|n| {
-                (shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
-                    && shape.member.accepts_model(n.gpu_model())
-            })
-        };
-        // (reclaim first, lost GPU-seconds, priority, id, holder)
-        let mut candidates: Vec<(bool, i64, i64, String, usize)> = Vec::new();
-        for (h, holder) in self.holders.iter().enumerate() {
-            let Some(k) = holder.running else { continue };
-            if holder.evicted || !holder.choices.iter().any(|c| usable(c.node)) {
-                continue;
-            }
-            let Some(victim) = self.snapshot.jobs.get(k) else {
-                continue;
-            };
-            let Some(tier) = self.tier(victim) else {
-                continue;
-            };
-            let Some(run) = &victim.running else { continue };
-            if tier.preempt == PreemptMode::Never
-                || self.now - run.started_at < tier.min_runtime_s as i64
-            {
-                continue;
-            }
-            let since = run
-                .last_checkpoint_at
-                .unwrap_or(run.started_at)
-                .max(run.started_at);
-            let lost_s = (self.now - since).max(0);
-            if tier.preempt == PreemptMode::AfterCheckpoint
-                && tier.max_lost_s.is_some_and(|m| lost_s > m as i64)
-            {
-                continue;
-            }
-            let vteam = victim.job.team.as_deref();
-            let reclaim = reclaiming
-                && vteam != team
-                && cohort.is_some()
-                && self.ledger.cohort(vteam) == cohort.as_deref()
-                && self.ledger.is_borrowing(vteam);
-            if !(reclaim || tier.priority < priority) {
-                continue;
-            }
-            let gpus = victim.gpu_milli() as i64;
-            candidates.push((
-                !reclaim,
-                gpus * lost_s,
-                tier.priority,
-                victim.id().to_string(),
-                h,
-            ));
-        }
-        if candidates.is_empty() {
-            self.no_victims.insert(memo);
-            return None;
-        }
-        candidates.sort();
         let found = match blocked {
-            Blocked::Quota(_) => self.victims_for_quota(js, shape, within, &candidates),
-            _ => self.victims_by_node(js, shape, within, &candidates, &usable),
+            Blocked::Quota(_) => self.victims_for_quota(js, shape, within, &reclaimable),
+            _ => self.victims_by_node(js, shape, within, priority, &reclaimable),
         };
         let Some((needed, placed)) = found else {
             self.no_victims.insert(memo);
@@ -739,17 +785,11 @@ impl<'a> Cycle<'a> {
             };
             holder.evicted = true;
             let holder = holder.clone();
-            let Some(victim) = holder.running.and_then(|k| self.snapshot.jobs.get(k)) else {
-                continue;
-            };
-            let (grace_s, cause) = match candidates.iter().find(|c| c.4 == *h) {
-                Some(c) => (
-                    self.tier(victim).map_or(0, |t| t.grace_s),
-                    if c.0 { "priority" } else { "reclaim" },
-                ),
-                None => (0, "priority"),
-            };
-            let lost = candidates.iter().find(|c| c.4 == *h).map_or(0, |c| c.1);
+            let reclaim = holder
+                .team
+                .as_ref()
+                .is_some_and(|t| reclaimable.contains(t));
+            let (grace_s, lost) = holder.victim.map_or((0, 0), |v| (v.grace_s, v.lost));
             self.shares.hold(
                 holder.team.as_deref(),
                 Self::resources(&holder.member, holder.choices.len()).map(|x| -x),
@@ -760,12 +800,12 @@ impl<'a> Cycle<'a> {
                 for_job: js.id().to_string(),
                 grace_s,
                 lost_gpu_s: lost as f64 / 1000.0,
-                cause: cause.to_string(),
+                cause: if reclaim { "reclaim" } else { "priority" }.to_string(),
             });
         }
         victims.sort();
         let (choices, borrowing) = placed;
-        self.hold(js, choices.clone(), None);
+        self.hold(js, choices.clone());
         Some(Outcome::Placed {
             choices,
             victims,
@@ -773,60 +813,131 @@ impl<'a> Cycle<'a> {
         })
     }
 
-    /// Victims chosen node by node: for each usable node, the cheapest candidates on it
-    /// (in candidate order: reclaimed borrowers, then least lost work) that free room for
-    /// one member; nodes are then tried cheapest first, adding nodes until the job fits
-    /// (one node for a single member, several for a gang). Victims the final placement
-    /// does not need are spared. Returns the victim holders and the placement.
+    /// Whether holder `h` may be preempted for a job of `priority` (or as a reclaimed
+    /// borrower), and its rank: reclaims first, then least lost work.
+    fn victim_rank(
+        &self,
+        h: usize,
+        priority: i64,
+        reclaimable: &[String],
+    ) -> Option<(bool, i64, i64, usize)> {
+        let holder = self.holders.get(h)?;
+        let v = holder.victim.as_ref()?;
+        if holder.evicted {
+            return None;
+        }
+        let reclaim = holder
+            .team
+            .as_ref()
+            .is_some_and(|t| reclaimable.contains(t));
+        (reclaim || v.priority < priority).then_some((!reclaim, v.lost, v.priority, h))
+    }
+
+    /// The cheapest victims on `node` that free room for one member of `member`: eligible
+    /// holders in rank order until the member fits. Cost: (priority victims, lost work,
+    /// victims). Memoised per node state; see `victim_costs`.
+    fn node_cost(
+        &self,
+        node: usize,
+        member: &Request,
+        priority: i64,
+        reclaimable: &[String],
+    ) -> Option<Cost> {
+        let ctx = self.placer.context();
+        let n = self.snapshot.fleet.nodes.get(node)?;
+        let capacity = self.placer.empty_state().nodes.get(node)?;
+        let mut free = self.placer.state().nodes.get(node)?.clone();
+        let mut ranked: Vec<(bool, i64, i64, usize)> = self
+            .holders_on
+            .get(node)?
+            .iter()
+            .filter_map(|h| self.victim_rank(*h, priority, reclaimable))
+            .collect();
+        ranked.sort();
+        let (mut priority_victims, mut lost, mut chosen) = (0usize, 0i64, Vec::new());
+        for (not_reclaim, l, _, h) in ranked {
+            let holder = self.holders.get(h)?;
+            for ch in holder.choices.iter().filter(|ch| ch.node == node) {
+                free.give(&holder.member, &ch.on.gpus, capacity);
+            }
+            chosen.push(h);
+            priority_victims += usize::from(not_reclaim);
+            lost += l;
+            if crate::core::packing::feasible(&ctx, n, &free, member) {
+                return Some(((priority_victims, lost, chosen.len()), chosen));
+            }
+        }
+        None
+    }
+
+    /// Victims chosen node by node: each usable node's cheapest set ([`Cycle::node_cost`],
+    /// cached until the node changes), then nodes cheapest first until the job fits (one
+    /// node for a single member, more for a gang).
     #[allow(clippy::type_complexity)]
     fn victims_by_node(
         &mut self,
         js: &JobState,
         shape: &JobShape,
         within: &dyn Fn(usize) -> bool,
-        candidates: &[(bool, i64, i64, String, usize)],
-        usable: &dyn Fn(usize) -> bool,
+        priority: i64,
+        reclaimable: &[String],
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
-        let ctx = self.placer.context();
         let fleet = &self.snapshot.fleet;
-        let mut on_node: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
-        for (rank, c) in candidates.iter().enumerate() {
-            let Some(holder) = self.holders.get(c.4) else { continue };
-            let nodes: BTreeSet<usize> = holder.choices.iter().map(|ch| ch.node).collect();
-            for n in nodes.into_iter().filter(|n| usable(*n) && within(*n)) {
-                on_node.entry(n).or_default().push(rank);
+        let key = (shape.member.clone(), priority, reclaimable.to_vec());
+        let mut cache = self
+            .cost_cache
+            .remove(&key)
+            .unwrap_or_else(|| vec![None; fleet.nodes.len()]);
+        let mut costs: Vec<((usize, i64, usize), usize)> = Vec::new();
+        for (node, n) in fleet.nodes.iter().enumerate() {
+            let usable = (shape.pools.is_empty()
+                || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                && shape.member.accepts_model(n.gpu_model())
+                && within(node);
+            if !usable || self.holders_on.get(node).is_none_or(Vec::is_empty) {
+                continue;
             }
-        }
-        // (non-reclaim victims, lost work, victims) per node, and the victims.
-        let mut costs: Vec<((usize, i64, usize, usize), Vec<usize>)> = Vec::new();
-        for (node, ranks) in &on_node {
-            let (Some(n), Some(start)) = (fleet.nodes.get(*node), self.placer.state().nodes.get(*node)) else {
+            let Some(free) = self.placer.state().nodes.get(node) else {
                 continue;
             };
-            let Some(capacity) = self.placer.empty_state().nodes.get(*node) else { continue };
-            let mut free = start.clone();
-            let mut chosen = Vec::new();
-            let (mut priority_victims, mut lost) = (0usize, 0i64);
-            for rank in ranks {
-                let Some(c) = candidates.get(*rank) else { continue };
-                let Some(holder) = self.holders.get(c.4) else { continue };
-                for ch in holder.choices.iter().filter(|ch| ch.node == *node) {
-                    free.give(&holder.member, &ch.on.gpus, capacity);
-                }
-                chosen.push(c.4);
-                priority_victims += usize::from(c.0);
-                lost += c.1;
-                if crate::core::packing::feasible(&ctx, n, &free, &shape.member) {
-                    costs.push(((priority_victims, lost, chosen.len(), *node), chosen));
-                    break;
+            let fresh = match cache.get(node) {
+                Some(Some((seen, cost))) if seen == free => cost.as_ref().is_none_or(|(_, v)| {
+                    v.iter()
+                        .all(|h| self.holders.get(*h).is_some_and(|x| !x.evicted))
+                }),
+                _ => false,
+            };
+            if !fresh {
+                let cost = self.node_cost(node, &shape.member, priority, reclaimable);
+                if let Some(slot) = cache.get_mut(node) {
+                    *slot = Some((free.clone(), cost));
                 }
             }
+            if let Some(Some((_, Some((c, _))))) = cache.get(node) {
+                costs.push((*c, node));
+            }
+        }
+        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
+        let best = attempts.min(costs.len());
+        if best > 0 && best < costs.len() {
+            costs.select_nth_unstable(best - 1);
+            costs.truncate(best);
         }
         costs.sort();
-        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
+        let plans: Vec<Vec<usize>> = costs
+            .iter()
+            .filter_map(|(_, node)| {
+                cache
+                    .get(*node)
+                    .and_then(|c| c.as_ref())
+                    .and_then(|(_, c)| c.as_ref())
+                    .map(|(_, v)| v.clone())
+            })
+            .collect();
+        self.cost_cache.insert(key, cache);
         let mut taken: Vec<usize> = Vec::new();
         let mut placed = None;
-        for (_, victims) in costs.into_iter().take(attempts) {
+        for victims in plans {
             for h in victims {
                 if !taken.contains(&h) {
                     self.release_holder(h);
@@ -855,13 +966,17 @@ impl<'a> Cycle<'a> {
         js: &JobState,
         shape: &JobShape,
         within: &dyn Fn(usize) -> bool,
-        candidates: &[(bool, i64, i64, String, usize)],
+        reclaimable: &[String],
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
+        let mut ranked: Vec<(bool, i64, i64, usize)> = (0..self.holders.len())
+            .filter_map(|h| self.victim_rank(h, i64::MIN, reclaimable))
+            .collect();
+        ranked.sort();
         let mut taken = Vec::new();
         let mut placed = None;
-        for c in candidates.iter().filter(|c| !c.0).take(64) {
-            self.release_holder(c.4);
-            taken.push(c.4);
+        for (_, _, _, h) in ranked.into_iter().take(64) {
+            self.release_holder(h);
+            taken.push(h);
             if let Ok(done) = self.try_place(js, shape, within) {
                 placed = Some(done);
                 break;
@@ -909,58 +1024,108 @@ impl<'a> Cycle<'a> {
     }
 
     /// When `shape` could start if running jobs end as estimated, and on which nodes:
-    /// jobs are released in order of expected end until it fits. Quotas are not
-    /// considered (an estimate of capacity, not of turn).
-    fn earliest_start(&mut self, shape: &JobShape) -> Option<(i64, BTreeSet<usize>)> {
-        let mut ends: Vec<(i64, String, usize)> = self
+    /// jobs are released in order of expected end, on a copy of the free resources, until
+    /// the free room (per topology group when the job requires one) holds every member.
+    /// Room per node is exact for identical members, as in gang placement. Quotas are not
+    /// considered: an estimate of capacity, not of turn.
+    fn earliest_start(&self, shape: &JobShape) -> Option<(i64, BTreeSet<usize>)> {
+        let ctx = self.placer.context();
+        let fleet = &self.snapshot.fleet;
+        let usable: Vec<bool> = fleet
+            .nodes
+            .iter()
+            .map(|n| {
+                shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p))
+            })
+            .collect();
+        let level = shape
+            .topology_required
+            .filter(|l| !matches!(l, TopologyLevel::Any | TopologyLevel::NvlinkIsland));
+        // Group of each node (one group for all when no topology is required).
+        let mut group_of: Vec<Option<usize>> = vec![None; fleet.nodes.len()];
+        let mut groups = 1;
+        match level {
+            Some(l) => {
+                groups = 0;
+                for (g, (_, nodes)) in self.placer.groups(l).iter().enumerate() {
+                    for n in nodes {
+                        if let Some(slot) = group_of.get_mut(*n) {
+                            *slot = Some(g);
+                        }
+                    }
+                    groups = g + 1;
+                }
+            }
+            None => group_of.iter_mut().for_each(|g| *g = Some(0)),
+        }
+        let mut free = self.placer.state().nodes.clone();
+        let empty = &self.placer.empty_state().nodes;
+        let slots = |free: &[crate::core::alloc::NodeFree], n: usize| -> u64 {
+            match (usable.get(n), fleet.nodes.get(n), free.get(n)) {
+                (Some(true), Some(node), Some(f)) => {
+                    gang::member_slots(&ctx, node, f, &shape.member)
+                }
+                _ => 0,
+            }
+        };
+        let mut room = vec![0u64; groups];
+        for n in 0..fleet.nodes.len() {
+            if let Some(Some(g)) = group_of.get(n) {
+                if let Some(r) = room.get_mut(*g) {
+                    *r = r.saturating_add(slots(&free, n));
+                }
+            }
+        }
+        let members = u64::from(shape.members);
+        let winner = |room: &[u64]| room.iter().position(|r| *r >= members);
+        let mut ends: Vec<(i64, usize)> = self
             .holders
             .iter()
             .enumerate()
             .filter(|(_, h)| !h.evicted)
-            .filter_map(|(i, h)| Some((h.ends_at?, h.id.clone(), i)))
+            .filter_map(|(i, h)| Some((h.ends_at?, i)))
             .collect();
         ends.sort();
-        let mut released = Vec::new();
-        let mut result = None;
-        for (end, _, h) in ends {
+        let mut found = winner(&room).map(|g| (self.now, g));
+        for (end, h) in ends {
+            if found.is_some() {
+                break;
+            }
             let Some(holder) = self.holders.get(h) else {
                 continue;
             };
-            let choices = holder.choices.clone();
-            let member = holder.member.clone();
-            for c in &choices {
-                self.placer.release(&member, c);
-            }
-            released.push(h);
-            // Only a node that now holds a member can have changed the answer.
-            let ctx = self.placer.context();
-            let fleet = &self.snapshot.fleet;
-            let helps = choices.iter().any(|c| {
-                let (Some(n), Some(free)) = (fleet.nodes.get(c.node), self.placer.state().nodes.get(c.node)) else {
-                    return false;
-                };
-                (shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
-                    && crate::core::packing::feasible(&ctx, n, free, &shape.member)
-            });
-            if !helps {
-                continue;
-            }
-            if let Ok(placed) = gang::place_job(&mut self.placer, shape) {
-                for c in &placed {
-                    self.placer.release(&shape.member, c);
+            for c in &holder.choices {
+                let before = slots(&free, c.node);
+                if let (Some(f), Some(cap)) = (free.get_mut(c.node), empty.get(c.node)) {
+                    f.give(&holder.member, &c.on.gpus, cap);
                 }
-                result = Some((end, placed.iter().map(|c| c.node).collect()));
+                let after = slots(&free, c.node);
+                if let Some(Some(g)) = group_of.get(c.node) {
+                    if let Some(r) = room.get_mut(*g) {
+                        *r = r.saturating_add(after.saturating_sub(before));
+                    }
+                }
+            }
+            found = winner(&room).map(|g| (end, g));
+        }
+        let (start, g) = found?;
+        // The nodes that hold the members, roomiest first.
+        let mut nodes: Vec<(u64, usize)> = (0..fleet.nodes.len())
+            .filter(|n| group_of.get(*n).copied().flatten() == Some(g))
+            .map(|n| (slots(&free, n), n))
+            .filter(|(s, _)| *s > 0)
+            .collect();
+        nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        let mut need = members;
+        let mut chosen = BTreeSet::new();
+        for (s, n) in nodes {
+            if need == 0 {
                 break;
             }
+            chosen.insert(n);
+            need = need.saturating_sub(s);
         }
-        for h in released.into_iter().rev() {
-            if let Some(holder) = self.holders.get(h).cloned() {
-                for c in &holder.choices {
-                    self.placer.commit(&holder.member, c);
-                }
-            }
-        }
-        result
+        Some((start, chosen))
     }
 
     /// Seconds until `shape` could start by the running jobs' estimates; memoised per
