@@ -7,7 +7,7 @@ use super::plan::{
 };
 use super::quota::{Ledger, QuotaBlock};
 use super::snapshot::{JobState, Snapshot};
-use crate::core::alloc::{NodeFree, Request};
+use crate::core::alloc::Request;
 use crate::core::frag::Workload;
 use crate::core::gang::{self, JobShape, Unplaced, UnplacedCode};
 use crate::core::packing::Strategy;
@@ -53,9 +53,14 @@ struct Cycle<'a> {
     no_victims: std::collections::HashSet<(JobShape, i64, Vec<String>)>,
     /// Running jobs (preemption candidates) by node.
     holders_on: Vec<Vec<usize>>,
-    /// Per (member, priority, reclaimable teams): each node's cheapest victim set, with
-    /// the node state it was computed for.
-    cost_cache: HashMap<(Request, i64, Vec<String>), Vec<Option<(NodeFree, Option<Cost>)>>>,
+    /// Per (member, pools, priority, reclaimable teams): each node's cheapest victim set.
+    cost_cache: HashMap<(Request, Vec<String>, i64, Vec<String>), CostIndex>,
+    /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
+    changed: Vec<usize>,
+    /// Running jobs released so far (preempted or tried): free capacity grows only then.
+    released: u64,
+    /// Shapes that did not fit, at which `released` count, and why.
+    unfit: HashMap<(JobShape, Option<(i64, bool)>), (u64, Unplaced)>,
     /// The lowest tier priority among preemptible running jobs: a job at or below it
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
@@ -65,6 +70,37 @@ struct Cycle<'a> {
 
 /// Cost of a node's victim set (priority victims, lost work, victims) and the holders.
 type Cost = ((usize, i64, usize), Vec<usize>);
+
+/// Each node's victim cost for one kind of job, and the nodes ordered by it.
+#[derive(Debug)]
+struct CostIndex {
+    costs: Vec<Option<Cost>>,
+    order: BTreeSet<((usize, i64, usize), usize)>,
+    /// How much of `Cycle::changed` this index has caught up with.
+    seen: usize,
+}
+
+impl CostIndex {
+    fn new(nodes: usize) -> CostIndex {
+        CostIndex {
+            costs: vec![None; nodes],
+            order: BTreeSet::new(),
+            seen: 0,
+        }
+    }
+
+    fn set(&mut self, node: usize, cost: Option<Cost>) {
+        if let Some(slot) = self.costs.get_mut(node) {
+            if let Some((old, _)) = slot.take() {
+                self.order.remove(&(old, node));
+            }
+            if let Some((c, _)) = &cost {
+                self.order.insert((*c, node));
+            }
+            *slot = cost;
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 struct Reserved {
@@ -111,6 +147,9 @@ pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
         lowest_victim_priority: None,
         holders_on: vec![Vec::new(); fleet.nodes.len()],
         cost_cache: HashMap::new(),
+        changed: Vec::new(),
+        released: 0,
+        unfit: HashMap::new(),
         eta_memo: HashMap::new(),
         preemptions: Vec::new(),
     };
@@ -354,6 +393,7 @@ impl<'a> Cycle<'a> {
         let member = js.job.shape.member.clone();
         for c in &choices {
             self.placer.commit(&member, c);
+            self.changed.push(c.node);
         }
         for (pool, milli) in self.charges(&member, &choices) {
             self.ledger.charge(js.job.team.as_deref(), pool, milli);
@@ -419,8 +459,10 @@ impl<'a> Cycle<'a> {
         let Some(holder) = self.holders.get(h).cloned() else {
             return;
         };
+        self.released += 1;
         for c in &holder.choices {
             self.placer.release(&holder.member, c);
+            self.changed.push(c.node);
         }
         for (pool, milli) in self.charges(&holder.member, &holder.choices) {
             self.ledger.uncharge(holder.team.as_deref(), pool, milli);
@@ -433,6 +475,7 @@ impl<'a> Cycle<'a> {
         };
         for c in &holder.choices {
             self.placer.commit(&holder.member, c);
+            self.changed.push(c.node);
         }
         for (pool, milli) in self.charges(&holder.member, &holder.choices) {
             self.ledger.charge(holder.team.as_deref(), pool, milli);
@@ -510,7 +553,21 @@ impl<'a> Cycle<'a> {
             Some(res) => !res.nodes.contains(&node) || ends_at.is_some_and(|e| e <= res.start_at),
             None => true,
         };
-        let attempt = self.try_place(js, shape, &|i| respects(&reservation, i));
+        // Free capacity only grows when a running job is released; until then a shape
+        // that did not fit still does not.
+        let memo_key = (
+            shape.clone(),
+            reservation
+                .as_ref()
+                .map(|r| (r.start_at, ends_at.is_some_and(|e| e <= r.start_at))),
+        );
+        let attempt = match self.unfit.get(&memo_key) {
+            Some((epoch, why)) if *epoch == self.released => Err(Blocked::Capacity(why.clone())),
+            _ => self.try_place(js, shape, &|i| respects(&reservation, i)),
+        };
+        if let Err(Blocked::Capacity(why)) = &attempt {
+            self.unfit.insert(memo_key, (self.released, why.clone()));
+        }
         let mut blocked = match attempt {
             Ok((choices, borrowing)) => {
                 self.hold(js, choices.clone());
@@ -864,15 +921,43 @@ impl<'a> Cycle<'a> {
             priority_victims += usize::from(not_reclaim);
             lost += l;
             if crate::core::packing::feasible(&ctx, n, &free, member) {
-                return Some(((priority_victims, lost, chosen.len()), chosen));
+                // Spare victims added before the last that the member does not need.
+                let last = chosen.pop()?;
+                let mut kept = vec![last];
+                for h in chosen.into_iter().rev() {
+                    let holder = self.holders.get(h)?;
+                    let mut without = free.clone();
+                    for ch in holder.choices.iter().filter(|ch| ch.node == node) {
+                        without.take(&holder.member, &ch.on.gpus);
+                    }
+                    let fits = without.cpu_milli <= free.cpu_milli
+                        && crate::core::packing::feasible(&ctx, n, &without, member);
+                    if fits {
+                        free = without;
+                        if let Some(v) = holder.victim {
+                            lost -= v.lost;
+                            if self
+                                .victim_rank(h, priority, reclaimable)
+                                .is_some_and(|r| r.0)
+                            {
+                                priority_victims -= 1;
+                            }
+                        }
+                    } else {
+                        kept.push(h);
+                    }
+                }
+                kept.reverse();
+                return Some(((priority_victims, lost, kept.len()), kept));
             }
         }
         None
     }
 
-    /// Victims chosen node by node: each usable node's cheapest set ([`Cycle::node_cost`],
-    /// cached until the node changes), then nodes cheapest first until the job fits (one
-    /// node for a single member, more for a gang).
+    /// Victims chosen node by node: each usable node's cheapest set ([`Cycle::node_cost`]),
+    /// kept in an index per job shape and priority that is updated only for nodes that
+    /// changed since it was last read; nodes are then tried cheapest first until the job
+    /// fits (one node for a single member, more for a gang).
     #[allow(clippy::type_complexity)]
     fn victims_by_node(
         &mut self,
@@ -883,61 +968,59 @@ impl<'a> Cycle<'a> {
         reclaimable: &[String],
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
         let fleet = &self.snapshot.fleet;
-        let key = (shape.member.clone(), priority, reclaimable.to_vec());
-        let mut cache = self
-            .cost_cache
-            .remove(&key)
-            .unwrap_or_else(|| vec![None; fleet.nodes.len()]);
-        let mut costs: Vec<((usize, i64, usize), usize)> = Vec::new();
-        for (node, n) in fleet.nodes.iter().enumerate() {
-            let usable = (shape.pools.is_empty()
-                || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
-                && shape.member.accepts_model(n.gpu_model())
-                && within(node);
-            if !usable || self.holders_on.get(node).is_none_or(Vec::is_empty) {
-                continue;
-            }
-            let Some(free) = self.placer.state().nodes.get(node) else {
-                continue;
-            };
-            let fresh = match cache.get(node) {
-                Some(Some((seen, cost))) if seen == free => cost.as_ref().is_none_or(|(_, v)| {
-                    v.iter()
-                        .all(|h| self.holders.get(*h).is_some_and(|x| !x.evicted))
-                }),
-                _ => false,
-            };
-            if !fresh {
-                let cost = self.node_cost(node, &shape.member, priority, reclaimable);
-                if let Some(slot) = cache.get_mut(node) {
-                    *slot = Some((free.clone(), cost));
-                }
-            }
-            if let Some(Some((_, Some((c, _))))) = cache.get(node) {
-                costs.push((*c, node));
-            }
-        }
-        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
-        let best = attempts.min(costs.len());
-        if best > 0 && best < costs.len() {
-            costs.select_nth_unstable(best - 1);
-            costs.truncate(best);
-        }
-        costs.sort();
-        let plans: Vec<Vec<usize>> = costs
-            .iter()
-            .filter_map(|(_, node)| {
-                cache
-                    .get(*node)
-                    .and_then(|c| c.as_ref())
-                    .and_then(|(_, c)| c.as_ref())
-                    .map(|(_, v)| v.clone())
+        let usable = |node: usize| {
+            fleet.nodes.get(node).is_some_and(|n| {
+                (shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                    && shape.member.accepts_model(n.gpu_model())
             })
+        };
+        let key = (
+            shape.member.clone(),
+            shape.pools.clone(),
+            priority,
+            reclaimable.to_vec(),
+        );
+        let mut index = match self.cost_cache.remove(&key) {
+            Some(mut index) => {
+                let changed: BTreeSet<usize> = self
+                    .changed
+                    .get(index.seen..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .copied()
+                    .collect();
+                for node in changed.into_iter().filter(|n| usable(*n)) {
+                    let cost = self.node_cost(node, &shape.member, priority, reclaimable);
+                    index.set(node, cost);
+                }
+                index
+            }
+            None => {
+                let mut index = CostIndex::new(fleet.nodes.len());
+                for node in (0..fleet.nodes.len()).filter(|n| usable(*n)) {
+                    if self.holders_on.get(node).is_some_and(|h| !h.is_empty()) {
+                        let cost = self.node_cost(node, &shape.member, priority, reclaimable);
+                        index.set(node, cost);
+                    }
+                }
+                index
+            }
+        };
+        index.seen = self.changed.len();
+        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
+        let plans: Vec<Vec<usize>> = index
+            .order
+            .iter()
+            .filter(|(_, node)| within(*node))
+            .take(attempts)
+            .filter_map(|(_, node)| index.costs.get(*node).cloned().flatten().map(|(_, v)| v))
             .collect();
-        self.cost_cache.insert(key, cache);
+        self.cost_cache.insert(key, index);
         let mut taken: Vec<usize> = Vec::new();
         let mut placed = None;
+        let mut used = 0;
         for victims in plans {
+            used += 1;
             for h in victims {
                 if !taken.contains(&h) {
                     self.release_holder(h);
@@ -955,6 +1038,10 @@ impl<'a> Cycle<'a> {
             }
             return None;
         };
+        if shape.members == 1 && used == 1 {
+            // One node's set, already pruned to what the member needs.
+            return Some((taken, placed));
+        }
         Some(self.spare(js, shape, within, taken, placed))
     }
 
