@@ -313,17 +313,11 @@ impl<'a> Placer<'a> {
     pub fn commit(&mut self, req: &Request, choice: &Choice) -> Option<NodeFree> {
         let previous = self.state.nodes.get(choice.node)?.clone();
         self.leave(choice.node);
-        let node = self.fleet.nodes.get(choice.node);
-        if let Some(free) = self.state.nodes.get_mut(choice.node) {
-            free.take(req, &choice.on.gpus);
-            if let (Some(name), Some(node)) = (&req.mig_profile, node) {
-                for (gpu, start) in choice.on.gpus.iter().zip(&choice.on.mig_starts) {
-                    let model = node.gpus.get(*gpu).map(|g| g.model.as_str()).unwrap_or("");
-                    if let Some(p) = self.ctx.mig.profile(model, name) {
-                        free.take_mig(*gpu, mig::mask(p, *start));
-                    }
-                }
-            }
+        if let (Some(node), Some(free)) = (
+            self.fleet.nodes.get(choice.node),
+            self.state.nodes.get_mut(choice.node),
+        ) {
+            take_on(&self.ctx, node, free, req, &choice.on);
         }
         self.enter(choice.node);
         Some(previous)
@@ -336,17 +330,11 @@ impl<'a> Placer<'a> {
             return;
         };
         self.leave(choice.node);
-        let node = self.fleet.nodes.get(choice.node);
-        if let Some(free) = self.state.nodes.get_mut(choice.node) {
-            free.give(req, &choice.on.gpus, &capacity);
-            if let (Some(name), Some(node)) = (&req.mig_profile, node) {
-                for (gpu, start) in choice.on.gpus.iter().zip(&choice.on.mig_starts) {
-                    let model = node.gpus.get(*gpu).map(|g| g.model.as_str()).unwrap_or("");
-                    if let Some(p) = self.ctx.mig.profile(model, name) {
-                        free.give_mig(*gpu, mig::mask(p, *start));
-                    }
-                }
-            }
+        if let (Some(node), Some(free)) = (
+            self.fleet.nodes.get(choice.node),
+            self.state.nodes.get_mut(choice.node),
+        ) {
+            give_on(&self.ctx, node, free, req, &choice.on, &capacity);
         }
         self.enter(choice.node);
     }
@@ -358,5 +346,38 @@ impl<'a> Placer<'a> {
             *free = previous;
         }
         self.enter(node);
+    }
+}
+
+/// Takes `req` placed as `on` from a node's free resources (GPU shares or MIG slots).
+pub fn take_on(ctx: &Context<'_>, node: &Node, free: &mut NodeFree, req: &Request, on: &OnNode) {
+    free.take(req, &on.gpus);
+    if let Some(name) = &req.mig_profile {
+        for (gpu, start) in on.gpus.iter().zip(&on.mig_starts) {
+            let model = node.gpus.get(*gpu).map(|g| g.model.as_str()).unwrap_or("");
+            if let Some(p) = ctx.mig.profile(model, name) {
+                free.take_mig(*gpu, mig::mask(p, *start));
+            }
+        }
+    }
+}
+
+/// Gives back what [`take_on`] took, never beyond `capacity` (the empty node).
+pub fn give_on(
+    ctx: &Context<'_>,
+    node: &Node,
+    free: &mut NodeFree,
+    req: &Request,
+    on: &OnNode,
+    capacity: &NodeFree,
+) {
+    free.give(req, &on.gpus, capacity);
+    if let Some(name) = &req.mig_profile {
+        for (gpu, start) in on.gpus.iter().zip(&on.mig_starts) {
+            let model = node.gpus.get(*gpu).map(|g| g.model.as_str()).unwrap_or("");
+            if let Some(p) = ctx.mig.profile(model, name) {
+                free.give_mig(*gpu, mig::mask(p, *start));
+            }
+        }
     }
 }

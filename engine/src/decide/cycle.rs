@@ -11,7 +11,7 @@ use crate::core::alloc::Request;
 use crate::core::frag::Workload;
 use crate::core::gang::{self, JobShape, Unplaced, UnplacedCode};
 use crate::core::packing::Strategy;
-use crate::core::placer::{Choice, Placer};
+use crate::core::placer::{give_on, take_on, Choice, Placer};
 use lang::ir::{PreemptMode, Program, Tier, TopologyLevel};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -456,29 +456,31 @@ impl<'a> Cycle<'a> {
     }
 
     fn release_holder(&mut self, h: usize) {
-        let Some(holder) = self.holders.get(h).cloned() else {
-            return;
-        };
         self.released += 1;
-        for c in &holder.choices {
-            self.placer.release(&holder.member, c);
-            self.changed.push(c.node);
-        }
-        for (pool, milli) in self.charges(&holder.member, &holder.choices) {
-            self.ledger.uncharge(holder.team.as_deref(), pool, milli);
-        }
+        self.move_holder(h, false);
     }
 
     fn restore_holder(&mut self, h: usize) {
-        let Some(holder) = self.holders.get(h).cloned() else {
+        self.move_holder(h, true);
+    }
+
+    /// Takes a held job's GPUs back (`take`) or gives them up, in placer and quota.
+    fn move_holder(&mut self, h: usize, take: bool) {
+        let Some(holder) = self.holders.get(h) else {
             return;
         };
+        let fleet = &self.snapshot.fleet;
+        let milli = holder.member.gpu_milli_total();
         for c in &holder.choices {
-            self.placer.commit(&holder.member, c);
+            let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
+            if take {
+                self.placer.commit(&holder.member, c);
+                self.ledger.charge(holder.team.as_deref(), pool, milli);
+            } else {
+                self.placer.release(&holder.member, c);
+                self.ledger.uncharge(holder.team.as_deref(), pool, milli);
+            }
             self.changed.push(c.node);
-        }
-        for (pool, milli) in self.charges(&holder.member, &holder.choices) {
-            self.ledger.charge(holder.team.as_deref(), pool, milli);
         }
     }
 
@@ -900,56 +902,60 @@ impl<'a> Cycle<'a> {
         priority: i64,
         reclaimable: &[String],
     ) -> Option<Cost> {
-        let ctx = self.placer.context();
-        let n = self.snapshot.fleet.nodes.get(node)?;
-        let capacity = self.placer.empty_state().nodes.get(node)?;
-        let mut free = self.placer.state().nodes.get(node)?.clone();
         let mut ranked: Vec<(bool, i64, i64, usize)> = self
             .holders_on
             .get(node)?
             .iter()
             .filter_map(|h| self.victim_rank(*h, priority, reclaimable))
             .collect();
-        ranked.sort();
+        if ranked.is_empty() {
+            return None;
+        }
+        ranked.sort_unstable();
+        let ctx = self.placer.context();
+        let n = self.snapshot.fleet.nodes.get(node)?;
+        let capacity = self.placer.empty_state().nodes.get(node)?;
+        let mut free = self.placer.state().nodes.get(node)?.clone();
         let (mut priority_victims, mut lost, mut chosen) = (0usize, 0i64, Vec::new());
+        let on_node = |h: usize| {
+            self.holders.get(h).into_iter().flat_map(move |x| {
+                x.choices
+                    .iter()
+                    .filter(move |c| c.node == node)
+                    .map(move |c| (&x.member, c))
+            })
+        };
         for (not_reclaim, l, _, h) in ranked {
-            let holder = self.holders.get(h)?;
-            for ch in holder.choices.iter().filter(|ch| ch.node == node) {
-                free.give(&holder.member, &ch.on.gpus, capacity);
+            for (member, ch) in on_node(h) {
+                give_on(&ctx, n, &mut free, member, &ch.on, capacity);
             }
             chosen.push(h);
             priority_victims += usize::from(not_reclaim);
             lost += l;
-            if crate::core::packing::feasible(&ctx, n, &free, member) {
-                // Spare victims added before the last that the member does not need.
-                let last = chosen.pop()?;
-                let mut kept = vec![last];
-                for h in chosen.into_iter().rev() {
-                    let holder = self.holders.get(h)?;
-                    let mut without = free.clone();
-                    for ch in holder.choices.iter().filter(|ch| ch.node == node) {
-                        without.take(&holder.member, &ch.on.gpus);
-                    }
-                    let fits = without.cpu_milli <= free.cpu_milli
-                        && crate::core::packing::feasible(&ctx, n, &without, member);
-                    if fits {
-                        free = without;
-                        if let Some(v) = holder.victim {
-                            lost -= v.lost;
-                            if self
-                                .victim_rank(h, priority, reclaimable)
-                                .is_some_and(|r| r.0)
-                            {
-                                priority_victims -= 1;
-                            }
-                        }
-                    } else {
-                        kept.push(h);
-                    }
-                }
-                kept.reverse();
-                return Some(((priority_victims, lost, kept.len()), kept));
+            if !crate::core::packing::feasible(&ctx, n, &free, member) {
+                continue;
             }
+            // Spare victims added before the last that the member does not need: take
+            // each back and keep the taking if the member still fits.
+            let last = chosen.pop()?;
+            let mut kept = vec![last];
+            for h in chosen.into_iter().rev() {
+                for (m, ch) in on_node(h) {
+                    take_on(&ctx, n, &mut free, m, &ch.on);
+                }
+                if crate::core::packing::feasible(&ctx, n, &free, member) {
+                    let rank = self.victim_rank(h, priority, reclaimable);
+                    lost -= rank.map_or(0, |r| r.1);
+                    priority_victims -= usize::from(rank.is_some_and(|r| r.0));
+                } else {
+                    for (m, ch) in on_node(h) {
+                        give_on(&ctx, n, &mut free, m, &ch.on, capacity);
+                    }
+                    kept.push(h);
+                }
+            }
+            kept.reverse();
+            return Some(((priority_victims, lost, kept.len()), kept));
         }
         None
     }

@@ -61,8 +61,13 @@ impl FairShares {
 
     /// `team` now holds `r` more (a running job, or one placed this cycle).
     pub fn hold(&mut self, team: Option<&str>, r: Resources) {
-        if let Some(t) = team.filter(|t| self.weight.contains_key(*t)) {
-            let e = self.held.entry(t.to_string()).or_insert([0.0; 3]);
+        let Some(t) = team.filter(|t| self.weight.contains_key(*t)) else {
+            return;
+        };
+        if !self.held.contains_key(t) {
+            self.held.insert(t.to_string(), [0.0; 3]);
+        }
+        if let Some(e) = self.held.get_mut(t) {
             for (a, b) in e.iter_mut().zip(r) {
                 *a += b;
             }

@@ -236,22 +236,28 @@ impl Ledger {
     /// Borrowing not covered by the lenders of the borrower's own cohort, summed over the
     /// fleet: it must fit in the unguaranteed capacity.
     fn excess(&self) -> u64 {
-        let mut by_cohort: BTreeMap<Option<&str>, (u64, u64)> = BTreeMap::new();
+        // Few cohorts: a small list beats a map here (this runs for every placement).
+        let mut by_cohort: Vec<(&str, u64, u64)> = Vec::new();
         let mut alone = 0u64;
         for b in self.books.values() {
             match &b.cohort {
                 Some(c) => {
-                    let e = by_cohort.entry(Some(c.as_str())).or_insert((0, 0));
-                    e.0 += b.borrowed();
-                    e.1 += b.lendable();
+                    let (borrowed, lent) = (b.borrowed(), b.lendable());
+                    match by_cohort.iter_mut().find(|e| e.0 == c.as_str()) {
+                        Some(e) => {
+                            e.1 += borrowed;
+                            e.2 += lent;
+                        }
+                        None => by_cohort.push((c.as_str(), borrowed, lent)),
+                    }
                 }
                 None => alone += b.borrowed(),
             }
         }
         alone
             + by_cohort
-                .values()
-                .map(|(borrowed, lent)| borrowed.saturating_sub(*lent))
+                .iter()
+                .map(|(_, borrowed, lent)| borrowed.saturating_sub(*lent))
                 .sum::<u64>()
     }
 
