@@ -169,7 +169,15 @@ fn bench(c: &mut Criterion) {
         plan.preemptions.len(),
         plan.reservation.is_some()
     );
+    let running_only = Snapshot {
+        jobs: snap.jobs.iter().filter(|j| j.running.is_some()).cloned().collect(),
+        ..snap.clone()
+    };
     let mut group = c.benchmark_group("decide");
+    group.sample_size(10);
+    group.bench_function("1000x8_4000_running_only", |b| {
+        b.iter(|| engine::decide::decide(black_box(&program), black_box(&running_only), 7200))
+    });
     group.sample_size(10);
     group.bench_function("1000x8_4000_running_5000_pending", |b| {
         b.iter(|| engine::decide::decide(black_box(&program), black_box(&snap), 7200))

@@ -390,9 +390,16 @@ impl<'a> Cycle<'a> {
 
     /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
     fn hold(&mut self, js: &JobState, choices: Vec<Choice>) {
+        for c in &choices {
+            self.placer.commit(&js.job.shape.member, c);
+        }
+        self.hold_committed(js, choices);
+    }
+
+    /// [`Cycle::hold`] for a placement already committed in the placer.
+    fn hold_committed(&mut self, js: &JobState, choices: Vec<Choice>) {
         let member = js.job.shape.member.clone();
         for c in &choices {
-            self.placer.commit(&member, c);
             self.changed.push(c.node);
         }
         for (pool, milli) in self.charges(&member, &choices) {
@@ -565,14 +572,14 @@ impl<'a> Cycle<'a> {
         );
         let attempt = match self.unfit.get(&memo_key) {
             Some((epoch, why)) if *epoch == self.released => Err(Blocked::Capacity(why.clone())),
-            _ => self.try_place(js, shape, &|i| respects(&reservation, i)),
+            _ => self.try_place_keeping(js, shape, &|i| respects(&reservation, i), true),
         };
         if let Err(Blocked::Capacity(why)) = &attempt {
             self.unfit.insert(memo_key, (self.released, why.clone()));
         }
         let mut blocked = match attempt {
             Ok((choices, borrowing)) => {
-                self.hold(js, choices.clone());
+                self.hold_committed(js, choices.clone());
                 return Outcome::Placed {
                     choices,
                     victims: Vec::new(),
@@ -727,6 +734,18 @@ impl<'a> Cycle<'a> {
         shape: &JobShape,
         within: &dyn Fn(usize) -> bool,
     ) -> Result<(Vec<Choice>, bool), Blocked> {
+        self.try_place_keeping(js, shape, within, false)
+    }
+
+    /// [`Cycle::try_place`]; with `keep`, a placement found stays committed in the placer
+    /// (the caller holds it with [`Cycle::hold_committed`]).
+    fn try_place_keeping(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        keep: bool,
+    ) -> Result<(Vec<Choice>, bool), Blocked> {
         let team = js.job.team.as_deref();
         let mut tries = vec![shape.clone()];
         if shape.pools.is_empty() {
@@ -755,7 +774,9 @@ impl<'a> Cycle<'a> {
                     match self.ledger.check(team, &charges) {
                         Ok(()) => {
                             for c in &choices {
-                                self.placer.release(&s.member, c);
+                                if !keep {
+                                    self.placer.release(&s.member, c);
+                                }
                             }
                             let borrowing = !self.ledger.within_guarantee(team, &charges)
                                 && self.ledger.has_team(team.unwrap_or(""));
@@ -801,6 +822,10 @@ impl<'a> Cycle<'a> {
         }
         let team = js.job.team.as_deref();
         let priority = self.priority(js);
+        let by_priority = self.lowest_victim_priority.is_some_and(|p| p < priority);
+        if !by_priority && self.ledger.cohort(team).is_none() {
+            return None;
+        }
         let reclaiming = self
             .ledger
             .within_guarantee(team, &[(None, js.gpu_milli())])

@@ -131,13 +131,24 @@ impl Ledger {
         let Some(b) = team.and_then(|t| self.books.get(t)) else {
             return false;
         };
-        let mut after = b.used.clone();
-        for (pool, milli) in charges {
-            *after.entry(b.bucket(*pool)).or_insert(0) += milli;
-        }
-        after
+        // Usage per bucket after the charges, without copying the book: buckets the
+        // charges touch get them added, the others are as they are.
+        let added = |bucket: &Bucket| -> u64 {
+            charges
+                .iter()
+                .filter(|(pool, _)| b.bucket(*pool) == *bucket)
+                .map(|(_, m)| *m)
+                .sum()
+        };
+        let used_ok = b
+            .used
             .iter()
-            .all(|(k, u)| *u <= b.guaranteed.get(k).copied().unwrap_or(0))
+            .all(|(k, u)| u + added(k) <= b.guaranteed.get(k).copied().unwrap_or(0));
+        let new_ok = charges.iter().all(|(pool, _)| {
+            let k = b.bucket(*pool);
+            b.used.contains_key(&k) || added(&k) <= b.guaranteed.get(&k).copied().unwrap_or(0)
+        });
+        used_ok && new_ok
     }
 
     /// Whether adding `charges` to `team` keeps every quota; if not, why and what would
