@@ -170,7 +170,12 @@ fn bench(c: &mut Criterion) {
         plan.reservation.is_some()
     );
     let running_only = Snapshot {
-        jobs: snap.jobs.iter().filter(|j| j.running.is_some()).cloned().collect(),
+        jobs: snap
+            .jobs
+            .iter()
+            .filter(|j| j.running.is_some())
+            .cloned()
+            .collect(),
         ..snap.clone()
     };
     let mut group = c.benchmark_group("decide");

@@ -98,8 +98,14 @@ pub fn place_job_within(
     within: &dyn Fn(usize) -> bool,
 ) -> Result<Vec<Choice>, Unplaced> {
     let fleet = placer.fleet();
-    let in_pools: Vec<bool> = fleet.nodes.iter().map(|n| job.allows(n)).collect();
-    let pool_ok = |i: usize| in_pools.get(i).copied().unwrap_or(false);
+    // Most jobs name no pool; then every node is in one and nothing is precomputed.
+    let in_pools: Vec<bool> = if job.pools.is_empty() {
+        Vec::new()
+    } else {
+        fleet.nodes.iter().map(|n| job.allows(n)).collect()
+    };
+    let any_pool = job.pools.is_empty();
+    let pool_ok = |i: usize| any_pool || in_pools.get(i).copied().unwrap_or(false);
     let is_allowed = |i: usize| pool_ok(i) && within(i);
     if job.members == 0 {
         return Ok(Vec::new());

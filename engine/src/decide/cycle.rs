@@ -514,25 +514,21 @@ impl<'a> Cycle<'a> {
                 list.sort_by_key(|q| key(*q));
                 list.reverse(); // pop from the back: oldest first
             }
-            // Shares move only with what a team holds, so each team's share is cached and
-            // recomputed only for the team that just went.
-            let mut share: BTreeMap<Option<String>, f64> = teams
-                .keys()
-                .map(|t| (t.clone(), self.shares.share(t.as_deref())))
-                .collect();
-            loop {
-                let next = teams
-                    .iter()
-                    .filter_map(|(team, list)| {
-                        let q = *list.last()?;
-                        let s = share.get(team).copied().unwrap_or(0.0);
-                        Some((s, key(q), team))
-                    })
-                    .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)))
-                    .map(|(_, _, team)| team.clone());
-                let Some(team) = next else { break };
-                let Some(q) = teams.get_mut(&team).and_then(Vec::pop) else {
-                    break;
+            // Each team's next job in a heap keyed by (share, submit time, id); a team's
+            // share moves only when it gets a job, so only its entry is pushed again.
+            // Shares are non-negative, so their bit patterns order like the numbers.
+            let names: Vec<Option<String>> = teams.keys().cloned().collect();
+            let mut heap = std::collections::BinaryHeap::new();
+            for (t, name) in names.iter().enumerate() {
+                if let Some(q) = teams.get(name).and_then(|l| l.last().copied()) {
+                    let share = self.shares.share(name.as_deref()).max(0.0).to_bits();
+                    heap.push(std::cmp::Reverse((share, key(q), t)));
+                }
+            }
+            while let Some(std::cmp::Reverse((_, _, t))) = heap.pop() {
+                let Some(name) = names.get(t) else { continue };
+                let Some(q) = teams.get_mut(name).and_then(Vec::pop) else {
+                    continue;
                 };
                 order.push(q);
                 // Placing happens later; fair share within a band follows what this job
@@ -540,7 +536,10 @@ impl<'a> Cycle<'a> {
                 if let Some(js) = job(q) {
                     let r = Self::resources(&js.job.shape.member, js.job.shape.members as usize);
                     self.shares.hold(js.job.team.as_deref(), r);
-                    share.insert(team.clone(), self.shares.share(team.as_deref()));
+                }
+                if let Some(next) = teams.get(name).and_then(|l| l.last().copied()) {
+                    let share = self.shares.share(name.as_deref()).max(0.0).to_bits();
+                    heap.push(std::cmp::Reverse((share, key(next), t)));
                 }
             }
         }
