@@ -4,6 +4,12 @@
 //! cycle orders, quota-checks, places, preempts and explains the 5,000 pending jobs.
 //! Target: under 50 ms on one core (issue 4).
 
+#![allow(
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "benchmark setup: a broken fixture should stop the run"
+)]
+
 use criterion::{criterion_group, criterion_main, Criterion};
 use engine::core::alloc::Request;
 use engine::core::fleet::{Fleet, Gpu, Node};

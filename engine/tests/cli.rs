@@ -551,25 +551,174 @@ fn place_uses_the_policy_packing_and_models() {
     assert!(stdout.contains("Spread"), "{stdout}");
 }
 
-#[test]
-fn the_readme_placement_example_is_what_gantry_prints() {
+/// The README shows `$ gantry ARGS` followed by its output; the command must print exactly
+/// that.
+fn assert_readme_example(args: &[&str]) {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    let marker = "$ gantry place --fleet examples/placement/fleet.toml --jobs examples/placement/jobs.jsonl\n";
+    let marker = format!("$ gantry {}\n", args.join(" "));
     let start = readme
-        .find(marker)
-        .expect("README shows the placement example")
+        .find(&marker)
+        .unwrap_or_else(|| panic!("README shows `{marker}`"))
         + marker.len();
     let len = readme[start..].find("```").unwrap();
-    let out = gantry(
-        &[
-            "place",
-            "--fleet",
-            "examples/placement/fleet.toml",
-            "--jobs",
-            "examples/placement/jobs.jsonl",
-        ],
-        &repo(),
-    );
+    let out = gantry(args, &repo());
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), &readme[start..start + len]);
+}
+
+#[test]
+fn the_readme_placement_example_is_what_gantry_prints() {
+    assert_readme_example(&[
+        "place",
+        "--fleet",
+        "examples/placement/fleet.toml",
+        "--jobs",
+        "examples/placement/jobs.jsonl",
+    ]);
+}
+
+#[test]
+fn the_readme_plan_example_is_what_gantry_prints() {
+    assert_readme_example(&[
+        "plan",
+        "--policy",
+        "examples/plan/policy.gantry",
+        "--fleet",
+        "examples/plan/fleet.toml",
+        "--jobs",
+        "examples/plan/jobs.jsonl",
+    ]);
+}
+
+/// A policy and a two-node fleet for the plan error tests.
+fn plan_fixture(dir: &Path) {
+    std::fs::write(
+        dir.join("p.gantry"),
+        "use std.nodes.{dgx_h100}\nuse std.tiers\npool gpu { capacity = reserved; node = dgx_h100; nodes = 2 }\nteam a { guaranteed = 8 gpu }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("fleet.toml"),
+        "[[nodes]]\nname = \"n\"\ncount = 2\npool = \"gpu\"\ncpu_milli = 224000\nmemory_mib = 2097152\ngpus = { count = 8, model = \"H100-SXM5-80GB\" }\n",
+    )
+    .unwrap();
+}
+
+fn plan_with(dir: &Path, jobs: &str) -> Output {
+    std::fs::write(dir.join("jobs.jsonl"), jobs).unwrap();
+    gantry(
+        &[
+            "plan",
+            "--policy",
+            "p.gantry",
+            "--fleet",
+            "fleet.toml",
+            "--jobs",
+            "jobs.jsonl",
+            "--format",
+            "json",
+        ],
+        dir,
+    )
+}
+
+#[test]
+fn plan_rejects_jobs_that_corrupt_the_snapshot_naming_job_line_and_field() {
+    let dir = tempdir("plan-bad");
+    plan_fixture(&dir);
+    let cases = [
+        (
+            "{\"id\": \"x\", \"gpus_per_member\": 1}\n{\"id\": \"x\", \"gpus_per_member\": 2}\n",
+            "line 2: job `x`: field `id`: duplicate id; it is also used on line 1",
+        ),
+        (
+            "{\"id\": \"r\", \"gpus_per_member\": 1, \"placement\": [{\"node\": \"n-9\", \"gpus\": [0]}], \"started_at\": 0}\n",
+            "field `placement[0]`: node `n-9` is not in the fleet",
+        ),
+        (
+            "{\"id\": \"r\", \"gpus_per_member\": 1, \"placement\": [{\"node\": \"n-0\", \"gpus\": [8]}], \"started_at\": 0}\n",
+            "GPU 8 does not exist on n-0 (8 GPUs)",
+        ),
+        (
+            "{\"id\": \"r1\", \"gpus_per_member\": 1, \"placement\": [{\"node\": \"n-0\", \"gpus\": [3]}], \"started_at\": 0}\n{\"id\": \"r2\", \"gpus_per_member\": 1, \"placement\": [{\"node\": \"n-0\", \"gpus\": [3]}], \"started_at\": 0}\n",
+            "job `r2`: field `placement[0]`: GPU 3 on n-0 is already taken",
+        ),
+        (
+            "{\"id\": \"r\", \"gpus_per_member\": 1, \"placement\": [{\"node\": \"n-0\", \"gpus\": [0]}]}\n",
+            "field `started_at`: a job with a placement is running and needs `started_at`",
+        ),
+        (
+            "{\"id\": \"t\", \"submitted_at\": \"last tuesday\"}\n",
+            "field `submitted_at`: `last tuesday` is not a time",
+        ),
+    ];
+    for (jobs, expected) in cases {
+        let out = plan_with(&dir, jobs);
+        assert_eq!(out.status.code(), Some(2), "{jobs}");
+        let err = text(&out.stderr);
+        assert!(err.contains(expected), "{jobs}\n{err}");
+        assert!(err.contains("jobs.jsonl"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn plan_gives_unknown_teams_tiers_and_models_a_reason_not_an_error() {
+    let dir = tempdir("plan-reasons");
+    plan_fixture(&dir);
+    let out = plan_with(
+        &dir,
+        "{\"id\": \"t\", \"team\": \"ghost\", \"gpus_per_member\": 1}\n{\"id\": \"u\", \"team\": \"a\", \"tier\": \"platinum\", \"gpus_per_member\": 1}\n{\"id\": \"m\", \"team\": \"a\", \"tier\": \"standard\", \"gpus_per_member\": 1, \"models\": [\"B200\"]}\n{\"id\": \"ok\", \"team\": \"a\", \"tier\": \"standard\", \"gpus_per_member\": 1}\n",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let find = |id: &str| {
+        plan["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["job"] == id)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(find("t")["reason"]["code"], "invalid_job");
+    assert!(find("t")["reason"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("team `ghost` is not defined"));
+    assert_eq!(find("u")["reason"]["code"], "invalid_job");
+    assert_eq!(find("m")["reason"]["code"], "no_such_model");
+    assert_eq!(find("m")["reason"]["message"], "no node has model B200");
+    assert_eq!(find("ok")["action"], "place");
+}
+
+#[test]
+fn plan_with_a_broken_policy_or_bad_now_fails_cleanly() {
+    let dir = tempdir("plan-policy");
+    plan_fixture(&dir);
+    std::fs::write(dir.join("jobs.jsonl"), "{\"id\": \"a\"}\n").unwrap();
+    let out = gantry(
+        &[
+            "plan",
+            "--policy",
+            "p.gantry",
+            "--fleet",
+            "fleet.toml",
+            "--jobs",
+            "jobs.jsonl",
+            "--now",
+            "soon",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("--now `soon` is not a time"));
+    std::fs::write(dir.join("p.gantry"), "team a { guaranteed = 8 GiB }\n").unwrap();
+    let out = plan_with(&dir, "{\"id\": \"a\"}\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("has errors"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -49,15 +49,25 @@ impl Workload {
     /// not part of a shape (as in FGD); each shape carries its pods' mean memory, which only
     /// Gantry's memory-aware measures read.
     pub fn typical(pods: &[Request]) -> Workload {
+        Workload::typical_of(pods)
+    }
+
+    /// [`Workload::typical`] over borrowed requests; only distinct shapes are copied.
+    pub fn typical_of<'r>(pods: impl IntoIterator<Item = &'r Request>) -> Workload {
         let mut counts: BTreeMap<Request, (u64, u64)> = BTreeMap::new();
+        let mut key = Request::default();
         for p in pods {
-            let key = Request {
-                memory_mib: 0,
-                ..p.clone()
-            };
-            let (count, memory) = counts.entry(key).or_insert((0, 0));
-            *count += 1;
-            *memory = memory.saturating_add(p.memory_mib);
+            key.clone_from(p);
+            key.memory_mib = 0;
+            match counts.get_mut(&key) {
+                Some((count, memory)) => {
+                    *count += 1;
+                    *memory = memory.saturating_add(p.memory_mib);
+                }
+                None => {
+                    counts.insert(key.clone(), (1, p.memory_mib));
+                }
+            }
         }
         let total: u64 = counts.values().map(|(c, _)| c).sum();
         let mut ranked: Vec<(Request, (u64, u64))> = counts.into_iter().collect();

@@ -323,6 +323,26 @@ impl<'a> Placer<'a> {
         Some(previous)
     }
 
+    /// Commits many members at once (e.g. the running jobs of a snapshot): each node
+    /// leaves and re-enters the class index once, not once per member.
+    pub fn commit_all<'r>(&mut self, members: impl IntoIterator<Item = (&'r Request, &'r Choice)>) {
+        let mut touched = BTreeSet::new();
+        for (req, choice) in members {
+            if touched.insert(choice.node) {
+                self.leave(choice.node);
+            }
+            if let (Some(node), Some(free)) = (
+                self.fleet.nodes.get(choice.node),
+                self.state.nodes.get_mut(choice.node),
+            ) {
+                take_on(&self.ctx, node, free, req, &choice.on);
+            }
+        }
+        for node in touched {
+            self.enter(node);
+        }
+    }
+
     /// Gives back what a member placed by `choice` holds (a running job that ends or is
     /// preempted); [`Placer::commit`] with the same choice takes it again.
     pub fn release(&mut self, req: &Request, choice: &Choice) {

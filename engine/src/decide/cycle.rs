@@ -60,13 +60,16 @@ struct Cycle<'a> {
     /// Running jobs released so far (preempted or tried): free capacity grows only then.
     released: u64,
     /// Shapes that did not fit, at which `released` count, and why.
-    unfit: HashMap<(JobShape, Option<(i64, bool)>), (u64, Unplaced)>,
+    unfit: HashMap<UnfitKey, (u64, Unplaced)>,
     /// The lowest tier priority among preemptible running jobs: a job at or below it
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
     eta_memo: HashMap<JobShape, Option<i64>>,
     preemptions: Vec<Preemption>,
 }
+
+/// A shape and how it stands to the reservation (its start, whether the job ends first).
+type UnfitKey = (JobShape, Option<(i64, bool)>);
 
 /// Cost of a node's victim set (priority victims, lost work, victims) and the holders.
 type Cost = ((usize, i64, usize), Vec<usize>);
@@ -121,12 +124,7 @@ enum Outcome {
 
 pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
     let fleet = &snapshot.fleet;
-    let members: Vec<Request> = snapshot
-        .jobs
-        .iter()
-        .map(|j| j.job.shape.member.clone())
-        .collect();
-    let workload = Workload::typical(&members);
+    let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
     let placer = Placer::new(fleet, strategy, &workload, &snapshot.mig, 0);
     let capacity: Resources = [
@@ -159,9 +157,15 @@ pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
 impl<'a> Cycle<'a> {
     fn run(&mut self) -> Plan {
         let snapshot = self.snapshot;
+        // Running jobs first, committed in one batch.
+        self.placer.commit_all(snapshot.jobs.iter().flat_map(|js| {
+            js.running
+                .iter()
+                .flat_map(move |r| r.members.iter().map(move |c| (&js.job.shape.member, c)))
+        }));
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
-                self.hold(js, r.members.clone());
+                self.hold_committed(js, r.members.clone());
             }
         }
         let mut denied = Vec::new();
@@ -705,7 +709,7 @@ impl<'a> Cycle<'a> {
                     let mut reserved = Reason::new(
                         ReasonCode::Reserved,
                         format!(
-                            "{}; reserved {} from {}s from now, when running jobs end",
+                            "{}; it holds the reservation on {}, free in {}s by the running jobs' estimates",
                             r.message,
                             names.join(", "),
                             start - self.now
@@ -1038,18 +1042,21 @@ impl<'a> Cycle<'a> {
         };
         index.seen = self.changed.len();
         let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
-        let plans: Vec<Vec<usize>> = index
+        let plans: Vec<(usize, Vec<usize>)> = index
             .order
             .iter()
             .filter(|(_, node)| within(*node))
             .take(attempts)
-            .filter_map(|(_, node)| index.costs.get(*node).cloned().flatten().map(|(_, v)| v))
+            .filter_map(|(_, node)| {
+                let (_, victims) = index.costs.get(*node).cloned().flatten()?;
+                Some((*node, victims))
+            })
             .collect();
         self.cost_cache.insert(key, index);
         let mut taken: Vec<usize> = Vec::new();
         let mut placed = None;
         let mut used = 0;
-        for victims in plans {
+        for (node, victims) in plans {
             used += 1;
             for h in victims {
                 if !taken.contains(&h) {
@@ -1057,7 +1064,13 @@ impl<'a> Cycle<'a> {
                     taken.push(h);
                 }
             }
-            if let Ok(done) = self.try_place(js, shape, within) {
+            // A single member goes on the node its victims freed; a gang is placed anew.
+            let attempt = if shape.members == 1 {
+                self.try_place_on(js, shape, node)
+            } else {
+                self.try_place(js, shape, within).ok()
+            };
+            if let Some(done) = attempt {
                 placed = Some(done);
                 break;
             }
@@ -1073,6 +1086,23 @@ impl<'a> Cycle<'a> {
             return Some((taken, placed));
         }
         Some(self.spare(js, shape, within, taken, placed))
+    }
+
+    /// One member on `node`, if it fits there and the quotas allow it (not committed).
+    fn try_place_on(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        node: usize,
+    ) -> Option<(Vec<Choice>, bool)> {
+        let choice = self.placer.choose_among(&[node], &shape.member)?;
+        let choices = vec![choice];
+        let charges = self.charges(&shape.member, &choices);
+        let team = js.job.team.as_deref();
+        self.ledger.check(team, &charges).ok()?;
+        let borrowing = !self.ledger.within_guarantee(team, &charges)
+            && self.ledger.has_team(team.unwrap_or(""));
+        Some((choices, borrowing))
     }
 
     /// Victims when the job fits but its team's guarantee is lent out: borrowers in the
