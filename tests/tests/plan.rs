@@ -101,7 +101,7 @@ fn order(plan: &Value) -> Vec<String> {
 #[test]
 fn every_scenario_matches_its_snapshot_and_is_deterministic() {
     let names = cases();
-    assert!(names.len() >= 12, "scenarios: {names:?}");
+    assert!(names.len() >= 14, "scenarios: {names:?}");
     for case in names {
         let first = plan_text(&case);
         assert_eq!(first, plan_text(&case), "{case}: plan is not deterministic");
@@ -246,4 +246,12 @@ fn quota_and_gang_timeout_reasons() {
         true
     );
     assert!(decision(&p, "new-gang")["reason"]["gang_timeout_exceeded"].is_null());
+}
+
+#[test]
+fn mig_instances_count_for_their_share_of_a_gpu_in_quotas() {
+    let p = plan("mig_quota");
+    assert_eq!(action(&p, "second-3g"), "place");
+    assert_eq!(decision(&p, "second-3g")["gpus"], 0.428);
+    assert_eq!(code(&p, "third-3g"), "quota_exhausted");
 }

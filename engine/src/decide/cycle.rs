@@ -24,6 +24,8 @@ struct Holder {
     id: String,
     team: Option<String>,
     member: Request,
+    /// What one member counts for in quotas and fair share.
+    member_milli: u64,
     choices: Vec<Choice>,
     /// Expected end (seconds since the epoch); `None` when the job gave no runtime.
     ends_at: Option<i64>,
@@ -331,12 +333,11 @@ impl<'a> Cycle<'a> {
         reason: Option<Reason>,
         admission: &Admission,
     ) -> Decision {
-        let shape = &js.job.shape;
         Decision {
             job: js.id().to_string(),
             team: js.job.team.clone(),
             tier: js.job.tier.clone(),
-            gpus: f64::from(shape.members) * shape.member.gpu_milli_total() as f64 / 1000.0,
+            gpus: js.gpu_milli() as f64 / 1000.0,
             action,
             placement: Vec::new(),
             victims: Vec::new(),
@@ -376,17 +377,17 @@ impl<'a> Cycle<'a> {
     }
 
     /// Charges per pool for a placement.
-    fn charges(&self, member: &Request, choices: &[Choice]) -> Vec<(Option<&'a str>, u64)> {
+    fn charges(&self, member_milli: u64, choices: &[Choice]) -> Vec<(Option<&'a str>, u64)> {
         choices
             .iter()
-            .map(|c| (self.pool_of(c.node), member.gpu_milli_total()))
+            .map(|c| (self.pool_of(c.node), member_milli))
             .collect()
     }
 
-    fn resources(member: &Request, members: usize) -> Resources {
+    fn resources(member: &Request, member_milli: u64, members: usize) -> Resources {
         let n = members as f64;
         [
-            member.gpu_milli_total() as f64 * n,
+            member_milli as f64 * n,
             member.cpu_milli as f64 * n,
             member.memory_mib as f64 * n,
         ]
@@ -406,12 +407,12 @@ impl<'a> Cycle<'a> {
         for c in &choices {
             self.changed.push(c.node);
         }
-        for (pool, milli) in self.charges(&member, &choices) {
+        for (pool, milli) in self.charges(js.member_milli, &choices) {
             self.ledger.charge(js.job.team.as_deref(), pool, milli);
         }
         self.shares.hold(
             js.job.team.as_deref(),
-            Self::resources(&member, choices.len()),
+            Self::resources(&member, js.member_milli, choices.len()),
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
         let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
@@ -431,6 +432,7 @@ impl<'a> Cycle<'a> {
             );
         }
         self.holders.push(Holder {
+            member_milli: js.member_milli,
             id: js.id().to_string(),
             team: js.job.team.clone(),
             member,
@@ -481,7 +483,7 @@ impl<'a> Cycle<'a> {
             return;
         };
         let fleet = &self.snapshot.fleet;
-        let milli = holder.member.gpu_milli_total();
+        let milli = holder.member_milli;
         for c in &holder.choices {
             let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
             if take {
@@ -538,7 +540,11 @@ impl<'a> Cycle<'a> {
                 // Placing happens later; fair share within a band follows what this job
                 // would hold if placed, so one team's many jobs do not go first in a row.
                 if let Some(js) = job(q) {
-                    let r = Self::resources(&js.job.shape.member, js.job.shape.members as usize);
+                    let r = Self::resources(
+                        &js.job.shape.member,
+                        js.member_milli,
+                        js.job.shape.members as usize,
+                    );
                     self.shares.hold(js.job.team.as_deref(), r);
                 }
                 if let Some(next) = teams.get(name).and_then(|l| l.last().copied()) {
@@ -550,7 +556,11 @@ impl<'a> Cycle<'a> {
         // Undo the provisional holds: `hold` adds them again for jobs that are placed.
         for q in &order {
             if let Some(js) = job(*q) {
-                let r = Self::resources(&js.job.shape.member, js.job.shape.members as usize);
+                let r = Self::resources(
+                    &js.job.shape.member,
+                    js.member_milli,
+                    js.job.shape.members as usize,
+                );
                 self.shares.hold(js.job.team.as_deref(), r.map(|x| -x));
             }
         }
@@ -773,7 +783,7 @@ impl<'a> Cycle<'a> {
         for s in &tries {
             match gang::place_job_within(&mut self.placer, s, within) {
                 Ok(choices) => {
-                    let charges = self.charges(&s.member, &choices);
+                    let charges = self.charges(js.member_milli, &choices);
                     match self.ledger.check(team, &charges) {
                         Ok(()) => {
                             for c in &choices {
@@ -879,7 +889,8 @@ impl<'a> Cycle<'a> {
             let (grace_s, lost) = holder.victim.map_or((0, 0), |v| (v.grace_s, v.lost));
             self.shares.hold(
                 holder.team.as_deref(),
-                Self::resources(&holder.member, holder.choices.len()).map(|x| -x),
+                Self::resources(&holder.member, holder.member_milli, holder.choices.len())
+                    .map(|x| -x),
             );
             victims.push(holder.id.clone());
             self.preemptions.push(Preemption {
@@ -1097,7 +1108,7 @@ impl<'a> Cycle<'a> {
     ) -> Option<(Vec<Choice>, bool)> {
         let choice = self.placer.choose_among(&[node], &shape.member)?;
         let choices = vec![choice];
-        let charges = self.charges(&shape.member, &choices);
+        let charges = self.charges(js.member_milli, &choices);
         let team = js.job.team.as_deref();
         self.ledger.check(team, &charges).ok()?;
         let borrowing = !self.ledger.within_guarantee(team, &charges)

@@ -25,6 +25,9 @@ pub struct Running {
 pub struct JobState {
     pub job: Job,
     pub running: Option<Running>,
+    /// What one member counts for in quotas and fair share, in milli-GPUs: its GPUs ×
+    /// share, or for MIG its instances' share of the GPU's compute slices.
+    pub member_milli: u64,
 }
 
 impl JobState {
@@ -36,7 +39,7 @@ impl JobState {
     }
     /// GPUs in milli-GPUs over all members.
     pub fn gpu_milli(&self) -> u64 {
-        u64::from(self.job.shape.members) * self.job.shape.member.gpu_milli_total()
+        u64::from(self.job.shape.members) * self.member_milli
     }
 }
 
@@ -132,7 +135,12 @@ impl Snapshot {
                     last_checkpoint_at: job.last_checkpoint_at,
                 })
             };
-            states.push(JobState { job, running });
+            let member_milli = member_milli(&fleet, mig_table, &job.shape.member);
+            states.push(JobState {
+                job,
+                running,
+                member_milli,
+            });
         }
         if errors.is_empty() {
             Ok(Snapshot {
@@ -144,6 +152,29 @@ impl Snapshot {
         } else {
             Err(errors)
         }
+    }
+}
+
+/// A member's weight in milli-GPUs. A MIG instance counts for its share of the GPU's
+/// compute slices (a 3g of 7 is 428m), on the first fleet GPU model that offers the profile.
+fn member_milli(fleet: &Fleet, mig_table: &MigTable, member: &Request) -> u64 {
+    let Some(name) = &member.mig_profile else {
+        return member.gpu_milli_total();
+    };
+    let slices = fleet.nodes.iter().flat_map(|n| &n.gpus).find_map(|g| {
+        let profile = mig_table.profile(&g.model, name)?;
+        let total = mig_table
+            .profiles(&g.model)
+            .iter()
+            .map(|p| p.compute_slices)
+            .max()?;
+        Some((profile.compute_slices, total))
+    });
+    match slices {
+        Some((used, total)) if total > 0 => {
+            u64::from(member.num_gpu) * u64::from(used) * u64::from(MILLI) / u64::from(total)
+        }
+        _ => u64::from(member.num_gpu) * u64::from(MILLI),
     }
 }
 
