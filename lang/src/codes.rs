@@ -126,6 +126,8 @@ pub const OVERLAPPING_WINDOWS: &str = "W0407";
 pub const STEP_CANNOT_FIT_GANG: &str = "E0408";
 pub const BAD_MIG_PROFILE: &str = "E0409";
 pub const POOL_CANNOT_HOLD_GANG: &str = "E0410";
+pub const WARM_ABOVE_MAX: &str = "E0411";
+pub const SPEND_CAP_BELOW_NODE: &str = "E0412";
 
 pub const CODES: &[CodeInfo] = &[
     CodeInfo {
@@ -475,6 +477,26 @@ at slice 0 or 4 on an H100).",
 size, so such a gang would wait forever. Lower `max_gang` or raise the pool's maximum node count.",
         example: "use std.nodes\npool small { capacity = on_demand; node = g5_xlarge; nodes = 0..4; max_gang = 8 gpu }\n",
         fix: "use std.nodes\npool small { capacity = on_demand; node = g5_xlarge; nodes = 0..8; max_gang = 8 gpu }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: WARM_ABOVE_MAX,
+        title: "warm target above the pool's maximum",
+        explanation: "A warm pool keeps at least this many nodes ready (its constant size, or the lower end of its \
+`clamp`), but the pool it keeps warm can never have that many nodes. The autoscaler would chase a target \
+it can never reach. Lower the warm size or raise the pool's maximum.",
+        example: "use std.nodes\npool dgx { capacity = on_demand; node = dgx_h100; nodes = 0..2 }\nwarm w in dgx { size = 3 nodes }\n",
+        fix: "use std.nodes\npool dgx { capacity = on_demand; node = dgx_h100; nodes = 0..4 }\nwarm w in dgx { size = 3 nodes }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: SPEND_CAP_BELOW_NODE,
+        title: "spend cap below one node",
+        explanation: "`max_spend` caps what a pool may cost per hour, all its nodes (booting ones too) together. A cap \
+below the price of one node (or of the pool's minimum nodes) means the autoscaler can never add a node. \
+Raise the cap or pick a cheaper node shape.",
+        example: "use std.nodes\npool spot { capacity = spot; node = p5_48xlarge; nodes = 0..4; cost = 39.80 $/h }\nautoscale spot { up when pending_nodes(fits = spot) > 0 nodes for 1m => add 1 nodes; max_spend = 20 $/h }\n",
+        fix: "use std.nodes\npool spot { capacity = spot; node = p5_48xlarge; nodes = 0..4; cost = 39.80 $/h }\nautoscale spot { up when pending_nodes(fits = spot) > 0 nodes for 1m => add 1 nodes; max_spend = 160 $/h }\n",
         illustration: "",
     },
 ];

@@ -16,6 +16,7 @@ pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
     windows(c, p);
     gangs(c, p);
     mig(c, p);
+    scaling_limits(c, p);
 }
 
 fn span(c: &Checker<'_>, keys: &[String]) -> Option<Span> {
@@ -524,6 +525,69 @@ fn mig(c: &mut Checker<'_>, p: &Program) {
                         .with_help(
                             "check the profile against `nvidia-smi mig -lgipp` for this GPU",
                         ),
+                );
+            }
+        }
+    }
+}
+
+/// Warm targets a pool can never reach, and spend caps below what one node costs.
+fn scaling_limits(c: &mut Checker<'_>, p: &Program) {
+    for w in &p.warm {
+        let Some(pool) = p.pool(&w.pool) else {
+            continue;
+        };
+        let least = match (w.clamp, w.size.as_const_number()) {
+            (Some((lo, _)), _) => lo,
+            (None, Some(n)) => n,
+            (None, None) => continue,
+        };
+        if least > f64::from(pool.max_nodes) {
+            if let Some(at) = span(c, &[format!("warm/{}/size", w.name)]) {
+                c.error(
+                    Diagnostic::new(
+                        codes::WARM_ABOVE_MAX,
+                        format!(
+                            "warm pool `{}` keeps at least {least} nodes warm, but pool `{}` has at most {}",
+                            w.name, pool.name, pool.max_nodes
+                        ),
+                    )
+                    .with_label(at, "above the pool's maximum")
+                    .with_help(format!(
+                        "lower the warm size (or its clamp) to at most {} nodes, or raise the pool's `nodes` range",
+                        pool.max_nodes
+                    )),
+                );
+            }
+        }
+    }
+    for a in &p.autoscale {
+        let (Some(pool), Some(cap)) = (p.pool(&a.pool), a.max_spend_per_hour) else {
+            continue;
+        };
+        let Some(rate) = pool.cost_per_node_hour else {
+            continue;
+        };
+        let floor = rate * f64::from(pool.min_nodes.max(1));
+        if cap < floor {
+            if let Some(at) = span(c, &[format!("autoscale/{}/max_spend", a.pool)]) {
+                let what = if pool.min_nodes > 1 {
+                    format!("its {} minimum nodes cost {floor} $/h", pool.min_nodes)
+                } else {
+                    format!("one node costs {rate} $/h")
+                };
+                c.error(
+                    Diagnostic::new(
+                        codes::SPEND_CAP_BELOW_NODE,
+                        format!(
+                            "`max_spend` of {cap} $/h for pool `{}` is below what {what}",
+                            a.pool
+                        ),
+                    )
+                    .with_label(at, "the pool could never scale")
+                    .with_help(format!(
+                        "raise `max_spend` to at least {floor} $/h, or use a cheaper node shape"
+                    )),
                 );
             }
         }

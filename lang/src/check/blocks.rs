@@ -735,6 +735,7 @@ impl<'a> Checker<'a> {
         let ctx_pool = pool.clone().unwrap_or_else(|| "self".into());
         let (size, clamp) = match f.get("size") {
             Some((v, m)) => {
+                self.remember(format!("warm/{name}/size"), v.span);
                 let ctx = Ctx {
                     module: m,
                     job: false,
@@ -1008,6 +1009,9 @@ impl<'a> Checker<'a> {
             }
         }
         let max_spend = self.field_quantity(&f, "max_spend", Dim::Rate);
+        if let Some((v, _)) = f.get("max_spend") {
+            self.remember(format!("autoscale/{pool_name}/max_spend"), v.span);
+        }
         let cooldown = self.seconds(&f, "cooldown");
         let cooldown_up_s = self.seconds(&f, "cooldown_up").or(cooldown).unwrap_or(0);
         let cooldown_down_s = self.seconds(&f, "cooldown_down").or(cooldown).unwrap_or(0);
