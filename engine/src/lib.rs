@@ -5,4 +5,5 @@ pub mod cli;
 pub mod core;
 pub mod decide;
 pub mod inventory;
+pub mod scale;
 pub mod sim;

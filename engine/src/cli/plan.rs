@@ -8,6 +8,7 @@ use crate::decide::plan::{Action, Plan};
 use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::jobs_file::rfc3339_seconds;
 use crate::inventory::{catalog, fleet_file, jobs_file};
+use crate::scale::state::ScaleState;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -31,6 +32,15 @@ pub struct PlanArgs {
     /// Team usage history for fair share (JSON Lines of {team, at, gpu_s, cpu_s, memory_mib_s}).
     #[arg(long)]
     pub usage: Option<PathBuf>,
+    /// The autoscaler's state from the previous cycle (the plan's `state`, as JSON).
+    #[arg(long)]
+    pub state: Option<PathBuf>,
+    /// Write the autoscaler's state for the next cycle here.
+    #[arg(long)]
+    pub state_out: Option<PathBuf>,
+    /// Past job starts for warm-pool sizes (JSON Lines of {at, pool, team, tier, gpus}).
+    #[arg(long)]
+    pub history: Option<PathBuf>,
     /// The decision time: seconds since the epoch or RFC 3339. Default: the latest time in
     /// the jobs file (submit, start or checkpoint), so a saved snapshot replays the same.
     #[arg(long)]
@@ -83,9 +93,34 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
             .max()
             .unwrap_or(0),
     };
+    let scale_state = match &args.state {
+        None => ScaleState::default(),
+        Some(path) => match read_text(path).and_then(|(name, text)| {
+            let mut de = serde_json::Deserializer::from_str(&text);
+            serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                format!("{name}:{}: field `{path}`: {inner}", inner.line())
+            })
+        }) {
+            Ok(s) => s,
+            Err(e) => return fail(io, e),
+        },
+    };
+    let starts = match &args.history {
+        None => Vec::new(),
+        Some(path) => match read_text(path).and_then(|(name, text)| parse_lines(&name, &text)) {
+            Ok(s) => s,
+            Err(e) => return fail(io, e),
+        },
+    };
     let mig = MigTable::from_models(&models);
     let snapshot = match Snapshot::build(fleet, jobs, usage, &mig) {
-        Ok(s) => s,
+        Ok(s) => Snapshot {
+            scale_state,
+            starts,
+            ..s
+        },
         Err(errors) => {
             for e in &errors {
                 let _ = writeln!(io.stderr, "error: {jobs_name}:{e}");
@@ -95,6 +130,12 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
     };
     let mut plan = crate::decide::decide(&program, &snapshot, now);
     plan.policy_revision = revision;
+    if let (Some(out), Some(state)) = (&args.state_out, &plan.state) {
+        let text = serde_json::to_string_pretty(state).unwrap_or_default();
+        if let Err(e) = std::fs::write(out, text + "\n") {
+            return fail(io, format!("cannot write `{}`: {e}", out.display()));
+        }
+    }
     match args.format {
         PlanFormat::Json => match serde_json::to_string_pretty(&plan) {
             Ok(text) => {
@@ -108,6 +149,11 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
 }
 
 fn parse_usage(file: &str, text: &str) -> Result<Vec<UsageRecord>, String> {
+    parse_lines(file, text)
+}
+
+/// JSON Lines of one record type; blank lines skipped; errors name file and line.
+fn parse_lines<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<Vec<T>, String> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -191,6 +237,21 @@ fn table(plan: &Plan, io: &mut Io<'_>) {
             p.cause,
             duration(p.grace_s as i64),
             p.lost_gpu_s
+        );
+    }
+    for s in &plan.scale {
+        let pool = if s.pool.is_empty() {
+            "-"
+        } else {
+            s.pool.as_str()
+        };
+        let _ = writeln!(io.stdout, "scale {pool} {:+}: {}", s.delta_nodes, s.reason);
+    }
+    for w in &plan.warm {
+        let _ = writeln!(
+            io.stdout,
+            "warm {} → {} nodes: {}",
+            w.pool, w.target_nodes, w.reason
         );
     }
     if let Some(r) = &plan.reservation {

@@ -153,7 +153,14 @@ pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
         eta_memo: HashMap::new(),
         preemptions: Vec::new(),
     };
-    cycle.run()
+    let mut plan = cycle.run();
+    if !program.autoscale.is_empty() || !program.warm.is_empty() {
+        let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
+        plan.scale = scaling.scale;
+        plan.warm = scaling.warm;
+        plan.state = Some(scaling.state);
+    }
+    plan
 }
 
 impl<'a> Cycle<'a> {
@@ -247,6 +254,7 @@ impl<'a> Cycle<'a> {
             reservation,
             scale: Vec::new(),
             warm: Vec::new(),
+            state: None,
         }
     }
 

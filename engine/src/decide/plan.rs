@@ -17,6 +17,9 @@ pub struct Plan {
     pub reservation: Option<Reservation>,
     pub scale: Vec<ScaleEntry>,
     pub warm: Vec<WarmEntry>,
+    /// The autoscaler's memory for the next cycle (pass it back as `--state`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::scale::state::ScaleState>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

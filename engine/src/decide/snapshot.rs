@@ -64,6 +64,10 @@ pub struct Snapshot {
     pub usage: Vec<UsageRecord>,
     /// MIG profiles of the fleet's GPU models.
     pub mig: MigTable,
+    /// The autoscaler's memory from the previous cycle.
+    pub scale_state: crate::scale::state::ScaleState,
+    /// Past job starts, for warm-pool sizes.
+    pub starts: Vec<crate::scale::state::Start>,
 }
 
 /// A problem with a job that makes the snapshot unusable, naming the job and field.
@@ -148,6 +152,8 @@ impl Snapshot {
                 jobs: states,
                 usage,
                 mig: mig_table.clone(),
+                scale_state: Default::default(),
+                starts: Vec::new(),
             })
         } else {
             Err(errors)
