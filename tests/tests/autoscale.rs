@@ -1,6 +1,7 @@
 //! Autoscale and warm-pool scenarios: every folder under `tests/autoscale/` holds a policy,
 //! a fleet, jobs, the decision time (`now`) and optionally the autoscaler's state from the
-//! previous cycle (`state.json`) and a start history (`history.jsonl`). `gantry plan
+//! previous cycle (`state.json`), a start history (`history.jsonl`) and events such as
+//! spot interruption notices (`events.jsonl`). `gantry plan
 //! --format json` runs on it; the plan's `scale`, `warm` and next `state` are snapshotted
 //! with insta, and what each scenario is about is asserted below.
 
@@ -37,7 +38,11 @@ fn plan(case: &str) -> Value {
         "--format".into(),
         "json".into(),
     ];
-    for (flag, file) in [("--state", "state.json"), ("--history", "history.jsonl")] {
+    for (flag, file) in [
+        ("--state", "state.json"),
+        ("--history", "history.jsonl"),
+        ("--events", "events.jsonl"),
+    ] {
         if dir.join(file).exists() {
             args.push(flag.into());
             args.push(arg(file));
@@ -83,11 +88,16 @@ fn every_scenario_matches_its_snapshot_and_is_deterministic() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert!(names.len() >= 10, "{names:?}");
+    assert!(names.len() >= 11, "{names:?}");
     for case in names {
         let p = plan(&case);
         assert_eq!(p, plan(&case), "{case} is not deterministic");
-        let shown = json!({"scale": p["scale"], "warm": p["warm"], "state": p["state"]});
+        let shown = json!({
+            "scale": p["scale"],
+            "warm": p["warm"],
+            "state": p["state"],
+            "preemptions": p["preemptions"],
+        });
         insta::assert_snapshot!(case.clone(), serde_json::to_string_pretty(&shown).unwrap());
     }
 }
@@ -166,4 +176,33 @@ fn warm_targets_change_at_window_edges_in_the_zone_across_dst() {
             .contains("Mon 08:00 Europe/Berlin"));
         assert_eq!(deltas(&p), [("interactive".to_string(), 4)], "{case}");
     }
+}
+
+#[test]
+fn a_spot_interruption_requeues_from_the_checkpoint_and_falls_back_after_the_count() {
+    let p = plan("spot_interruption");
+    let pre = p["preemptions"].as_array().unwrap();
+    assert_eq!(pre.len(), 2);
+    for x in pre {
+        assert_eq!(x["cause"], "spot_interrupt");
+        assert_eq!(x["grace_s"], 120, "the pool's notice");
+    }
+    // 4 GPUs × 400 s since the checkpoint at 9600.
+    assert_eq!(pre[0]["job"], "first-hit");
+    assert_eq!(pre[0]["lost_gpu_s"], 1600.0);
+    let find = |id: &str| {
+        p["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["job"] == id)
+            .unwrap()
+            .clone()
+    };
+    // First interruption: back on spot, not on the noticed node.
+    assert_eq!(find("first-hit")["placement"][0]["node"], "spot-1");
+    // Second interruption: the policy's rule routes it to on-demand.
+    let second = find("second-hit");
+    assert_eq!(second["routed_to"]["rule"], "spot_retry");
+    assert_eq!(second["placement"][0]["node"], "od");
 }

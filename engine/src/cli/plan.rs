@@ -5,7 +5,7 @@ use super::files::read_text;
 use super::{fail, Io, EXIT_OK, EXIT_USAGE};
 use crate::core::mig::MigTable;
 use crate::decide::plan::{Action, Plan};
-use crate::decide::snapshot::{Snapshot, UsageRecord};
+use crate::decide::snapshot::{Event, Snapshot, UsageRecord};
 use crate::inventory::jobs_file::rfc3339_seconds;
 use crate::inventory::{catalog, fleet_file, jobs_file};
 use crate::scale::state::ScaleState;
@@ -38,6 +38,9 @@ pub struct PlanArgs {
     /// Write the autoscaler's state for the next cycle here.
     #[arg(long)]
     pub state_out: Option<PathBuf>,
+    /// Events since the last cycle (JSON Lines of {at, event: "spot_interrupt", node}).
+    #[arg(long)]
+    pub events: Option<PathBuf>,
     /// Past job starts for warm-pool sizes (JSON Lines of {at, pool, team, tier, gpus}).
     #[arg(long)]
     pub history: Option<PathBuf>,
@@ -114,11 +117,42 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
             Err(e) => return fail(io, e),
         },
     };
+    let events: Vec<Event> = match &args.events {
+        None => Vec::new(),
+        Some(path) => match read_text(path).and_then(|(name, text)| parse_lines(&name, &text)) {
+            Ok(e) => e,
+            Err(e) => return fail(io, e),
+        },
+    };
+    let mut interrupted = std::collections::BTreeSet::new();
+    for (i, e) in events.iter().enumerate() {
+        match fleet.nodes.iter().position(|n| n.name == e.node) {
+            Some(n) if e.at <= now => {
+                interrupted.insert(n);
+            }
+            Some(_) => {}
+            None => {
+                let file = args
+                    .events
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string());
+                return fail(
+                    io,
+                    format!(
+                        "{file}: event {}: node `{}` is not in the fleet",
+                        i + 1,
+                        e.node
+                    ),
+                );
+            }
+        }
+    }
     let mig = MigTable::from_models(&models);
     let snapshot = match Snapshot::build(fleet, jobs, usage, &mig) {
         Ok(s) => Snapshot {
             scale_state,
             starts,
+            interrupted,
             ..s
         },
         Err(errors) => {

@@ -125,6 +125,53 @@ enum Outcome {
 }
 
 pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+    if snapshot.interrupted.is_empty() {
+        return decide_cycle(program, snapshot, now, Vec::new());
+    }
+    // Spot interruptions: jobs on noticed nodes stop (after the pool's notice) and are
+    // queued again from their last checkpoint, one interruption and preemption more, so
+    // the policy's rules can route them elsewhere; nothing new goes on those nodes.
+    let mut requeued = snapshot.clone();
+    let mut stops = Vec::new();
+    for js in &mut requeued.jobs {
+        let Some(run) = &js.running else { continue };
+        let Some(node) = run
+            .members
+            .iter()
+            .map(|c| c.node)
+            .find(|n| snapshot.interrupted.contains(n))
+        else {
+            continue;
+        };
+        let n = snapshot.fleet.nodes.get(node);
+        let notice = n
+            .and_then(|n| n.pool.as_deref())
+            .and_then(|p| program.pool(p))
+            .and_then(|p| p.notice_s)
+            .unwrap_or(0);
+        let since = run
+            .last_checkpoint_at
+            .unwrap_or(run.started_at)
+            .max(run.started_at);
+        stops.push(Preemption {
+            job: js.id().to_string(),
+            for_job: format!(
+                "spot interruption of {}",
+                n.map_or("?", |n| n.name.as_str())
+            ),
+            grace_s: notice,
+            lost_gpu_s: js.gpu_milli() as f64 / 1000.0 * (now - since).max(0) as f64,
+            cause: "spot_interrupt".to_string(),
+        });
+        js.running = None;
+        js.job.placement.clear();
+        js.job.spot_interruptions += 1;
+        js.job.preemptions += 1;
+    }
+    decide_cycle(program, &requeued, now, stops)
+}
+
+fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Preemption>) -> Plan {
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
@@ -151,7 +198,7 @@ pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
         released: 0,
         unfit: HashMap::new(),
         eta_memo: HashMap::new(),
-        preemptions: Vec::new(),
+        preemptions: stops,
     };
     let mut plan = cycle.run();
     if !program.autoscale.is_empty() || !program.warm.is_empty() {
@@ -579,9 +626,15 @@ impl<'a> Cycle<'a> {
     fn place(&mut self, js: &JobState, shape: &JobShape) -> Outcome {
         let ends_at = js.job.runtime_s.map(|r| self.now + r as i64);
         let reservation = self.reservation.clone();
-        let respects = |r: &Option<Reserved>, node: usize| match r {
-            Some(res) => !res.nodes.contains(&node) || ends_at.is_some_and(|e| e <= res.start_at),
-            None => true,
+        let interrupted = &self.snapshot.interrupted;
+        let respects = |r: &Option<Reserved>, node: usize| {
+            !interrupted.contains(&node)
+                && match r {
+                    Some(res) => {
+                        !res.nodes.contains(&node) || ends_at.is_some_and(|e| e <= res.start_at)
+                    }
+                    None => true,
+                }
         };
         // Free capacity only grows when a running job is released; until then a shape
         // that did not fit still does not.
@@ -612,7 +665,8 @@ impl<'a> Cycle<'a> {
         // Would it fit on the reserved GPUs? Then it waits for the reservation.
         if let (Some(res), Blocked::Capacity(_)) = (&reservation, &blocked) {
             let fits = if self.room_on(&res.nodes, shape) {
-                self.try_place(js, shape, &|_| true).ok()
+                self.try_place(js, shape, &|n| !interrupted.contains(&n))
+                    .ok()
             } else {
                 None
             };

@@ -68,6 +68,24 @@ pub struct Snapshot {
     pub scale_state: crate::scale::state::ScaleState,
     /// Past job starts, for warm-pool sizes.
     pub starts: Vec<crate::scale::state::Start>,
+    /// Nodes with a spot interruption notice: their jobs are requeued and nothing new
+    /// is placed on them.
+    pub interrupted: std::collections::BTreeSet<usize>,
+}
+
+/// A spot interruption notice for a node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Event {
+    pub at: i64,
+    pub event: EventKind,
+    pub node: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    SpotInterrupt,
 }
 
 /// A problem with a job that makes the snapshot unusable, naming the job and field.
@@ -154,6 +172,7 @@ impl Snapshot {
                 mig: mig_table.clone(),
                 scale_state: Default::default(),
                 starts: Vec::new(),
+                interrupted: Default::default(),
             })
         } else {
             Err(errors)
