@@ -722,3 +722,69 @@ fn plan_with_a_broken_policy_or_bad_now_fails_cleanly() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn the_readme_autoscale_example_is_what_gantry_prints() {
+    assert_readme_example(&[
+        "plan",
+        "--policy",
+        "examples/autoscale/policy.gantry",
+        "--fleet",
+        "examples/autoscale/fleet.toml",
+        "--jobs",
+        "examples/autoscale/jobs.jsonl",
+        "--history",
+        "examples/autoscale/history.jsonl",
+        "--state",
+        "examples/autoscale/state.json",
+        "--now",
+        "2026-11-17T09:10:00+01:00",
+    ]);
+}
+
+#[test]
+fn plan_rejects_a_bad_state_history_or_event_file_naming_file_and_line() {
+    let dir = tempdir("plan-scale-bad");
+    plan_fixture(&dir);
+    std::fs::write(dir.join("jobs.jsonl"), "{\"id\": \"a\"}\n").unwrap();
+    std::fs::write(
+        dir.join("state.json"),
+        "{\"pools\": {\"gpu\": {\"booting\": [{\"nodes\": -1, \"ready_at\": 0}]}}}",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("history.jsonl"),
+        "{\"at\": 1}\n{\"at\": \"noon\"}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("events.jsonl"),
+        "{\"at\": 1, \"event\": \"spot_interrupt\", \"node\": \"zz\"}\n",
+    )
+    .unwrap();
+    let base = [
+        "plan",
+        "--policy",
+        "p.gantry",
+        "--fleet",
+        "fleet.toml",
+        "--jobs",
+        "jobs.jsonl",
+    ];
+    for (flag, file, expected) in [
+        (
+            "--state",
+            "state.json",
+            "field `pools.gpu.booting[0].nodes`",
+        ),
+        ("--history", "history.jsonl", "history.jsonl:2:"),
+        ("--events", "events.jsonl", "node `zz` is not in the fleet"),
+    ] {
+        let mut args = base.to_vec();
+        args.extend([flag, file]);
+        let out = gantry(&args, &dir);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let err = text(&out.stderr);
+        assert!(err.contains(expected), "{flag}: {err}");
+    }
+}

@@ -205,50 +205,43 @@ mod tests {
     fn hour_of_week_samples_keep_local_time_across_dst() {
         let berlin = zone("Europe/Berlin");
         let now = at(2026, 3, 30, 9, 30, berlin); // Monday after the change
+        let start = |at: i64| Start {
+            at,
+            pool: None,
+            team: None,
+            tier: None,
+            gpus: 1.0,
+        };
         let hist = vec![
             // Monday 09:xx local, one and two weeks back (before the change).
-            Start {
-                at: at(2026, 3, 23, 9, 10, berlin),
-                pool: None,
-                team: None,
-                tier: None,
-                gpus: 1.0,
-            },
-            Start {
-                at: at(2026, 3, 23, 9, 50, berlin),
-                pool: None,
-                team: None,
-                tier: None,
-                gpus: 1.0,
-            },
-            Start {
-                at: at(2026, 3, 16, 9, 5, berlin),
-                pool: None,
-                team: None,
-                tier: None,
-                gpus: 1.0,
-            },
+            start(at(2026, 3, 23, 9, 10, berlin)),
+            start(at(2026, 3, 23, 9, 50, berlin)),
+            start(at(2026, 3, 16, 9, 5, berlin)),
             // 08:xx local: another hour, not counted.
-            Start {
-                at: at(2026, 3, 23, 8, 59, berlin),
-                pool: None,
-                team: None,
-                tier: None,
-                gpus: 1.0,
-            },
+            start(at(2026, 3, 23, 8, 59, berlin)),
         ];
-        let s = samples(
-            &hist,
-            &StartFilter::default(),
-            false,
-            14 * 86_400,
-            Bucket::HourOfWeek,
-            berlin,
-            now,
-        );
+        let weekly = |h: &[Start], days: i64| {
+            samples(
+                h,
+                &StartFilter::default(),
+                false,
+                days * 86_400,
+                Bucket::HourOfWeek,
+                berlin,
+                now,
+            )
+        };
+        let s = weekly(&hist, 14);
         assert_eq!(s, vec![2.0, 1.0]);
         assert_eq!(percentile(&s, 75), 2.0);
         assert_eq!(percentile(&[], 75), 0.0);
         assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 50), 2.0);
+        // Out of order, and with a start in the future: the same samples.
+        let mut shuffled = hist.clone();
+        shuffled.reverse();
+        shuffled.push(start(now + 3600));
+        assert_eq!(weekly(&shuffled, 14), s);
+        // Weeks without starts (gaps) are samples of zero.
+        assert_eq!(weekly(&hist, 28), vec![2.0, 1.0, 0.0, 0.0]);
     }
 }
