@@ -88,7 +88,7 @@ fn every_scenario_matches_its_snapshot_and_is_deterministic() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     names.sort();
-    assert!(names.len() >= 11, "{names:?}");
+    assert!(names.len() >= 12, "{names:?}");
     for case in names {
         let p = plan(&case);
         assert_eq!(p, plan(&case), "{case} is not deterministic");
@@ -205,4 +205,11 @@ fn a_spot_interruption_requeues_from_the_checkpoint_and_falls_back_after_the_cou
     let second = find("second-hit");
     assert_eq!(second["routed_to"]["rule"], "spot_retry");
     assert_eq!(second["placement"][0]["node"], "od");
+}
+
+#[test]
+fn a_pool_below_its_minimum_is_brought_up() {
+    let p = plan("below_minimum");
+    assert_eq!(deltas(&p), [("spot".to_string(), 2)]);
+    assert!(reasons(&p).contains("pool minimum 2 nodes"));
 }

@@ -246,6 +246,16 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
         if let Some((n, why)) = spill.remove(&pool.name) {
             wanted.push((n, why));
         }
+        let min_short = u64::from(pool.min_nodes).saturating_sub(ready + booting);
+        if min_short > 0 && block.is_some() {
+            wanted.push((
+                min_short,
+                format!(
+                    "pool minimum {} nodes, {ready} ready and {booting} booting",
+                    pool.min_nodes
+                ),
+            ));
+        }
         let warm_short = target.saturating_sub(ready + booting);
         if warm_short > 0 {
             wanted.push((
