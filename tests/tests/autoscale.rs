@@ -213,3 +213,19 @@ fn a_pool_below_its_minimum_is_brought_up() {
     assert_eq!(deltas(&p), [("spot".to_string(), 2)]);
     assert!(reasons(&p).contains("pool minimum 2 nodes"));
 }
+
+#[test]
+fn jobs_the_new_nodes_will_hold_say_so() {
+    let p = plan("burst_after_for_window");
+    let d = p["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["job"] == "train-0")
+        .unwrap();
+    assert_eq!(
+        d["reason"]["unblock"],
+        "fits in pool spot after scale-up (nodes ready in about 420s)"
+    );
+    assert_eq!(d["reason"]["eta_s"], 420);
+}

@@ -203,6 +203,18 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
     let mut plan = cycle.run();
     if !program.autoscale.is_empty() || !program.warm.is_empty() {
         let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
+        // A job the new nodes will hold says so.
+        for d in &mut plan.decisions {
+            let (Some(r), Some((pool, ready_at))) = (&mut d.reason, scaling.covered.get(&d.job))
+            else {
+                continue;
+            };
+            let eta = ready_at - now;
+            r.unblock = Some(format!(
+                "fits in pool {pool} after scale-up (nodes ready in about {eta}s)"
+            ));
+            r.eta_s = Some(r.eta_s.map_or(eta, |e| e.min(eta)));
+        }
         plan.scale = scaling.scale;
         plan.warm = scaling.warm;
         plan.state = Some(scaling.state);

@@ -17,7 +17,8 @@ pub(super) struct Env<'a> {
     pub booting: BTreeMap<String, u64>,
     /// Jobs that nodes added earlier in this cycle (to another pool) will hold, so two
     /// pools do not both scale for them.
-    pub covered: std::collections::BTreeSet<String>,
+    /// Job id → the pool whose new nodes will hold it, and when they are ready.
+    pub covered: BTreeMap<String, (String, i64)>,
     pub now: i64,
 }
 
@@ -74,7 +75,7 @@ impl Env<'_> {
         };
         self.waiting
             .iter()
-            .filter(|(j, _)| !self.covered.contains(j.id()))
+            .filter(|(j, _)| !self.covered.contains_key(j.id()))
             .filter(|(j, _)| j.job.shape.pools.is_empty() || j.job.shape.pools.contains(pool))
             .filter(|(j, _)| {
                 f.tier
@@ -94,25 +95,26 @@ impl Env<'_> {
         self.booting.get(pool).copied().unwrap_or(0)
     }
 
-    /// Marks the waiting jobs that `nodes` new nodes of `pool` will hold, oldest first.
-    pub fn cover(&mut self, pool: &str, nodes: u64) {
+    /// Marks the waiting jobs that `nodes` new nodes of `pool` will hold.
+    pub fn cover(&mut self, pool: &str, nodes: u64, ready_at: i64) {
         let f = Filters {
             pool: Some(pool.to_string()),
             tier: None,
             team: None,
         };
-        let mut jobs = self.fitting(&f);
-        jobs.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.id().cmp(b.0.id())));
+        // In queue order (the plan's), skipping jobs too big for what is left.
+        let jobs = self.fitting(&f);
         let mut left = nodes as f64;
         let mut ids = Vec::new();
         for (j, _, n) in jobs {
             if n > left + 1e-9 {
-                break;
+                continue;
             }
             left -= n;
             ids.push(j.id().to_string());
         }
-        self.covered.extend(ids);
+        self.covered
+            .extend(ids.into_iter().map(|id| (id, (pool.to_string(), ready_at))));
     }
 
     /// Nodes of demand after what is already booting.

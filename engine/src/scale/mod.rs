@@ -29,6 +29,8 @@ pub struct Scaling {
     pub scale: Vec<ScaleEntry>,
     pub warm: Vec<WarmEntry>,
     pub state: ScaleState,
+    /// Waiting jobs the nodes added now will hold: job id → (pool, ready at).
+    pub covered: BTreeMap<String, (String, i64)>,
 }
 
 /// Jobs the cycle left waiting for capacity that more nodes could give (not those held
@@ -127,7 +129,7 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
                 )
             })
             .collect(),
-        covered: BTreeSet::new(),
+        covered: BTreeMap::new(),
         now,
     };
 
@@ -279,7 +281,7 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
                     None => {
                         let (add, capped) = limits.room(step);
                         if add > 0 {
-                            env.cover(&pool.name, add);
+                            env.cover(&pool.name, add, now + pool.boot_s as i64);
                             ps.booting.push(Booting {
                                 nodes: add as u32,
                                 ready_at: now + pool.boot_s as i64,
@@ -409,7 +411,12 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
             .then(cost(b).total_cmp(&cost(a)))
     });
     state.pools.retain(|_, p| *p != PoolState::default());
-    Scaling { scale, warm, state }
+    Scaling {
+        scale,
+        warm,
+        state,
+        covered: env.covered,
+    }
 }
 
 fn plural(n: u64) -> &'static str {
