@@ -11,16 +11,17 @@
 )]
 
 use criterion::{criterion_group, criterion_main, Criterion};
+
+mod common;
+use common::fleet;
 use engine::core::alloc::Request;
-use engine::core::fleet::{Fleet, Gpu, Node};
 use engine::core::gang::JobShape;
 use engine::core::mig::MigTable;
 use engine::core::rng::Rng;
 use engine::decide::plan::Action;
 use engine::decide::snapshot::Snapshot;
-use engine::inventory::jobs_file::{Job, PlacedMember};
+use engine::inventory::jobs_file::Job;
 use lang::ir::Program;
-use std::collections::BTreeMap;
 use std::hint::black_box;
 
 const TIERS: [&str; 3] = ["critical", "standard", "best_effort"];
@@ -48,29 +49,6 @@ fn policy() -> Program {
     match checked.program {
         Some(p) => p,
         None => panic!("bench policy does not check: {:?}", checked.diagnostics),
-    }
-}
-
-fn fleet() -> Fleet {
-    Fleet {
-        nodes: (0..1000)
-            .map(|i| Node {
-                name: format!("h100-{i}"),
-                pool: Some("train".into()),
-                cpu_milli: 224_000,
-                memory_mib: 2_097_152,
-                labels: BTreeMap::from([
-                    ("nvlink_domain".to_string(), format!("nvl-{}", i / 8)),
-                    ("rack".to_string(), format!("rack-{}", i / 32)),
-                ]),
-                gpus: (0..8u32)
-                    .map(|g| Gpu {
-                        nvlink_island: Some(g / 4),
-                        ..Gpu::new(g, "H100-SXM5-80GB", 81_559)
-                    })
-                    .collect(),
-            })
-            .collect(),
     }
 }
 
@@ -133,30 +111,23 @@ pub fn snapshot(program: &Program) -> Snapshot {
     let names = teams(program);
     let mig = MigTable::default();
     let first = jobs(4000, "run-", 0, &names, &mut rng, true);
-    let empty = Snapshot::build(fleet(), first.clone(), Vec::new(), &mig)
+    let empty = Snapshot::build(fleet(1000), first.clone(), Vec::new(), &mig)
         .unwrap_or_else(|e| panic!("{e:?}"));
     let plan = engine::decide::decide(program, &empty, 3600);
     let mut all = Vec::new();
-    for d in plan.decisions.iter().filter(|d| d.action == Action::Place) {
-        let Some(mut j) = first.iter().find(|j| j.id == d.job).cloned() else {
+    for d in &plan.decisions {
+        let Some(mut j) = first
+            .iter()
+            .find(|j| j.id == d.job)
+            .and_then(|j| d.started(j, 3600))
+        else {
             continue;
         };
-        j.placement = d
-            .placement
-            .iter()
-            .map(|a| PlacedMember {
-                node: a.node.clone(),
-                gpus: a.gpus.clone(),
-                gpu_milli: Some(a.gpu_milli),
-                mig_starts: Vec::new(),
-            })
-            .collect();
-        j.started_at = Some(3600);
         j.last_checkpoint_at = Some(3600 + rng.below(3000) as i64);
         all.push(j);
     }
     all.extend(jobs(5000, "pend-", 4000, &names, &mut rng, false));
-    Snapshot::build(fleet(), all, Vec::new(), &mig).unwrap_or_else(|e| panic!("{e:?}"))
+    Snapshot::build(fleet(1000), all, Vec::new(), &mig).unwrap_or_else(|e| panic!("{e:?}"))
 }
 
 fn bench(c: &mut Criterion) {

@@ -4,8 +4,10 @@
 //! Target: the whole pass under 50 ms on one core (DESIGN.md).
 
 use criterion::{criterion_group, criterion_main, Criterion};
+
+mod common;
+use common::fleet;
 use engine::core::alloc::Request;
-use engine::core::fleet::{Fleet, Gpu, Node};
 use engine::core::frag::Workload;
 use engine::core::gang::{self, JobShape};
 use engine::core::mig::MigTable;
@@ -13,31 +15,7 @@ use engine::core::packing::Strategy;
 use engine::core::placer::Placer;
 use engine::core::rng::Rng;
 use lang::ir::TopologyLevel;
-use std::collections::BTreeMap;
 use std::hint::black_box;
-
-pub fn fleet(nodes: usize) -> Fleet {
-    Fleet {
-        nodes: (0..nodes)
-            .map(|i| Node {
-                name: format!("h100-{i}"),
-                pool: Some("train".into()),
-                cpu_milli: 224_000,
-                memory_mib: 2_097_152,
-                labels: BTreeMap::from([
-                    ("nvlink_domain".to_string(), format!("nvl-{}", i / 8)),
-                    ("rack".to_string(), format!("rack-{}", i / 32)),
-                ]),
-                gpus: (0..8u32)
-                    .map(|g| Gpu {
-                        nvlink_island: Some(g / 4),
-                        ..Gpu::new(g, "H100-SXM5-80GB", 81_559)
-                    })
-                    .collect(),
-            })
-            .collect(),
-    }
-}
 
 pub fn jobs(n: usize, seed: u64) -> Vec<JobShape> {
     let mut rng = Rng::new(seed);

@@ -399,6 +399,21 @@ pub enum Function {
     Require,
 }
 
+impl Function {
+    /// The value of an arithmetic function (`ceil`, `floor`, `round`, `min`, `max`) of
+    /// numbers; `None` for the others or the wrong number of arguments.
+    pub fn apply(self, args: &[f64]) -> Option<f64> {
+        match (self, args) {
+            (Function::Ceil, [x]) => Some(x.ceil()),
+            (Function::Floor, [x]) => Some(x.floor()),
+            (Function::Round, [x]) => Some(x.round()),
+            (Function::Min, [first, rest @ ..]) => Some(rest.iter().fold(*first, |a, b| a.min(*b))),
+            (Function::Max, [first, rest @ ..]) => Some(rest.iter().fold(*first, |a, b| a.max(*b))),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UnaryOp {
@@ -473,19 +488,7 @@ impl Expr {
             }
             Expr::Call { function, args, .. } => {
                 let vals: Option<Vec<f64>> = args.iter().map(Expr::as_const_number).collect();
-                let vals = vals?;
-                match (function, vals.as_slice()) {
-                    (Function::Ceil, [x]) => Some(x.ceil()),
-                    (Function::Floor, [x]) => Some(x.floor()),
-                    (Function::Round, [x]) => Some(x.round()),
-                    (Function::Min, [first, rest @ ..]) => {
-                        Some(rest.iter().fold(*first, |a, b| a.min(*b)))
-                    }
-                    (Function::Max, [first, rest @ ..]) => {
-                        Some(rest.iter().fold(*first, |a, b| a.max(*b)))
-                    }
-                    _ => None,
-                }
+                function.apply(&vals?)
             }
             _ => None,
         }

@@ -23,7 +23,7 @@ use engine::core::mig::MigTable;
 use engine::decide::plan::{Action, Plan};
 use engine::decide::snapshot::Snapshot;
 use engine::inventory::catalog;
-use engine::inventory::jobs_file::{Job, PlacedMember};
+use engine::inventory::jobs_file::Job;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 
@@ -196,22 +196,8 @@ fn check_case(case: &Case) -> Result<Option<Stats>, TestCaseError> {
     let (_, plan1) = decide(&program, fleet(nodes), jobs1.clone(), 1000);
     let mut jobs2 = Vec::new();
     for d in &plan1.decisions {
-        if d.action != Action::Place {
-            continue;
-        }
-        let mut j = jobs1.iter().find(|j| j.id == d.job).unwrap().clone();
-        j.placement = d
-            .placement
-            .iter()
-            .map(|a| PlacedMember {
-                node: a.node.clone(),
-                gpus: a.gpus.clone(),
-                gpu_milli: Some(a.gpu_milli),
-                mig_starts: Vec::new(),
-            })
-            .collect();
-        j.started_at = Some(1000);
-        jobs2.push(j);
+        let job = jobs1.iter().find(|j| j.id == d.job).unwrap();
+        jobs2.extend(d.started(job, 1000));
     }
     let running: BTreeMap<String, Job> = jobs2.iter().map(|j| (j.id.clone(), j.clone())).collect();
     jobs2.extend(second.iter().enumerate().map(|(i, s)| job(i, "b", s, 1500)));

@@ -4,7 +4,7 @@
 
 use super::snapshot::JobState;
 use crate::core::fleet::MILLI;
-use lang::ir::{BinaryOp, Dim, Expr, Function, JobField, Program, RuleAction, UnaryOp, Value};
+use lang::ir::{BinaryOp, Dim, Expr, JobField, Program, RuleAction, UnaryOp, Value};
 use std::collections::BTreeMap;
 
 /// What the rules made of one job.
@@ -105,18 +105,7 @@ impl Env<'_> {
                     _ => None,
                 });
                 let nums: Vec<f64> = vals.iter().map(Val::number).collect::<Option<_>>()?;
-                let x = match (function, nums.as_slice()) {
-                    (Function::Ceil, [x]) => x.ceil(),
-                    (Function::Floor, [x]) => x.floor(),
-                    (Function::Round, [x]) => x.round(),
-                    (Function::Min, [first, rest @ ..]) => {
-                        rest.iter().fold(*first, |a, b| a.min(*b))
-                    }
-                    (Function::Max, [first, rest @ ..]) => {
-                        rest.iter().fold(*first, |a, b| a.max(*b))
-                    }
-                    _ => return None,
-                };
+                let x = function.apply(&nums)?;
                 match dim {
                     Some(d) => Val::Q(d, x),
                     None => Val::Num(x),

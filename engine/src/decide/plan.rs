@@ -39,6 +39,33 @@ pub struct Assignment {
     pub mig_starts: Vec<u32>,
 }
 
+impl Decision {
+    /// `job` as running where this decision placed it, from `at`: the jobs-file form a
+    /// next cycle (or a simulation) reads back. `None` unless the decision places it.
+    pub fn started(
+        &self,
+        job: &crate::inventory::jobs_file::Job,
+        at: i64,
+    ) -> Option<crate::inventory::jobs_file::Job> {
+        if self.action != Action::Place {
+            return None;
+        }
+        let mut running = job.clone();
+        running.placement = self
+            .placement
+            .iter()
+            .map(|a| crate::inventory::jobs_file::PlacedMember {
+                node: a.node.clone(),
+                gpus: a.gpus.clone(),
+                gpu_milli: Some(a.gpu_milli),
+                mig_starts: a.mig_starts.clone(),
+            })
+            .collect();
+        running.started_at = Some(at);
+        Some(running)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Decision {
     pub job: String,

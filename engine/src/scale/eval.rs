@@ -336,18 +336,7 @@ impl Env<'_> {
                         _ => None,
                     })
                     .collect::<Option<_>>()?;
-                V::Num(match (function, nums.as_slice()) {
-                    (Function::Ceil, [x]) => x.ceil(),
-                    (Function::Floor, [x]) => x.floor(),
-                    (Function::Round, [x]) => x.round(),
-                    (Function::Min, [first, rest @ ..]) => {
-                        rest.iter().fold(*first, |a, b| a.min(*b))
-                    }
-                    (Function::Max, [first, rest @ ..]) => {
-                        rest.iter().fold(*first, |a, b| a.max(*b))
-                    }
-                    _ => return None,
-                })
+                V::Num(function.apply(&nums)?)
             }
         })
     }

@@ -1,0 +1,28 @@
+//! The benchmark fleet both benches use: nodes of 8 H100 in NVLink domains of 8 nodes and
+//! racks of 32, two NVLink islands of four GPUs per node.
+
+use engine::core::fleet::{Fleet, Gpu, Node};
+use std::collections::BTreeMap;
+
+pub fn fleet(nodes: usize) -> Fleet {
+    Fleet {
+        nodes: (0..nodes)
+            .map(|i| Node {
+                name: format!("h100-{i}"),
+                pool: Some("train".into()),
+                cpu_milli: 224_000,
+                memory_mib: 2_097_152,
+                labels: BTreeMap::from([
+                    ("nvlink_domain".to_string(), format!("nvl-{}", i / 8)),
+                    ("rack".to_string(), format!("rack-{}", i / 32)),
+                ]),
+                gpus: (0..8u32)
+                    .map(|g| Gpu {
+                        nvlink_island: Some(g / 4),
+                        ..Gpu::new(g, "H100-SXM5-80GB", 81_559)
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
