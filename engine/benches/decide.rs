@@ -13,9 +13,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 
 mod common;
-use common::fleet;
-use engine::core::alloc::Request;
-use engine::core::gang::JobShape;
+use common::{fleet, shape};
 use engine::core::mig::MigTable;
 use engine::core::rng::Rng;
 use engine::decide::plan::Action;
@@ -87,18 +85,7 @@ fn jobs(
                 tier: Some(TIERS[rng.below(3)].to_string()),
                 submitted_at: Some(at + i as i64),
                 runtime_s: Some(600 + rng.below(86_400) as u64),
-                shape: JobShape {
-                    members,
-                    member: Request {
-                        cpu_milli: 8_000 * u64::from(num_gpu),
-                        memory_mib: 65_536 * u64::from(num_gpu),
-                        num_gpu,
-                        gpu_milli,
-                        ..Request::default()
-                    },
-                    topology_required: topology,
-                    ..JobShape::default()
-                },
+                shape: shape(members, num_gpu, gpu_milli, topology),
                 ..Job::default()
             }
         })

@@ -6,7 +6,7 @@
 use criterion::{criterion_group, criterion_main, Criterion};
 
 mod common;
-use common::fleet;
+use common::{fleet, shape};
 use engine::core::alloc::Request;
 use engine::core::frag::Workload;
 use engine::core::gang::{self, JobShape};
@@ -29,19 +29,7 @@ pub fn jobs(n: usize, seed: u64) -> Vec<JobShape> {
                 75..=89 => (1, 8, 1000, None),
                 _ => (2, 8, 1000, Some(TopologyLevel::NvlinkDomain)),
             };
-            JobShape {
-                members,
-                member: Request {
-                    cpu_milli: 8_000 * u64::from(num_gpu),
-                    memory_mib: 65_536 * u64::from(num_gpu),
-                    num_gpu,
-                    gpu_milli,
-                    ..Request::default()
-                },
-                pools: Vec::new(),
-                topology_required: topology,
-                topology_preferred: None,
-            }
+            shape(members, num_gpu, gpu_milli, topology)
         })
         .collect()
 }

@@ -1,7 +1,10 @@
 //! The benchmark fleet both benches use: nodes of 8 H100 in NVLink domains of 8 nodes and
 //! racks of 32, two NVLink islands of four GPUs per node.
 
+use engine::core::alloc::Request;
 use engine::core::fleet::{Fleet, Gpu, Node};
+use engine::core::gang::JobShape;
+use lang::ir::TopologyLevel;
 use std::collections::BTreeMap;
 
 pub fn fleet(nodes: usize) -> Fleet {
@@ -24,5 +27,27 @@ pub fn fleet(nodes: usize) -> Fleet {
                     .collect(),
             })
             .collect(),
+    }
+}
+
+/// A bench job: `members` × `num_gpu` GPUs (or one share of `gpu_milli`), with CPU and
+/// memory in proportion, optionally required to share one topology group.
+pub fn shape(
+    members: u32,
+    num_gpu: u32,
+    gpu_milli: u32,
+    topology: Option<TopologyLevel>,
+) -> JobShape {
+    JobShape {
+        members,
+        member: Request {
+            cpu_milli: 8_000 * u64::from(num_gpu),
+            memory_mib: 65_536 * u64::from(num_gpu),
+            num_gpu,
+            gpu_milli,
+            ..Request::default()
+        },
+        topology_required: topology,
+        ..JobShape::default()
     }
 }

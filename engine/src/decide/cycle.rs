@@ -856,27 +856,22 @@ impl<'a> Cycle<'a> {
         let mut last: Option<Blocked> = None;
         for s in &tries {
             match gang::place_job_within(&mut self.placer, s, within) {
-                Ok(choices) => {
-                    let charges = self.charges(js.member_milli, &choices);
-                    match self.ledger.check(team, &charges) {
-                        Ok(()) => {
-                            for c in &choices {
-                                if !keep {
-                                    self.placer.release(&s.member, c);
-                                }
-                            }
-                            let borrowing = !self.ledger.within_guarantee(team, &charges)
-                                && self.ledger.has_team(team.unwrap_or(""));
-                            return Ok((choices, borrowing));
-                        }
-                        Err(q) => {
-                            for c in &choices {
+                Ok(choices) => match self.quota_allows(js, &choices) {
+                    Ok(borrowing) => {
+                        for c in &choices {
+                            if !keep {
                                 self.placer.release(&s.member, c);
                             }
-                            last = Some(Blocked::Quota(q));
                         }
+                        return Ok((choices, borrowing));
                     }
-                }
+                    Err(q) => {
+                        for c in &choices {
+                            self.placer.release(&s.member, c);
+                        }
+                        last = Some(Blocked::Quota(q));
+                    }
+                },
                 Err(u) => {
                     if last.is_none() || u.code != UnplacedCode::NoCapacity {
                         last = Some(Blocked::Capacity(u));
@@ -1161,9 +1156,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let Some(placed) = placed else {
-            for h in taken.iter().rev() {
-                self.restore_holder(*h);
-            }
+            self.restore_all(&taken);
             return None;
         };
         if shape.members == 1 && used == 1 {
@@ -1182,12 +1175,24 @@ impl<'a> Cycle<'a> {
     ) -> Option<(Vec<Choice>, bool)> {
         let choice = self.placer.choose_among(&[node], &shape.member)?;
         let choices = vec![choice];
-        let charges = self.charges(js.member_milli, &choices);
-        let team = js.job.team.as_deref();
-        self.ledger.check(team, &charges).ok()?;
-        let borrowing = !self.ledger.within_guarantee(team, &charges)
-            && self.ledger.has_team(team.unwrap_or(""));
+        let borrowing = self.quota_allows(js, &choices).ok()?;
         Some((choices, borrowing))
+    }
+
+    /// Whether the team's quotas allow `js` on `choices`; if so, whether it borrows.
+    fn quota_allows(&mut self, js: &JobState, choices: &[Choice]) -> Result<bool, QuotaBlock> {
+        let team = js.job.team.as_deref();
+        let charges = self.charges(js.member_milli, choices);
+        self.ledger.check(team, &charges)?;
+        Ok(!self.ledger.within_guarantee(team, &charges)
+            && self.ledger.has_team(team.unwrap_or("")))
+    }
+
+    /// Puts back victims tried and not needed, last released first.
+    fn restore_all(&mut self, taken: &[usize]) {
+        for h in taken.iter().rev() {
+            self.restore_holder(*h);
+        }
     }
 
     /// Victims when the job fits but its team's guarantee is lent out: borrowers in the
@@ -1215,9 +1220,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let Some(placed) = placed else {
-            for h in taken.iter().rev() {
-                self.restore_holder(*h);
-            }
+            self.restore_all(&taken);
             return None;
         };
         Some(self.spare(js, shape, within, taken, placed))
