@@ -4,6 +4,7 @@
 mod check;
 mod explain;
 mod files;
+mod fill;
 mod fmt;
 mod inventory;
 mod place;
@@ -26,6 +27,8 @@ pub struct Io<'a> {
     pub stderr: Box<dyn Write + 'a>,
     /// Whether diagnostics may use colour.
     pub color: bool,
+    /// Whether standard error is a terminal (progress bars instead of progress lines).
+    pub interactive: bool,
     /// Standard input for `gantry fmt -`.
     pub stdin: Box<dyn std::io::Read + 'a>,
 }
@@ -41,11 +44,13 @@ impl std::fmt::Debug for Io<'_> {
 impl<'a> Io<'a> {
     pub fn terminal(stdout: impl Write + 'a, stderr: impl Write + 'a) -> Io<'a> {
         use std::io::IsTerminal;
-        let color = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+        let interactive = std::io::stderr().is_terminal();
+        let color = interactive && std::env::var_os("NO_COLOR").is_none();
         Io {
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
             color,
+            interactive,
             stdin: Box::new(std::io::stdin()),
         }
     }
@@ -56,6 +61,7 @@ impl<'a> Io<'a> {
             stdout: Box::new(stdout),
             stderr: Box::new(stderr),
             color: false,
+            interactive: false,
             stdin: Box::new(std::io::empty()),
         }
     }
@@ -65,7 +71,7 @@ impl<'a> Io<'a> {
 #[command(
     name = "gantry",
     version,
-    about = "Check, format and explain Gantry GPU scheduling policies, and simulate placement"
+    about = "Check, format, test and explain Gantry GPU scheduling policies; plan, simulate and diff them"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -101,11 +107,9 @@ enum Command {
         #[arg(long)]
         check: bool,
     },
-    /// Replay workloads against the placement engine.
-    Simulate {
-        #[command(subcommand)]
-        mode: SimulateMode,
-    },
+    /// Replay a trace under a policy, event by event, through the same decisions as
+    /// production; `simulate fill` runs the FGD packing experiment.
+    Simulate(simulate::SimulateArgs),
     /// Print the long explanation of a diagnostic code, or list all codes.
     Explain {
         /// A code such as E0301.
@@ -118,13 +122,6 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Read a fleet file, check it, and print the expanded fleet as JSON.
     Inventory(inventory::InventoryArgs),
-}
-
-#[derive(Debug, Subcommand)]
-enum SimulateMode {
-    /// The FGD paper's fill experiment on Alibaba openb CSVs: place pods one by one, never
-    /// remove, and report GPU allocation and fragmentation by percent of arrived workload.
-    Fill(simulate::FillArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the exit code.
@@ -157,9 +154,7 @@ where
         Command::Place(args) => place::run(&args, io),
         Command::Plan(args) => plan::run(&args, io),
         Command::Inventory(args) => inventory::run(&args, io),
-        Command::Simulate {
-            mode: SimulateMode::Fill(args),
-        } => simulate::run(&args, io),
+        Command::Simulate(args) => simulate::run(&args, io),
     };
     let _ = io.stdout.flush();
     let _ = io.stderr.flush();

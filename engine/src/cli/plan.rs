@@ -187,7 +187,10 @@ fn parse_usage(file: &str, text: &str) -> Result<Vec<UsageRecord>, String> {
 }
 
 /// JSON Lines of one record type; blank lines skipped; errors name file and line.
-fn parse_lines<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<Vec<T>, String> {
+pub(super) fn parse_lines<T: serde::de::DeserializeOwned>(
+    file: &str,
+    text: &str,
+) -> Result<Vec<T>, String> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| !l.trim().is_empty())
@@ -201,7 +204,7 @@ fn parse_lines<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result
         .collect()
 }
 
-fn duration(s: i64) -> String {
+pub(super) fn duration(s: i64) -> String {
     match s {
         s if s < 60 => format!("{s}s"),
         s if s < 3600 => format!("{}m", s / 60),

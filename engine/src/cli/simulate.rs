@@ -1,100 +1,130 @@
-//! `gantry simulate fill`: the FGD paper's packing experiment on openb CSVs, over one or
-//! more seeds, with a summary table and optional JSON.
+//! `gantry simulate`: replay a trace under a policy (with a summary table, JSON metrics
+//! and an HTML report), or `simulate fill`, the FGD packing experiment.
 
-use super::files::{self, read_text as read};
-use super::{fail, Io, EXIT_OK};
-use crate::core::packing::Strategy;
-use crate::sim::fill::{self, FillConfig, FillResult};
-use crate::sim::openb;
-use std::collections::BTreeMap;
+use super::files::{self, read_text};
+use super::plan::{duration, parse_lines};
+use super::{fail, fill, Io, EXIT_OK};
+use crate::core::fleet::Fleet;
+use crate::inventory::jobs_file::rfc3339_seconds;
+use crate::inventory::{catalog, fleet_file};
+use crate::sim::metrics::Metrics;
+use crate::sim::replay::{self, Config, Progress};
+use crate::sim::trace::{self, Trace};
+use crate::sim::{openb, report};
+use lang::ir::Program;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, clap::Args)]
-pub struct FillArgs {
-    /// The openb node list, e.g. `openb_node_list_gpu_node.csv`.
-    #[arg(long)]
-    pub nodes: PathBuf,
-    /// An openb pod list, e.g. `openb_pod_list_default.csv`.
-    #[arg(long)]
-    pub pods: PathBuf,
-    /// Append pods sampled with replacement until the GPU request reaches this multiple of capacity.
-    #[arg(long, default_value_t = 1.3)]
-    pub inflate: f64,
-    /// One seed, or a range `42..51` (inclusive).
-    #[arg(long, alias = "seed", default_value = "42")]
-    pub seeds: String,
-    /// Packing strategy: least_fragmentation (default), fgd, best_fit, gpu_packing, spread, random.
-    #[arg(long, conflicts_with = "policy")]
-    pub packing: Option<String>,
-    /// Take the packing strategy from this policy's `placement` block.
+#[command(args_conflicts_with_subcommands = true)]
+pub struct SimulateArgs {
+    #[command(subcommand)]
+    pub mode: Option<SimulateMode>,
+    /// Policy directory or file.
     #[arg(long)]
     pub policy: Option<PathBuf>,
-    /// Write the metrics as JSON here.
+    #[command(flatten)]
+    pub input: ReplayInput,
+    /// Write the metrics as JSON here (`-`: standard output, instead of the table).
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Write a self-contained HTML report with charts here.
+    #[arg(long)]
+    pub report: Option<PathBuf>,
 }
 
-pub fn run(args: &FillArgs, io: &mut Io<'_>) -> u8 {
-    let Some(seeds) = parse_seeds(&args.seeds) else {
+#[derive(Debug, clap::Subcommand)]
+pub enum SimulateMode {
+    /// The FGD paper's fill experiment on Alibaba openb CSVs: place pods one by one, never
+    /// remove, and report GPU allocation and fragmentation by percent of arrived workload.
+    Fill(fill::FillArgs),
+}
+
+/// What a replay runs on besides the policy; shared by `simulate` and `diff`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayInput {
+    /// Fleet file (JSON or TOML).
+    #[arg(long, conflicts_with = "nodes")]
+    pub fleet: Option<PathBuf>,
+    /// An openb node list as the fleet (with an openb pod CSV as the trace).
+    #[arg(long)]
+    pub nodes: Option<PathBuf>,
+    /// The trace: JSON Lines of jobs and node events, or a timed openb pod CSV (`.csv`).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Stop at this time (seconds or RFC 3339); default: when the trace is done and
+    /// nothing runs.
+    #[arg(long)]
+    pub until: Option<String>,
+    /// Seconds between autoscaler ticks while work waits or nodes boot.
+    #[arg(long, default_value_t = 60)]
+    pub tick: u64,
+    /// Past job starts for warm-pool sizes (JSON Lines of {at, pool, team, tier, gpus}).
+    #[arg(long)]
+    pub history: Option<PathBuf>,
+    /// Team usage before the trace, for fair share (JSON Lines of {team, at, gpu_s}).
+    #[arg(long)]
+    pub usage: Option<PathBuf>,
+}
+
+/// A fleet, trace and configuration read and checked, ready to replay.
+#[derive(Debug)]
+pub struct Loaded {
+    pub fleet: Fleet,
+    pub trace: Trace,
+    pub config: Config,
+    pub trace_name: String,
+}
+
+pub fn run(args: &SimulateArgs, io: &mut Io<'_>) -> u8 {
+    if let Some(SimulateMode::Fill(fill_args)) = &args.mode {
+        return fill::run(fill_args, io);
+    }
+    let Some(policy) = &args.policy else {
         return fail(
             io,
-            format!(
-                "`--seeds {}`: expected a number or a range like `42..51`",
-                args.seeds
-            ),
+            "`gantry simulate` needs --policy, --trace and --fleet (or --nodes for an openb node list); see `gantry simulate --help`",
         );
     };
-    if !(args.inflate.is_finite() && args.inflate > 0.0 && args.inflate <= 100.0) {
-        return fail(
-            io,
-            format!(
-                "`--inflate {}`: expected a factor above 0 and at most 100",
-                args.inflate
-            ),
-        );
-    }
-    let strategy = match strategy(args, io) {
-        Ok(s) => s,
+    let (program, revision) = match super::policy::load_with_revision(policy, io) {
+        Ok(p) => p,
         Err(code) => return code,
     };
-    let fleet = match read(&args.nodes)
-        .and_then(|(name, text)| openb::parse_nodes(&name, &text).map_err(|e| e.to_string()))
-    {
-        Ok(f) => f,
-        Err(e) => return fail(io, e),
+    let loaded = match load(&args.input, &program, io) {
+        Ok(l) => l,
+        Err(code) => return code,
     };
-    let pods = match read(&args.pods)
-        .and_then(|(name, text)| openb::parse_pods(&name, &text).map_err(|e| e.to_string()))
-    {
-        Ok(p) => p,
-        Err(e) => return fail(io, e),
+    let config = Config {
+        policy_revision: revision,
+        ..loaded.config.clone()
     };
-    if !pods.iter().any(|p| p.request.num_gpu > 0) {
-        return fail(
-            io,
-            format!("`{}` has no GPU pods; nothing to pack", args.pods.display()),
-        );
+    let started = std::time::Instant::now();
+    let metrics = match run_replay(&program, &loaded, &config, io) {
+        Ok(m) => m,
+        Err(code) => return code,
+    };
+    let wall = started.elapsed().as_secs_f64();
+    let json = serde_json::to_string_pretty(&metrics).unwrap_or_default() + "\n";
+    match &args.json {
+        Some(p) if p.as_os_str() == "-" => {
+            let _ = io.stdout.write_all(json.as_bytes());
+        }
+        other => {
+            print_summary(&metrics, wall, io);
+            if let Some(path) = other {
+                if let Err(e) = std::fs::write(path, &json) {
+                    return fail(
+                        io,
+                        format!("cannot write `{}`: {}", path.display(), files::describe(&e)),
+                    );
+                }
+            }
+        }
     }
-    let mut runs = Vec::new();
-    for seed in seeds {
-        let started = std::time::Instant::now();
-        let result = fill::run(
-            &fleet,
-            &pods,
-            FillConfig {
-                inflate: args.inflate,
-                seed,
-                strategy,
-            },
-        );
-        runs.push((result, started.elapsed().as_secs_f64()));
-    }
-    print_summary(&runs, strategy, io);
-    if let Some(path) = &args.json {
-        let json = to_json(&runs, strategy, args);
-        let text = serde_json::to_string_pretty(&json).unwrap_or_default();
-        if let Err(e) = std::fs::write(path, text + "\n") {
+    if let Some(path) = &args.report {
+        let title = format!("{} on {}", files::display_name(policy), loaded.trace_name);
+        let html = report::render(&title, &metrics);
+        if let Err(e) = std::fs::write(path, html) {
             return fail(
                 io,
                 format!("cannot write `{}`: {}", path.display(), files::describe(&e)),
@@ -104,127 +134,291 @@ pub fn run(args: &FillArgs, io: &mut Io<'_>) -> u8 {
     EXIT_OK
 }
 
-fn strategy(args: &FillArgs, io: &mut Io<'_>) -> Result<Strategy, u8> {
-    if let Some(name) = &args.packing {
-        return Strategy::from_name(name).ok_or_else(|| {
-            fail(
-                io,
-                format!(
-                    "unknown packing `{name}`; expected one of {}",
-                    Strategy::NAMES.join(", ")
-                ),
-            )
-        });
-    }
-    let Some(policy) = &args.policy else {
-        return Ok(Strategy::LeastFragmentation);
+/// Reads the fleet, trace and histories named by `input`.
+pub fn load(input: &ReplayInput, program: &Program, io: &mut Io<'_>) -> Result<Loaded, u8> {
+    let Some(trace_path) = &input.trace else {
+        return Err(fail(
+            io,
+            "--trace is required: a JSON Lines trace or an openb pod CSV",
+        ));
     };
-    let program = super::policy::load(policy, io)?;
-    Ok(Strategy::from_policy(program.placement.packing))
-}
-
-fn parse_seeds(text: &str) -> Option<Vec<u64>> {
-    match text.split_once("..") {
-        Some((a, b)) => {
-            let (a, b): (u64, u64) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
-            (a <= b && b - a < 10_000).then(|| (a..=b).collect())
-        }
-        None => text.trim().parse().ok().map(|s| vec![s]),
+    let models = catalog::merged(&program.gpu_models);
+    let fleet = match (&input.fleet, &input.nodes) {
+        (Some(path), _) => read_text(path).and_then(|(name, text)| {
+            fleet_file::parse(&name, &text, &models).map_err(|e| e.to_string())
+        }),
+        (None, Some(path)) => read_text(path)
+            .and_then(|(name, text)| openb::parse_nodes(&name, &text).map_err(|e| e.to_string())),
+        (None, None) => Err("--fleet is required (or --nodes with an openb node list)".to_string()),
     }
-}
-
-fn mean_std(values: &[f64]) -> (f64, f64) {
-    let n = values.len().max(1) as f64;
-    let mean = values.iter().sum::<f64>() / n;
-    let var = values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / n;
-    (mean, var.sqrt())
-}
-
-fn at(r: &FillResult, bin: u32) -> f64 {
-    r.allocation_ratio_pct
-        .get(&bin)
-        .copied()
-        .unwrap_or(f64::NAN)
-}
-
-fn print_summary(runs: &[(FillResult, f64)], strategy: Strategy, io: &mut Io<'_>) {
-    let _ = writeln!(io.stdout, "packing {strategy:?}");
-    let _ = writeln!(
-        io.stdout,
-        "{:>6} {:>10} {:>10} {:>12} {:>8} {:>8} {:>8}",
-        "seed", "alloc@100", "alloc@130", "fragratio@100", "placed", "failed", "wall_s"
-    );
-    for (r, wall) in runs {
-        let _ = writeln!(
-            io.stdout,
-            "{:>6} {:>10.2} {:>10.2} {:>12.2} {:>8} {:>8} {:>8.2}",
-            r.seed,
-            at(r, 100),
-            at(r, 130),
-            r.frag_ratio_pct.get(&100).copied().unwrap_or(f64::NAN),
-            r.placed,
-            r.failed,
-            wall
-        );
+    .map_err(|e| fail(io, e))?;
+    let (trace_name, text) = read_text(trace_path).map_err(|e| fail(io, e))?;
+    let is_csv = trace_path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    let trace = if is_csv {
+        openb::parse_timed_pods(&trace_name, &text)
+            .map(trace::from_openb)
+            .map_err(|e| e.to_string())
+    } else {
+        trace::parse(&trace_name, &text).map_err(|e| e.to_string())
     }
-    if runs.len() > 1 {
-        let (m100, s100) = mean_std(&runs.iter().map(|(r, _)| at(r, 100)).collect::<Vec<_>>());
-        let (m130, s130) = mean_std(&runs.iter().map(|(r, _)| at(r, 130)).collect::<Vec<_>>());
-        let _ = writeln!(
-            io.stdout,
-            "{:>6} {:>10} {:>10}",
-            "",
-            format!("{m100:.2}±{s100:.2}"),
-            format!("{m130:.2}±{s130:.2}")
-        );
-    }
-}
-
-fn to_json(runs: &[(FillResult, f64)], strategy: Strategy, args: &FillArgs) -> serde_json::Value {
-    let bins: Vec<u32> = runs
-        .first()
-        .map(|(r, _)| r.allocation_ratio_pct.keys().copied().collect())
-        .unwrap_or_default();
-    let summarise = |pick: &dyn Fn(&FillResult) -> &BTreeMap<u32, f64>| {
-        let mut mean = serde_json::Map::new();
-        let mut std = serde_json::Map::new();
-        for b in &bins {
-            let values: Vec<f64> = runs
-                .iter()
-                .filter_map(|(r, _)| pick(r).get(b).copied())
-                .collect();
-            let (m, s) = mean_std(&values);
-            mean.insert(b.to_string(), serde_json::json!(m));
-            std.insert(b.to_string(), serde_json::json!(s));
-        }
-        (
-            serde_json::Value::Object(mean),
-            serde_json::Value::Object(std),
-        )
+    .map_err(|e| fail(io, e))?;
+    let until = match &input.until {
+        None => None,
+        Some(t) => Some(
+            t.parse::<i64>()
+                .ok()
+                .or_else(|| rfc3339_seconds(t))
+                .ok_or_else(|| {
+                    fail(
+                        io,
+                        format!("--until `{t}` is not a time; give seconds or RFC 3339"),
+                    )
+                })?,
+        ),
     };
-    let (alloc, alloc_std) = summarise(&|r| &r.allocation_ratio_pct);
-    let (frag_ratio, frag_ratio_std) = summarise(&|r| &r.frag_ratio_pct);
-    let (frag, _) = summarise(&|r| &r.frag_pct);
-    serde_json::json!({
-        "trace": files::display_name(&args.pods),
-        "nodes": files::display_name(&args.nodes),
-        "packing": format!("{strategy:?}"),
-        "inflate": args.inflate,
-        "allocation_ratio_pct": alloc,
-        "allocation_ratio_pct_std": alloc_std,
-        "frag_ratio_pct": frag_ratio,
-        "frag_ratio_pct_std": frag_ratio_std,
-        "frag_pct": frag,
-        "placed": runs.iter().map(|(r, _)| r.placed).sum::<usize>() as f64 / runs.len().max(1) as f64,
-        "failed": runs.iter().map(|(r, _)| r.failed).sum::<usize>() as f64 / runs.len().max(1) as f64,
-        "wall_s": runs.iter().map(|(_, w)| w).sum::<f64>(),
-        "seeds": runs.iter().map(|(r, w)| serde_json::json!({
-            "seed": r.seed,
-            "allocation_ratio_pct": r.allocation_ratio_pct.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
-            "frag_ratio_pct": r.frag_ratio_pct.iter().map(|(k, v)| (k.to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>(),
-            "placed": r.placed,
-            "failed": r.failed,
-            "wall_s": w,
-        })).collect::<Vec<_>>(),
+    if input.tick == 0 || input.tick > 86_400 {
+        return Err(fail(
+            io,
+            format!("--tick {}: give 1 to 86400 seconds", input.tick),
+        ));
+    }
+    let history = match &input.history {
+        None => Vec::new(),
+        Some(p) => read_lines(p).map_err(|e| fail(io, e))?,
+    };
+    let usage = match &input.usage {
+        None => Vec::new(),
+        Some(p) => read_lines(p).map_err(|e| fail(io, e))?,
+    };
+    Ok(Loaded {
+        fleet,
+        trace,
+        config: Config {
+            tick_s: i64::try_from(input.tick).unwrap_or(60),
+            until,
+            history,
+            usage,
+            policy_revision: String::new(),
+        },
+        trace_name: files::display_name(trace_path),
     })
+}
+
+fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, String> {
+    read_text(path).and_then(|(name, text)| parse_lines(&name, &text))
+}
+
+/// Replays with a progress bar on a terminal, or a line per tenth of the trace otherwise.
+pub fn run_replay(
+    program: &Program,
+    loaded: &Loaded,
+    config: &Config,
+    io: &mut Io<'_>,
+) -> Result<Metrics, u8> {
+    let total = loaded.trace.jobs.len() as u64;
+    let bar = io.interactive.then(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        if let Ok(style) = indicatif::ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {wide_bar} {pos}/{len} jobs arrived · {msg}",
+        ) {
+            bar.set_style(style);
+        }
+        bar
+    });
+    let mut last_tenth = 0;
+    let mut lines: Vec<String> = Vec::new();
+    let mut on_progress = |p: Progress| {
+        if let Some(bar) = &bar {
+            bar.set_position(p.arrived as u64);
+            bar.set_message(format!("{} cycles", p.cycles));
+        } else {
+            let tenth = p.arrived * 10 / p.total.max(1);
+            if tenth > last_tenth {
+                last_tenth = tenth;
+                lines.push(format!(
+                    "simulate: {}0% of {} jobs arrived ({} decision cycles)",
+                    tenth, p.total, p.cycles
+                ));
+            }
+        }
+    };
+    let result = replay::replay(
+        program,
+        loaded.fleet.clone(),
+        &loaded.trace,
+        config,
+        &mut on_progress,
+    );
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    for l in lines {
+        let _ = writeln!(io.stderr, "{l}");
+    }
+    result.map_err(|e| {
+        fail(
+            io,
+            format!("{}:{}: {}", loaded.trace_name, e.line, e.message),
+        )
+    })
+}
+
+fn when(t: i64) -> String {
+    if t >= 1_000_000_000 {
+        chrono::DateTime::from_timestamp(t, 0).map_or_else(
+            || t.to_string(),
+            |d| d.format("%Y-%m-%d %H:%M UTC").to_string(),
+        )
+    } else {
+        format!("t={t}s")
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{:.1}%", v * 100.0)
+}
+
+/// The human summary: jobs, utilization, pools, waits per tier, teams, preemptions.
+pub fn print_summary(m: &Metrics, wall_s: f64, io: &mut Io<'_>) {
+    let out = &mut io.stdout;
+    let _ = writeln!(
+        out,
+        "simulated {} → {} ({}), {} decision cycles in {wall_s:.2}s",
+        when(m.start),
+        when(m.end),
+        duration(m.end - m.start),
+        m.cycles
+    );
+    let j = &m.jobs;
+    let _ = writeln!(
+        out,
+        "jobs: {} submitted, {} completed, {} running at the end, {} waiting, {} denied",
+        j.submitted, j.completed, j.running_at_end, j.waiting_at_end, j.denied
+    );
+    let _ = writeln!(
+        out,
+        "GPUs: {} utilization ({:.1} of {:.1} GPU-hours), cost ${:.2}",
+        pct(m.utilization),
+        m.gpu_hours,
+        m.gpu_hours_available,
+        m.cost
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<16} {:>10} {:>10} {:>7} {:>9} {:>11} {:>7} {:>7}",
+        "pool", "GPU-h", "avail GPU-h", "util", "node-h", "cost", "+nodes", "-nodes"
+    );
+    for (name, p) in &m.pools {
+        let _ = writeln!(
+            out,
+            "{name:<16} {:>10.1} {:>11.1} {:>7} {:>9.1} {:>11.2} {:>7} {:>7}",
+            p.gpu_hours,
+            p.gpu_hours_available,
+            pct(p.utilization),
+            p.node_hours,
+            p.cost,
+            p.nodes_added,
+            p.nodes_removed
+        );
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<16} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "tier", "jobs", "started", "ttfg p50", "ttfg p95", "ttfg p99", "wait p95", "wait max"
+    );
+    let rows =
+        std::iter::once(("(all)", &m.all)).chain(m.tiers.iter().map(|(k, v)| (k.as_str(), v)));
+    for (name, w) in rows {
+        if w.submitted == 0 && name != "(all)" {
+            continue;
+        }
+        let t = &w.time_to_first_gpu_s;
+        let q = &w.queue_wait_s;
+        let _ = writeln!(
+            out,
+            "{name:<16} {:>6} {:>7} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            w.submitted,
+            w.started,
+            duration(t.p50 as i64),
+            duration(t.p95 as i64),
+            duration(t.p99 as i64),
+            duration(q.p95 as i64),
+            duration(q.max as i64)
+        );
+    }
+    if m.teams.keys().any(|k| k != "-") {
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "{:<16} {:>6} {:>9} {:>9} {:>9} {:>10} {:>9} {:>10} {:>9}",
+            "team",
+            "jobs",
+            "ttfg p95",
+            "GPU-h",
+            "mean GPUs",
+            "guaranteed",
+            "of guar.",
+            "cost",
+            "preempted"
+        );
+        for (name, t) in &m.teams {
+            let _ = writeln!(
+                out,
+                "{name:<16} {:>6} {:>9} {:>9.1} {:>9.2} {:>10.1} {:>9} {:>10.2} {:>9}",
+                t.waits.submitted,
+                duration(t.waits.time_to_first_gpu_s.p95 as i64),
+                t.gpu_hours,
+                t.mean_gpus,
+                t.guaranteed_gpus,
+                t.mean_of_guarantee.map_or("-".to_string(), pct),
+                t.cost,
+                t.preempted
+            );
+        }
+    }
+    let _ = writeln!(out);
+    let p = &m.preemptions;
+    let causes: Vec<String> = p.by_cause.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    let _ = writeln!(
+        out,
+        "preemptions: {}{} · {:.2} GPU-hours lost · {} jobs stopped by node failures",
+        p.count,
+        if causes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", causes.join(", "))
+        },
+        p.lost_gpu_hours,
+        p.node_failures
+    );
+    let up: i64 = m.scale_events.iter().map(|e| e.delta_nodes.max(0)).sum();
+    let down: i64 = m.scale_events.iter().map(|e| (-e.delta_nodes).max(0)).sum();
+    let _ = writeln!(
+        out,
+        "scaling: +{up} / -{down} nodes in {} scale events",
+        m.scale_events.len()
+    );
+    if !m.denied_by_rule.is_empty() {
+        let d: Vec<String> = m
+            .denied_by_rule
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(out, "denied by rule: {}", d.join(", "));
+    }
+    if !m.waiting_by_reason.is_empty() {
+        let w: Vec<String> = m
+            .waiting_by_reason
+            .iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect();
+        let _ = writeln!(out, "still waiting: {}", w.join(", "));
+    }
+    for n in &m.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
 }

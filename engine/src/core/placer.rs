@@ -14,6 +14,7 @@ use super::rng::Rng;
 use lang::ir::TopologyLevel;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 struct ClassKey {
@@ -38,19 +39,25 @@ pub struct Choice {
     pub on: OnNode,
 }
 
+/// Nodes by label value at one topology level.
+type Groups = Vec<(String, Vec<usize>)>;
+
 #[derive(Debug)]
 pub struct Placer<'a> {
     fleet: &'a Fleet,
     ctx: Context<'a>,
     state: ClusterState,
-    classes: BTreeMap<ClassKey, Class>,
+    classes: BTreeMap<Rc<ClassKey>, Class>,
     kind_of: Vec<u32>,
     /// Each node's current class, kept in step with `state`.
-    key_of: Vec<Option<ClassKey>>,
-    /// Nodes grouped by label value, per topology level (the fleet is static).
-    groups: BTreeMap<TopologyLevel, Vec<(String, Vec<usize>)>>,
-    /// Free resources of the empty fleet, for telling "never fits" from "not now".
-    empty: ClusterState,
+    key_of: Vec<Option<Rc<ClassKey>>>,
+    /// Nodes grouped by label value, per topology level (the fleet is static); built on
+    /// first use, as most cycles need none or one level.
+    groups: BTreeMap<TopologyLevel, std::cell::OnceCell<Groups>>,
+    /// Free resources of the empty fleet, for telling "never fits" from "not now" (on
+    /// first use).
+    empty: std::cell::OnceCell<ClusterState>,
+    mig_table: &'a MigTable,
     /// Why a job shape can never fit this fleet (`None`: it can), memoised per shape.
     pub(crate) verdicts: HashMap<JobShape, Option<Unplaced>>,
     /// Distinct requests seen, numbered, so class memos are indexed, not hashed.
@@ -75,14 +82,14 @@ impl Class {
 
 /// The static part of a node that placement reads (not its name, pool or labels): per GPU,
 /// model, memory, NVLink island and MIG mode.
-type Kind = Vec<(String, u64, Option<u32>, bool)>;
+type Kind<'a> = Vec<(&'a str, u64, Option<u32>, bool)>;
 
-fn kind_signature(n: &Node) -> Kind {
+fn kind_signature(n: &Node) -> Kind<'_> {
     n.gpus
         .iter()
         .map(|g| {
             (
-                g.model.clone(),
+                g.model.as_str(),
                 g.memory_mib,
                 g.nvlink_island,
                 g.mig.is_some(),
@@ -109,23 +116,18 @@ impl<'a> Placer<'a> {
                 *kinds.entry(kind_signature(n)).or_insert(next)
             })
             .collect();
-        let mut groups = BTreeMap::new();
-        for level in [
+        let groups = [
             TopologyLevel::Node,
             TopologyLevel::NvlinkDomain,
             TopologyLevel::Rack,
             TopologyLevel::Leaf,
-        ] {
-            let mut by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-            for (i, n) in fleet.nodes.iter().enumerate() {
-                if let Some(k) = n.topology_key(level) {
-                    by.entry(k).or_default().push(i);
-                }
-            }
-            groups.insert(level, by.into_iter().collect());
-        }
+        ]
+        .into_iter()
+        .map(|level| (level, std::cell::OnceCell::new()))
+        .collect();
         let mut placer = Placer {
-            empty: state.clone(),
+            empty: std::cell::OnceCell::new(),
+            mig_table: mig,
             verdicts: HashMap::new(),
             request_ids: HashMap::new(),
             key_of: vec![None; fleet.nodes.len()],
@@ -167,8 +169,13 @@ impl<'a> Placer<'a> {
             kind: *kind,
             free: free.clone(),
         };
+        // Keys are shared between the class map and `key_of`: one copy of the free state.
+        let key = match self.classes.get_key_value(&key) {
+            Some((existing, _)) => Rc::clone(existing),
+            None => Rc::new(key),
+        };
         self.classes
-            .entry(key.clone())
+            .entry(Rc::clone(&key))
             .or_default()
             .nodes
             .insert(node);
@@ -192,12 +199,24 @@ impl<'a> Placer<'a> {
     /// Nodes grouped by their label at `level` (`Node`: one group per node); nodes without
     /// the label are in no group.
     pub fn groups(&self, level: TopologyLevel) -> &[(String, Vec<usize>)] {
-        self.groups.get(&level).map_or(&[], Vec::as_slice)
+        let Some(cell) = self.groups.get(&level) else {
+            return &[];
+        };
+        cell.get_or_init(|| {
+            let mut by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+            for (i, n) in self.fleet.nodes.iter().enumerate() {
+                if let Some(k) = n.topology_key(level) {
+                    by.entry(k).or_default().push(i);
+                }
+            }
+            by.into_iter().collect()
+        })
     }
 
     /// The free resources of the empty fleet.
     pub fn empty_state(&self) -> &ClusterState {
-        &self.empty
+        self.empty
+            .get_or_init(|| ClusterState::new(self.fleet, self.mig_table))
     }
 
     /// Every class with its free resources and nodes: for counting capacity without
@@ -221,7 +240,7 @@ impl<'a> Placer<'a> {
     fn evaluate_memo(&mut self, node: usize, req: &Request) -> Option<(Score, OnNode)> {
         let id = self.request_id(req);
         let key = self.key_of.get(node)?.as_ref()?;
-        let class = self.classes.get_mut(key)?;
+        let class = self.classes.get_mut(key.as_ref())?;
         if let Some(hit) = class.get(id) {
             return hit.clone();
         }
@@ -346,7 +365,7 @@ impl<'a> Placer<'a> {
     /// Gives back what a member placed by `choice` holds (a running job that ends or is
     /// preempted); [`Placer::commit`] with the same choice takes it again.
     pub fn release(&mut self, req: &Request, choice: &Choice) {
-        let Some(capacity) = self.empty.nodes.get(choice.node).cloned() else {
+        let Some(capacity) = self.empty_state().nodes.get(choice.node).cloned() else {
             return;
         };
         self.leave(choice.node);

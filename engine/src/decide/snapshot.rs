@@ -182,7 +182,7 @@ impl Snapshot {
 
 /// A member's weight in milli-GPUs. A MIG instance counts for its share of the GPU's
 /// compute slices (a 3g of 7 is 428m), on the first fleet GPU model that offers the profile.
-fn member_milli(fleet: &Fleet, mig_table: &MigTable, member: &Request) -> u64 {
+pub fn member_milli(fleet: &Fleet, mig_table: &MigTable, member: &Request) -> u64 {
     let Some(name) = &member.mig_profile else {
         return member.gpu_milli_total();
     };

@@ -1,4 +1,9 @@
-//! Simulations over the decision core. `fill` is the FGD paper's packing experiment.
+//! Simulations over the decision core. `fill` is the FGD paper's packing experiment;
+//! `replay` runs a trace through `decide` event by event and measures the outcome.
 
 pub mod fill;
+pub mod metrics;
 pub mod openb;
+pub mod replay;
+pub mod report;
+pub mod trace;

@@ -155,52 +155,113 @@ pub fn parse_nodes(file: &str, text: &str) -> Result<Fleet, CsvError> {
 /// `name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec,...]`: one pod per row; without
 /// a `gpu_spec` column (as in the multigpu variants) a pod takes any model.
 pub fn parse_pods(file: &str, text: &str) -> Result<Vec<Pod>, CsvError> {
-    let t = Table::parse(
-        file,
-        text,
-        &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
-    )?;
+    let t = Table::parse(file, text, POD_COLUMNS)?;
+    t.rows
+        .iter()
+        .map(|(line, row)| pod(&t, *line, row))
+        .collect()
+}
+
+const POD_COLUMNS: &[&str] = &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"];
+
+/// When a pod of a timed openb list arrived, was scheduled and was deleted (seconds from
+/// the trace start), and its line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodTimes {
+    pub line: usize,
+    pub creation: i64,
+    /// `None` for pods the original cluster never scheduled.
+    pub scheduled: Option<i64>,
+    pub deletion: Option<i64>,
+}
+
+/// Pods with their times, for replay: the lists that carry `creation_time` and
+/// `deletion_time` (all but the multigpu variants).
+pub fn parse_timed_pods(file: &str, text: &str) -> Result<Vec<(Pod, PodTimes)>, CsvError> {
+    let mut columns = POD_COLUMNS.to_vec();
+    columns.extend(["creation_time", "deletion_time", "scheduled_time"]);
+    let t = Table::parse(file, text, &columns)?;
+    let optional = |line: usize, row: &[&str], column: &str| -> Result<Option<i64>, CsvError> {
+        let raw = t.cell(row, column);
+        if raw.is_empty() || raw == "nan" {
+            return Ok(None);
+        }
+        t.number(line, row, column, 1 << 40).map(|v| Some(v as i64))
+    };
     let mut pods = Vec::with_capacity(t.rows.len());
     for (line, row) in &t.rows {
-        let num_gpu = t.number(*line, row, "num_gpu", 1024)?;
-        let gpu_milli = t.number(*line, row, "gpu_milli", u64::from(MILLI))?;
-        if num_gpu > 0 && gpu_milli == 0 {
-            return Err(CsvError {
-                file: file.into(),
-                line: *line,
-                message: "field `gpu_milli`: a GPU pod needs more than 0".into(),
-            });
-        }
-        if num_gpu > 1 && gpu_milli < u64::from(MILLI) {
-            return Err(CsvError {
-                file: file.into(),
-                line: *line,
-                message: format!("field `gpu_milli`: {gpu_milli} with {num_gpu} GPUs; only single-GPU pods share a GPU"),
-            });
-        }
-        let spec = t.cell(row, "gpu_spec");
-        let models = if spec.is_empty() || spec == "nan" {
-            Vec::new()
-        } else {
-            spec.split('|').map(str::to_string).collect()
+        let creation = t.number(*line, row, "creation_time", 1 << 40)? as i64;
+        let scheduled = optional(*line, row, "scheduled_time")?;
+        let deletion = optional(*line, row, "deletion_time")?;
+        let err = |message: String| CsvError {
+            file: file.into(),
+            line: *line,
+            message,
         };
-        pods.push(Pod {
-            name: t.cell(row, "name").to_string(),
-            request: Request {
-                cpu_milli: t.number(*line, row, "cpu_milli", 10_000_000)?,
-                memory_mib: t.number(*line, row, "memory_mib", 1 << 40)?,
-                num_gpu: u32::try_from(num_gpu).unwrap_or(0),
-                gpu_milli: if num_gpu == 0 {
-                    0
-                } else {
-                    u32::try_from(gpu_milli).unwrap_or(0)
-                },
-                models,
-                ..Request::default()
+        if scheduled.is_some_and(|s| s < creation) {
+            return Err(err(
+                "field `scheduled_time`: before the pod's `creation_time`".into(),
+            ));
+        }
+        if let Some(d) = deletion {
+            if d < scheduled.unwrap_or(creation) {
+                return Err(err(
+                    "field `deletion_time`: before the pod was created or scheduled".into(),
+                ));
+            }
+        }
+        pods.push((
+            pod(&t, *line, row)?,
+            PodTimes {
+                line: *line,
+                creation,
+                scheduled,
+                deletion,
             },
-        });
+        ));
     }
     Ok(pods)
+}
+
+fn pod(t: &Table<'_>, line: usize, row: &[&str]) -> Result<Pod, CsvError> {
+    let file = t.file;
+    let num_gpu = t.number(line, row, "num_gpu", 1024)?;
+    let gpu_milli = t.number(line, row, "gpu_milli", u64::from(MILLI))?;
+    if num_gpu > 0 && gpu_milli == 0 {
+        return Err(CsvError {
+            file: file.into(),
+            line,
+            message: "field `gpu_milli`: a GPU pod needs more than 0".into(),
+        });
+    }
+    if num_gpu > 1 && gpu_milli < u64::from(MILLI) {
+        return Err(CsvError {
+            file: file.into(),
+            line,
+            message: format!("field `gpu_milli`: {gpu_milli} with {num_gpu} GPUs; only single-GPU pods share a GPU"),
+        });
+    }
+    let spec = t.cell(row, "gpu_spec");
+    let models = if spec.is_empty() || spec == "nan" {
+        Vec::new()
+    } else {
+        spec.split('|').map(str::to_string).collect()
+    };
+    Ok(Pod {
+        name: t.cell(row, "name").to_string(),
+        request: Request {
+            cpu_milli: t.number(line, row, "cpu_milli", 10_000_000)?,
+            memory_mib: t.number(line, row, "memory_mib", 1 << 40)?,
+            num_gpu: u32::try_from(num_gpu).unwrap_or(0),
+            gpu_milli: if num_gpu == 0 {
+                0
+            } else {
+                u32::try_from(gpu_milli).unwrap_or(0)
+            },
+            models,
+            ..Request::default()
+        },
+    })
 }
 
 #[cfg(test)]

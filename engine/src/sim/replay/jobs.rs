@@ -1,0 +1,298 @@
+//! A job's life in a replay: waiting, running (from when its GPUs are free), stopped back
+//! to waiting with its checkpointed progress, done or denied; and what it counts for in
+//! the recorder while it holds GPUs.
+
+use super::record::Recorder;
+use crate::core::fleet::{Fleet, MILLI};
+use crate::core::mig::MigTable;
+use crate::core::packing::OnNode;
+use crate::core::placer::Choice;
+use crate::decide::plan::{Decision, Reason};
+use crate::decide::snapshot::{self, JobState, Running};
+use crate::inventory::jobs_file::{Job, PlacedMember};
+use crate::sim::metrics::JobOutcome;
+use std::collections::{BTreeSet, HashMap};
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Phase {
+    /// Not submitted yet.
+    Future,
+    Pending,
+    Running(Run),
+    Done,
+    Denied,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Run {
+    members: Vec<PlacedMember>,
+    /// When work starts: the placement time, or later while a victim's grace runs.
+    work_from: i64,
+    /// Recorder columns and amounts this run adds while it holds GPUs.
+    contrib: Vec<(usize, f64)>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct SimJob {
+    pub job: Job,
+    member_milli: u64,
+    work_s: i64,
+    /// Work saved by checkpoints (or done by earlier runs that ended in a checkpoint).
+    saved_s: i64,
+    pub phase: Phase,
+    queued_since: i64,
+    queue_wait_s: i64,
+    first_start: Option<i64>,
+    lost_gpu_s: f64,
+    pools: BTreeSet<String>,
+    rule: Option<String>,
+    routed_to: Option<String>,
+    reason: Option<Reason>,
+    pub generation: u64,
+}
+
+impl SimJob {
+    pub fn new(job: Job, fleet: &Fleet, mig: &MigTable) -> SimJob {
+        let member_milli = snapshot::member_milli(fleet, mig, &job.shape.member);
+        let work_s = i64::try_from(job.runtime_s.unwrap_or(0)).unwrap_or(i64::MAX / 4);
+        SimJob {
+            job,
+            member_milli,
+            work_s,
+            saved_s: 0,
+            phase: Phase::Future,
+            queued_since: 0,
+            queue_wait_s: 0,
+            first_start: None,
+            lost_gpu_s: 0.0,
+            pools: BTreeSet::new(),
+            rule: None,
+            routed_to: None,
+            reason: None,
+            generation: 0,
+        }
+    }
+
+    pub fn arrive(&mut self, t: i64) {
+        self.phase = Phase::Pending;
+        self.queued_since = t;
+    }
+
+    /// GPUs over all members (MIG instances by their share of compute slices).
+    pub fn gpus(&self) -> f64 {
+        f64::from(self.job.shape.members) * self.member_milli as f64 / f64::from(MILLI)
+    }
+
+    /// The job as a decision cycle sees it, or `None` when it neither waits nor runs.
+    pub fn state(
+        &self,
+        fleet: &Fleet,
+        fleet_index: &HashMap<String, usize>,
+        now: i64,
+    ) -> Option<JobState> {
+        let running = match &self.phase {
+            Phase::Pending => None,
+            Phase::Running(run) => {
+                let members = run
+                    .members
+                    .iter()
+                    .map(|p| choice(fleet, fleet_index, p))
+                    .collect::<Option<Vec<_>>>()?;
+                Some(Running {
+                    members,
+                    started_at: run.work_from,
+                    last_checkpoint_at: self.last_checkpoint(run, now),
+                })
+            }
+            _ => return None,
+        };
+        let mut job = self.job.clone();
+        if let Phase::Running(run) = &self.phase {
+            job.placement.clone_from(&run.members);
+            job.started_at = Some(run.work_from);
+        }
+        Some(JobState {
+            job,
+            running,
+            member_milli: self.member_milli,
+        })
+    }
+
+    fn last_checkpoint(&self, run: &Run, now: i64) -> Option<i64> {
+        let every = i64::try_from(self.job.checkpoint_interval_s?).ok()?;
+        let ran = now - run.work_from;
+        (every > 0 && ran >= every).then(|| run.work_from + ran / every * every)
+    }
+
+    /// GPU-seconds since the last checkpoint (or start) of the current run.
+    pub fn lost_gpu_s(&self, now: i64) -> f64 {
+        let Phase::Running(run) = &self.phase else {
+            return 0.0;
+        };
+        let since = self.last_checkpoint(run, now).unwrap_or(run.work_from);
+        self.gpus() * (now - since).max(0) as f64
+    }
+
+    /// Starts the job where `d` placed it; work begins at `free_at`. `prices` are each
+    /// member's pool and price per GPU-hour. Returns when it will finish.
+    pub fn start(
+        &mut self,
+        d: &Decision,
+        free_at: i64,
+        prices: &[(String, f64)],
+        rec: &mut Recorder,
+    ) -> Option<i64> {
+        if self.phase != Phase::Pending {
+            return None;
+        }
+        let members: Vec<PlacedMember> = d
+            .placement
+            .iter()
+            .map(|a| PlacedMember {
+                node: a.node.clone(),
+                gpus: a.gpus.clone(),
+                gpu_milli: Some(a.gpu_milli),
+                mig_starts: a.mig_starts.clone(),
+            })
+            .collect();
+        let per_member = self.member_milli as f64 / f64::from(MILLI);
+        let tier = self.job.tier.as_deref().unwrap_or("-");
+        let team = self.job.team.as_deref().unwrap_or("-");
+        let mut contrib = Vec::new();
+        for (pool, price) in prices {
+            self.pools.insert(pool.clone());
+            for (name, amount) in [
+                (format!("alloc.pool.{pool}"), per_member),
+                (format!("alloc.tier.{tier}"), per_member),
+                (format!("alloc.team.{team}"), per_member),
+                (format!("cost.team.{team}"), per_member * price),
+            ] {
+                let c = rec.column(&name);
+                rec.add(c, amount);
+                contrib.push((c, amount));
+            }
+        }
+        if let Some(r) = &d.routed_to {
+            self.routed_to = Some(r.pool.clone());
+            self.rule = Some(r.rule.clone());
+        }
+        self.queue_wait_s += free_at - self.queued_since;
+        self.first_start.get_or_insert(free_at);
+        self.generation += 1;
+        self.reason = None;
+        self.phase = Phase::Running(Run {
+            members,
+            work_from: free_at,
+            contrib,
+        });
+        Some(free_at + (self.work_s - self.saved_s).max(0))
+    }
+
+    /// Stops the running job now, keeping the progress of its last checkpoint; it waits
+    /// again. Returns where it ran.
+    pub fn stop(
+        &mut self,
+        now: i64,
+        lost_gpu_s: f64,
+        rec: &mut Recorder,
+    ) -> Option<Vec<PlacedMember>> {
+        let Phase::Running(run) = std::mem::replace(&mut self.phase, Phase::Pending) else {
+            return None;
+        };
+        if let Some(at) = self.last_checkpoint(&run, now) {
+            self.saved_s += at - run.work_from;
+        }
+        for (c, amount) in &run.contrib {
+            rec.add(*c, -amount);
+        }
+        self.lost_gpu_s += lost_gpu_s;
+        self.queued_since = now;
+        self.generation += 1;
+        Some(run.members)
+    }
+
+    /// Ends the run if `generation` is still current; true when it did.
+    pub fn finish(&mut self, generation: u64, rec: &mut Recorder) -> bool {
+        if generation != self.generation {
+            return false;
+        }
+        let Phase::Running(run) = std::mem::replace(&mut self.phase, Phase::Done) else {
+            return false;
+        };
+        for (c, amount) in &run.contrib {
+            rec.add(*c, -amount);
+        }
+        true
+    }
+
+    pub fn deny(&mut self, d: &Decision) {
+        self.phase = Phase::Denied;
+        self.rule = d.reason.as_ref().and_then(|r| r.rule.clone());
+        self.reason = d.reason.clone();
+    }
+
+    pub fn wait(&mut self, d: &Decision) {
+        self.reason = d.reason.clone();
+    }
+
+    pub fn runs_on(&self, node: &str) -> bool {
+        matches!(&self.phase, Phase::Running(run) if run.members.iter().any(|m| m.node == node))
+    }
+
+    pub fn nodes(&self) -> Vec<String> {
+        match &self.phase {
+            Phase::Running(run) => run.members.iter().map(|m| m.node.clone()).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    pub fn outcome(&self) -> JobOutcome {
+        let status = match self.phase {
+            Phase::Done => "completed",
+            Phase::Running(_) => "running",
+            Phase::Denied => "denied",
+            Phase::Pending | Phase::Future => "waiting",
+        };
+        JobOutcome {
+            id: self.job.id.clone(),
+            team: self.job.team.clone(),
+            tier: self.job.tier.clone(),
+            status,
+            submitted_at: self.job.submitted_at.unwrap_or(0),
+            first_start: self.first_start,
+            queue_wait_s: self.queue_wait_s,
+            pools: self.pools.iter().cloned().collect(),
+            preemptions: self.job.preemptions,
+            lost_gpu_s: self.lost_gpu_s,
+            rule: self.rule.clone(),
+            routed_to: self.routed_to.clone(),
+            reason: match self.phase {
+                Phase::Pending | Phase::Denied => self.reason.as_ref().map(|r| {
+                    let code = serde_json::to_value(r.code)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    format!("{code}: {}", r.message)
+                }),
+                _ => None,
+            },
+        }
+    }
+}
+
+fn choice(fleet: &Fleet, index: &HashMap<String, usize>, p: &PlacedMember) -> Option<Choice> {
+    let n = *index.get(&p.node)?;
+    let node = fleet.nodes.get(n)?;
+    let gpus = p
+        .gpus
+        .iter()
+        .map(|g| node.gpus.iter().position(|x| x.index == *g))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Choice {
+        node: n,
+        on: OnNode {
+            gpus,
+            mig_starts: p.mig_starts.clone(),
+        },
+    })
+}

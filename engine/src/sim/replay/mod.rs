@@ -1,0 +1,784 @@
+//! An event-driven replay of a trace under a policy. Events: arrivals, completions,
+//! preemption grace periods ending, nodes booting, spot interruptions (notice, then the
+//! node is gone), node failures and recoveries, and autoscaler ticks. At every instant
+//! where something changed and work waits (or the policy autoscales) it calls the same
+//! `decide` as production and applies the plan: placements start once the GPUs they take
+//! are free (a victim keeps its GPUs through its grace period), victims and jobs on failed
+//! nodes go back to the queue from their last checkpoint, scale-ups become nodes after the
+//! pool's boot time, scale-downs remove the longest-idle nodes.
+//!
+//! Work model: a job needs `runtime_s` seconds of running; with `checkpoint_interval_s` it
+//! saves progress every interval of running time, and a stop loses what ran since the
+//! last save (the plan's `lost_gpu_s`).
+
+mod jobs;
+mod nodes;
+mod record;
+mod summary;
+
+use super::metrics::{Metrics, Preemptions, ScaleEvent};
+use super::trace::{NodeEventKind, Trace};
+use crate::core::fleet::Fleet;
+use crate::core::mig::MigTable;
+use crate::decide::plan::{Action, Decision, Plan, Preemption};
+use crate::decide::snapshot::{Snapshot, UsageRecord};
+use crate::inventory::catalog;
+use crate::scale::state::Start;
+use jobs::{Phase, SimJob};
+use lang::ir::Program;
+use nodes::SimNode;
+use record::Recorder;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// How a replay runs besides the policy, fleet and trace.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Seconds between autoscaler ticks while work waits or nodes boot.
+    pub tick_s: i64,
+    /// Stop at this time (seconds since the epoch); by default when the trace is done and
+    /// nothing runs.
+    pub until: Option<i64>,
+    /// Past job starts, for warm-pool sizes.
+    pub history: Vec<Start>,
+    /// Team usage before the trace, for fair share.
+    pub usage: Vec<UsageRecord>,
+    pub policy_revision: String,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            tick_s: 60,
+            until: None,
+            history: Vec::new(),
+            usage: Vec::new(),
+            policy_revision: String::new(),
+        }
+    }
+}
+
+/// Where a replay is, for progress bars.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    pub arrived: usize,
+    pub total: usize,
+    pub now: i64,
+    pub cycles: u64,
+}
+
+/// A trace that cannot be replayed on this fleet, with the trace line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayError {
+    pub line: usize,
+    pub message: String,
+}
+
+/// Re-deciding at one instant (for jobs preempted by that instant's plan) stops after this.
+const MAX_ROUNDS_PER_INSTANT: u32 = 8;
+/// Ticks stop this long after the trace's last entry, whatever still waits.
+const TICK_HORIZON_S: i64 = 30 * 86_400;
+
+/// Internal events, ordered by time, then class (nodes before completions before trace
+/// events before ticks), then insertion.
+#[derive(Debug, Clone)]
+enum Internal {
+    NodesReady { pool: String, count: u64 },
+    NodeGone { node: usize },
+    Finish { job: usize, generation: u64 },
+    Tick,
+    Redecide,
+}
+
+impl Internal {
+    fn class(&self) -> u8 {
+        match self {
+            Internal::NodesReady { .. } | Internal::NodeGone { .. } => 0,
+            Internal::Finish { .. } => 1,
+            Internal::Tick | Internal::Redecide => 4,
+        }
+    }
+}
+
+pub fn replay(
+    program: &Program,
+    fleet: Fleet,
+    trace: &Trace,
+    config: &Config,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Metrics, ReplayError> {
+    let mut sim = Sim::new(program, fleet, trace, config)?;
+    sim.run(progress);
+    Ok(sim.into_metrics())
+}
+
+struct Sim<'p> {
+    program: &'p Program,
+    trace: &'p Trace,
+    config: &'p Config,
+    nodes: Vec<SimNode>,
+    node_by_name: HashMap<String, usize>,
+    /// `snapshot.fleet` is the up nodes, rebuilt when they change.
+    fleet_dirty: bool,
+    fleet_index: HashMap<String, usize>,
+    snapshot: Snapshot,
+    jobs: Vec<SimJob>,
+    job_by_id: HashMap<String, usize>,
+    /// Jobs pending or running, in arrival order.
+    active: BTreeSet<usize>,
+    events: BTreeMap<(i64, u8, u64), Internal>,
+    seq: u64,
+    next_arrival: usize,
+    next_trace_event: usize,
+    /// When each (node, GPU) is free of a stopping job.
+    busy_until: HashMap<(usize, u32), i64>,
+    /// Nodes under a spot notice.
+    interrupted: BTreeSet<usize>,
+    rec: Recorder,
+    now: i64,
+    start: i64,
+    cycles: u64,
+    tick_pending: bool,
+    changed: bool,
+    autoscales: bool,
+    preemptions: Preemptions,
+    scale_events: Vec<ScaleEvent>,
+    added: BTreeMap<String, u64>,
+    removed: BTreeMap<String, u64>,
+    notes: Vec<String>,
+}
+
+impl<'p> Sim<'p> {
+    fn new(
+        program: &'p Program,
+        fleet: Fleet,
+        trace: &'p Trace,
+        config: &'p Config,
+    ) -> Result<Sim<'p>, ReplayError> {
+        let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
+        let mut job_by_id = HashMap::new();
+        let mut jobs = Vec::with_capacity(trace.jobs.len());
+        for job in &trace.jobs {
+            if let Some(&first) = job_by_id.get(&job.id) {
+                let line = trace
+                    .jobs
+                    .get(first)
+                    .map_or(0, |j: &crate::inventory::jobs_file::Job| j.line);
+                return Err(ReplayError {
+                    line: job.line,
+                    message: format!(
+                        "job `{}` is also on line {line}; ids must be unique",
+                        job.id
+                    ),
+                });
+            }
+            job_by_id.insert(job.id.clone(), jobs.len());
+            jobs.push(SimJob::new(job.clone(), &fleet, &mig));
+        }
+        let autoscaled: BTreeSet<&str> =
+            program.autoscale.iter().map(|a| a.pool.as_str()).collect();
+        let names: BTreeSet<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+        for e in &trace.events {
+            let added_name = e.node.rsplit_once('-').is_some_and(|(pool, k)| {
+                autoscaled.contains(pool) && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())
+            });
+            if !names.contains(e.node.as_str()) && !added_name {
+                return Err(ReplayError {
+                    line: e.line,
+                    message: format!(
+                        "node `{}` is not in the fleet (nor a node an autoscaled pool would add, named `<pool>-<n>`)",
+                        e.node
+                    ),
+                });
+            }
+        }
+        let start = trace
+            .jobs
+            .first()
+            .and_then(|j| j.submitted_at)
+            .into_iter()
+            .chain(trace.events.first().map(|e| e.at))
+            .min()
+            .unwrap_or(0);
+        let mut rec = Recorder::new(start);
+        let nodes: Vec<SimNode> = fleet
+            .nodes
+            .iter()
+            .map(|n| SimNode::new(n.clone(), program))
+            .collect();
+        for n in &nodes {
+            n.billed(&mut rec, 1.0);
+            n.available(&mut rec, 1.0);
+        }
+        let node_by_name = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.name.clone(), i))
+            .collect();
+        let snapshot = Snapshot {
+            fleet: Fleet::default(),
+            jobs: Vec::new(),
+            usage: config.usage.clone(),
+            mig: mig.clone(),
+            scale_state: Default::default(),
+            starts: config.history.clone(),
+            interrupted: Default::default(),
+        };
+        Ok(Sim {
+            program,
+            trace,
+            config,
+            nodes,
+            node_by_name,
+            fleet_dirty: true,
+            fleet_index: HashMap::new(),
+            snapshot,
+            jobs,
+            job_by_id,
+            active: BTreeSet::new(),
+            events: BTreeMap::new(),
+            seq: 0,
+            next_arrival: 0,
+            next_trace_event: 0,
+            busy_until: HashMap::new(),
+            interrupted: BTreeSet::new(),
+            rec,
+            now: start,
+            start,
+            cycles: 0,
+            tick_pending: false,
+            changed: false,
+            autoscales: !program.autoscale.is_empty() || !program.warm.is_empty(),
+            preemptions: Preemptions::default(),
+            scale_events: Vec::new(),
+            added: BTreeMap::new(),
+            removed: BTreeMap::new(),
+            notes: Vec::new(),
+        })
+    }
+
+    fn schedule(&mut self, at: i64, event: Internal) {
+        self.seq += 1;
+        self.events.insert((at, event.class(), self.seq), event);
+    }
+
+    fn next_time(&self) -> Option<i64> {
+        let arrival = self
+            .trace
+            .jobs
+            .get(self.next_arrival)
+            .and_then(|j| j.submitted_at);
+        let node_event = self.trace.events.get(self.next_trace_event).map(|e| e.at);
+        let internal = self.events.keys().next().map(|(t, _, _)| *t);
+        [arrival, node_event, internal].into_iter().flatten().min()
+    }
+
+    fn trace_left(&self) -> bool {
+        self.next_arrival < self.trace.jobs.len() || self.next_trace_event < self.trace.events.len()
+    }
+
+    fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
+        let total = self.trace.jobs.len();
+        let step = (total / 100).max(1);
+        let mut rounds = 0;
+        while let Some(t) = self.next_time() {
+            if self.config.until.is_some_and(|u| t > u) {
+                break;
+            }
+            rounds = if t == self.now { rounds + 1 } else { 0 };
+            self.rec.advance(t);
+            self.now = t;
+            let happened = self.apply_events(t);
+            let waiting = self
+                .active
+                .iter()
+                .any(|&j| self.jobs.get(j).is_some_and(|j| j.phase == Phase::Pending));
+            let decide = happened && (waiting || self.autoscales || !self.interrupted.is_empty());
+            if decide && rounds < MAX_ROUNDS_PER_INSTANT {
+                self.decide();
+            }
+            self.update_counts();
+            self.schedule_tick();
+            let before = self.next_arrival;
+            if before > 0 && (before.is_multiple_of(step) || before == total) {
+                progress(Progress {
+                    arrived: before,
+                    total,
+                    now: t,
+                    cycles: self.cycles,
+                });
+            }
+        }
+        let end = self.config.until.unwrap_or(self.now).max(self.start);
+        self.rec.advance(end);
+        self.now = end;
+    }
+
+    /// Applies everything due at `t`; true when something happened that a decision
+    /// cycle should see.
+    fn apply_events(&mut self, t: i64) -> bool {
+        let mut any = false;
+        while let Some(entry) = self.events.first_entry() {
+            if entry.key().0 != t {
+                break;
+            }
+            let event = entry.remove();
+            any = true;
+            match event {
+                Internal::NodesReady { pool, count } => self.nodes_ready(&pool, count),
+                Internal::NodeGone { node } => self.node_gone(node),
+                Internal::Finish { job, generation } => self.finish(job, generation),
+                Internal::Tick => self.tick_pending = false,
+                Internal::Redecide => {}
+            }
+        }
+        while let Some(e) = self.trace.events.get(self.next_trace_event) {
+            if e.at != t {
+                break;
+            }
+            self.next_trace_event += 1;
+            any = true;
+            let (kind, name, line) = (e.kind, e.node.clone(), e.line);
+            self.node_event(kind, &name, line);
+        }
+        while let Some(j) = self.trace.jobs.get(self.next_arrival) {
+            if j.submitted_at != Some(t) {
+                break;
+            }
+            let index = self.next_arrival;
+            self.next_arrival += 1;
+            any = true;
+            if let Some(job) = self.jobs.get_mut(index) {
+                job.arrive(t);
+                self.active.insert(index);
+            }
+        }
+        any
+    }
+
+    fn update_counts(&mut self) {
+        let (mut pending, mut running) = (0usize, 0usize);
+        for job in self.active.iter().filter_map(|&j| self.jobs.get(j)) {
+            match job.phase {
+                Phase::Pending => pending += 1,
+                Phase::Running(_) => running += 1,
+                _ => {}
+            }
+        }
+        let q = self.rec.column("queue");
+        self.rec.set(q, pending as f64);
+        let r = self.rec.column("running");
+        self.rec.set(r, running as f64);
+    }
+
+    fn schedule_tick(&mut self) {
+        if !self.autoscales || self.tick_pending {
+            return;
+        }
+        let last_trace = self
+            .trace
+            .jobs
+            .last()
+            .and_then(|j| j.submitted_at)
+            .into_iter()
+            .chain(self.trace.events.last().map(|e| e.at))
+            .max()
+            .unwrap_or(self.start);
+        let running = self.active.iter().any(|&j| {
+            self.jobs
+                .get(j)
+                .is_some_and(|j| matches!(j.phase, Phase::Running(_)))
+        });
+        let booting = self
+            .snapshot
+            .scale_state
+            .pools
+            .values()
+            .any(|p| !p.booting.is_empty());
+        let busy = running || booting || self.changed || !self.active.is_empty();
+        if !(self.trace_left() || running || booting || self.changed) {
+            return;
+        }
+        if self.now > last_trace + TICK_HORIZON_S {
+            self.notes.push(format!(
+                "autoscaler ticks stopped {} days after the trace's last entry",
+                TICK_HORIZON_S / 86_400
+            ));
+            return;
+        }
+        // An idle cluster is looked at less often; idle scale-down only needs minutes.
+        let every = if busy {
+            self.config.tick_s
+        } else {
+            self.config.tick_s * 5
+        };
+        self.tick_pending = true;
+        self.schedule(self.now + every.max(1), Internal::Tick);
+    }
+
+    fn refresh_fleet(&mut self) {
+        if !self.fleet_dirty {
+            return;
+        }
+        self.fleet_dirty = false;
+        let up: Vec<&SimNode> = self.nodes.iter().filter(|n| n.up).collect();
+        self.fleet_index = up
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.node.name.clone(), i))
+            .collect();
+        self.snapshot.fleet = Fleet {
+            nodes: up.iter().map(|n| n.node.clone()).collect(),
+        };
+    }
+
+    fn decide(&mut self) {
+        self.refresh_fleet();
+        self.cycles += 1;
+        let mut states = Vec::with_capacity(self.active.len());
+        for &j in &self.active {
+            if let Some(state) = self
+                .jobs
+                .get(j)
+                .and_then(|job| job.state(&self.snapshot.fleet, &self.fleet_index, self.now))
+            {
+                states.push(state);
+            }
+        }
+        self.snapshot.jobs = states;
+        self.snapshot.interrupted = self
+            .interrupted
+            .iter()
+            .filter_map(|&n| self.nodes.get(n))
+            .filter_map(|n| self.fleet_index.get(&n.node.name).copied())
+            .collect();
+        let plan = crate::decide::decide(self.program, &self.snapshot, self.now);
+        self.snapshot.jobs.clear();
+        self.apply(plan);
+    }
+
+    fn apply(&mut self, plan: Plan) {
+        let Plan {
+            decisions,
+            preemptions,
+            scale,
+            state,
+            ..
+        } = plan;
+        let mut changed = !preemptions.is_empty() || !scale.is_empty();
+        let mut requeued = false;
+        for p in &preemptions {
+            requeued |= p.cause != "spot_interrupt";
+            self.preempt(p);
+        }
+        for d in &decisions {
+            changed |= d.action == Action::Place;
+            self.decision(d);
+        }
+        for s in scale {
+            self.scale(s.pool, s.delta_nodes, s.reason);
+        }
+        if let Some(state) = state {
+            changed |= state.pools != self.snapshot.scale_state.pools;
+            self.snapshot.scale_state = state;
+        }
+        self.changed = changed;
+        if requeued {
+            self.schedule(self.now, Internal::Redecide);
+        }
+    }
+
+    fn decision(&mut self, d: &Decision) {
+        let Some(&index) = self.job_by_id.get(&d.job) else {
+            return;
+        };
+        match d.action {
+            Action::Place => {
+                let busy = &self.busy_until;
+                let node_by_name = &self.node_by_name;
+                let free_at = d
+                    .placement
+                    .iter()
+                    .flat_map(|a| {
+                        let node = node_by_name.get(&a.node).copied();
+                        a.gpus
+                            .iter()
+                            .filter_map(move |g| node.and_then(|n| busy.get(&(n, *g))))
+                    })
+                    .copied()
+                    .max()
+                    .unwrap_or(self.now)
+                    .max(self.now);
+                let prices: Vec<(String, f64)> = d
+                    .placement
+                    .iter()
+                    .map(|a| {
+                        self.node_by_name
+                            .get(&a.node)
+                            .and_then(|&n| self.nodes.get(n))
+                            .map_or(("-".to_string(), 0.0), |n| {
+                                (n.pool.clone(), n.price_per_gpu_hour)
+                            })
+                    })
+                    .collect();
+                let warm = !self.program.warm.is_empty();
+                let Some(job) = self.jobs.get_mut(index) else {
+                    return;
+                };
+                let Some(ends) = job.start(d, free_at, &prices, &mut self.rec) else {
+                    return;
+                };
+                let generation = job.generation;
+                if warm {
+                    self.snapshot.starts.push(Start {
+                        at: free_at,
+                        pool: prices.first().map(|(p, _)| p.clone()),
+                        team: job.job.team.clone(),
+                        tier: job.job.tier.clone(),
+                        gpus: job.gpus(),
+                    });
+                }
+                self.schedule(
+                    ends,
+                    Internal::Finish {
+                        job: index,
+                        generation,
+                    },
+                );
+            }
+            Action::Deny => {
+                if let Some(job) = self.jobs.get_mut(index) {
+                    job.deny(d);
+                }
+                self.active.remove(&index);
+            }
+            Action::Queue => {
+                if let Some(job) = self.jobs.get_mut(index) {
+                    job.wait(d);
+                }
+            }
+        }
+    }
+
+    fn preempt(&mut self, p: &Preemption) {
+        let Some(&index) = self.job_by_id.get(&p.job) else {
+            return;
+        };
+        let now = self.now;
+        let Some(job) = self.jobs.get_mut(index) else {
+            return;
+        };
+        let Some(members) = job.stop(now, p.lost_gpu_s, &mut self.rec) else {
+            return;
+        };
+        job.job.preemptions += 1;
+        if p.cause == "spot_interrupt" {
+            job.job.spot_interruptions += 1;
+        }
+        let until = now + i64::try_from(p.grace_s).unwrap_or(i64::MAX / 4);
+        for m in &members {
+            if let Some(&n) = self.node_by_name.get(&m.node) {
+                for g in &m.gpus {
+                    let slot = self.busy_until.entry((n, *g)).or_insert(until);
+                    *slot = (*slot).max(until);
+                }
+            }
+        }
+        self.preemptions.count += 1;
+        *self
+            .preemptions
+            .by_cause
+            .entry(p.cause.clone())
+            .or_insert(0) += 1;
+        self.preemptions.lost_gpu_hours += p.lost_gpu_s / 3600.0;
+    }
+
+    fn finish(&mut self, index: usize, generation: u64) {
+        if let Some(job) = self.jobs.get_mut(index) {
+            if job.finish(generation, &mut self.rec) {
+                self.active.remove(&index);
+            }
+        }
+    }
+
+    fn node_event(&mut self, kind: NodeEventKind, name: &str, line: usize) {
+        let Some(&n) = self.node_by_name.get(name) else {
+            self.notes.push(format!(
+                "line {line}: node `{name}` did not exist at {}; event ignored",
+                self.now
+            ));
+            return;
+        };
+        let (up, gone) = self.nodes.get(n).map_or((false, true), |x| (x.up, x.gone));
+        match kind {
+            NodeEventKind::NodeDown if up => {
+                self.fail_jobs_on(n);
+                self.set_up(n, false);
+            }
+            NodeEventKind::NodeUp if !up && !gone => self.set_up(n, true),
+            NodeEventKind::SpotInterrupt if up && !self.interrupted.contains(&n) => {
+                self.interrupted.insert(n);
+                let notice = self
+                    .nodes
+                    .get(n)
+                    .and_then(|x| x.node.pool.as_deref())
+                    .and_then(|p| self.program.pool(p))
+                    .and_then(|p| p.notice_s)
+                    .unwrap_or(0);
+                let at = self.now + i64::try_from(notice).unwrap_or(0);
+                self.schedule(at, Internal::NodeGone { node: n });
+            }
+            _ => {
+                let state = if gone {
+                    "gone"
+                } else if up {
+                    "up"
+                } else {
+                    "down"
+                };
+                self.notes.push(format!(
+                    "line {line}: {} for `{name}`, which is {state} at {}; event ignored",
+                    serde_json::to_value(kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default(),
+                    self.now
+                ));
+            }
+        }
+    }
+
+    fn set_up(&mut self, n: usize, up: bool) {
+        if let Some(node) = self.nodes.get_mut(n) {
+            if node.up != up {
+                node.up = up;
+                node.available(&mut self.rec, if up { 1.0 } else { -1.0 });
+                self.fleet_dirty = true;
+            }
+        }
+    }
+
+    /// Jobs on a failed node stop now, losing work since their checkpoint, and wait again.
+    fn fail_jobs_on(&mut self, n: usize) {
+        let Some(name) = self.nodes.get(n).map(|x| x.node.name.clone()) else {
+            return;
+        };
+        let now = self.now;
+        for &j in &self.active {
+            let Some(job) = self.jobs.get_mut(j) else {
+                continue;
+            };
+            if !job.runs_on(&name) {
+                continue;
+            }
+            let lost = job.lost_gpu_s(now);
+            if job.stop(now, lost, &mut self.rec).is_some() {
+                self.preemptions.node_failures += 1;
+                self.preemptions.lost_gpu_hours += lost / 3600.0;
+            }
+        }
+    }
+
+    fn node_gone(&mut self, n: usize) {
+        self.fail_jobs_on(n);
+        self.interrupted.remove(&n);
+        let pool = self.nodes.get(n).map(|x| x.pool.clone());
+        self.remove_node(n);
+        if let Some(pool) = pool {
+            *self.removed.entry(pool).or_insert(0) += 1;
+        }
+    }
+
+    /// Takes a node out for good: no longer up, no longer paid for.
+    fn remove_node(&mut self, n: usize) {
+        self.set_up(n, false);
+        if let Some(node) = self.nodes.get_mut(n) {
+            if !node.gone {
+                node.gone = true;
+                node.billed(&mut self.rec, -1.0);
+            }
+        }
+    }
+
+    fn nodes_ready(&mut self, pool: &str, count: u64) {
+        let Some(p) = self.program.pool(pool) else {
+            return;
+        };
+        for _ in 0..count {
+            let Some(node) = nodes::from_pool(self.program, p, &self.node_by_name) else {
+                self.notes.push(format!(
+                    "pool `{pool}` has no node shape the simulator can build; scale-up ignored"
+                ));
+                return;
+            };
+            let sim_node = SimNode::new(node, self.program);
+            // Paid for since the scale-up; up from now.
+            sim_node.available(&mut self.rec, 1.0);
+            self.node_by_name
+                .insert(sim_node.node.name.clone(), self.nodes.len());
+            self.nodes.push(sim_node);
+            self.fleet_dirty = true;
+        }
+    }
+
+    fn scale(&mut self, pool: String, delta: i64, reason: String) {
+        if delta == 0 || pool.is_empty() {
+            return;
+        }
+        self.scale_events.push(ScaleEvent {
+            at: self.now,
+            pool: pool.clone(),
+            delta_nodes: delta,
+            reason,
+        });
+        let Some(p) = self.program.pool(&pool) else {
+            return;
+        };
+        if delta > 0 {
+            let count = delta.unsigned_abs();
+            // Booting nodes are paid for from now.
+            let price = p.cost_per_node_hour.unwrap_or(0.0);
+            nodes::bill(&mut self.rec, &pool, price, count as f64);
+            *self.added.entry(pool.clone()).or_insert(0) += count;
+            let at = self.now + i64::try_from(p.boot_s).unwrap_or(0);
+            self.schedule(at, Internal::NodesReady { pool, count });
+            return;
+        }
+        let running_on: BTreeSet<String> = self
+            .active
+            .iter()
+            .filter_map(|&j| self.jobs.get(j))
+            .flat_map(|j| j.nodes())
+            .collect();
+        let idle_since = &self.snapshot.scale_state.idle_since;
+        let mut idle: Vec<(i64, String, usize)> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.up && n.pool == pool && !running_on.contains(&n.node.name))
+            .filter(|(i, n)| {
+                n.node.gpus.iter().all(|g| {
+                    self.busy_until
+                        .get(&(*i, g.index))
+                        .is_none_or(|&u| u <= self.now)
+                })
+            })
+            .map(|(i, n)| {
+                let since = idle_since.get(&n.node.name).copied().unwrap_or(self.now);
+                (since, n.node.name.clone(), i)
+            })
+            .collect();
+        idle.sort();
+        let want = usize::try_from(delta.unsigned_abs()).unwrap_or(usize::MAX);
+        if idle.len() < want {
+            self.notes.push(format!(
+                "at {}: pool `{pool}` was to shrink by {want} nodes but only {} were idle",
+                self.now,
+                idle.len()
+            ));
+        }
+        for (_, _, n) in idle.into_iter().take(want) {
+            self.remove_node(n);
+            *self.removed.entry(pool.clone()).or_insert(0) += 1;
+        }
+    }
+}
