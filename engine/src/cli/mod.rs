@@ -2,6 +2,7 @@
 //! Every command returns an exit code: 0 ok, 1 findings or failures, 2 usage or I/O error.
 
 mod check;
+mod diff;
 mod explain;
 mod files;
 mod fill;
@@ -122,6 +123,9 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Read a fleet file, check it, and print the expanded fleet as JSON.
     Inventory(inventory::InventoryArgs),
+    /// Replay one trace under two policies and report what changes (waits, utilization,
+    /// preemptions, cost, jobs decided differently); `--fail-if` gates CI.
+    Diff(diff::DiffArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the exit code.
@@ -155,6 +159,7 @@ where
         Command::Plan(args) => plan::run(&args, io),
         Command::Inventory(args) => inventory::run(&args, io),
         Command::Simulate(args) => simulate::run(&args, io),
+        Command::Diff(args) => diff::run(&args, io),
     };
     let _ = io.stdout.flush();
     let _ = io.stderr.flush();

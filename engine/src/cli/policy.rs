@@ -14,10 +14,42 @@ pub fn load(path: &Path, io: &mut Io<'_>) -> Result<Program, u8> {
 /// [`load`], and the policy's revision: a content hash of its files (names and text).
 pub fn load_with_revision(path: &Path, io: &mut Io<'_>) -> Result<(Program, String), u8> {
     let found = files::find_policies(&[path.to_path_buf()]).map_err(|e| fail(io, e.0))?;
+    let policy = one_policy(path, found).map_err(|e| fail(io, e))?;
     let mut inputs = Vec::new();
-    for file in found.iter().flat_map(|p| p.files.iter()) {
+    for file in &policy.files {
         inputs.push(read_text(file).map_err(|e| fail(io, e))?);
     }
+    load_sources(&path.display().to_string(), inputs, io)
+}
+
+/// A directory's own policy when it has `.gantry` files, else the one policy under it.
+fn one_policy(path: &Path, found: Vec<files::Policy>) -> Result<files::Policy, String> {
+    if found.len() == 1 {
+        return found.into_iter().next().ok_or_else(String::new);
+    }
+    let dirs: Vec<String> = found
+        .iter()
+        .filter_map(|p| p.files.first()?.parent().map(|d| d.display().to_string()))
+        .collect();
+    found
+        .into_iter()
+        .find(|p| p.files.first().and_then(|f| f.parent()) == Some(path))
+        .ok_or_else(|| {
+            format!(
+                "`{}` holds {} policies ({}); name one directory",
+                path.display(),
+                dirs.len(),
+                dirs.join(", ")
+            )
+        })
+}
+
+/// Checks a policy given as (file name, text) pairs, e.g. read from a git revision.
+pub fn load_sources(
+    label: &str,
+    inputs: Vec<(String, String)>,
+    io: &mut Io<'_>,
+) -> Result<(Program, String), u8> {
     let revision = content_hash(&inputs);
     let checked = lang::check(&inputs);
     match checked.program {
@@ -28,7 +60,7 @@ pub fn load_with_revision(path: &Path, io: &mut Io<'_>) -> Result<(Program, Stri
             }
             Err(fail(
                 io,
-                format!("policy `{}` has errors; run `gantry check`", path.display()),
+                format!("policy `{label}` has errors; run `gantry check`"),
             ))
         }
     }
