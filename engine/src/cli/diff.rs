@@ -47,10 +47,11 @@ struct Side {
 }
 
 pub fn run(args: &DiffArgs, io: &mut Io<'_>) -> u8 {
-    let thresholds: Vec<Threshold> = match args.fail_if.iter().map(|t| Threshold::parse(t)).collect() {
-        Ok(t) => t,
-        Err(e) => return fail(io, e),
-    };
+    let thresholds: Vec<Threshold> =
+        match args.fail_if.iter().map(|t| Threshold::parse(t)).collect() {
+            Ok(t) => t,
+            Err(e) => return fail(io, e),
+        };
     let mut sides = Vec::new();
     for spec in [&args.old, &args.new] {
         let (program, revision) = match load_policy(spec, io) {
@@ -86,10 +87,7 @@ pub fn run(args: &DiffArgs, io: &mut Io<'_>) -> u8 {
             None => {
                 return fail(
                     io,
-                    format!(
-                        "`--fail-if {}`: neither run has `{}`",
-                        t.text, t.scope
-                    ),
+                    format!("`--fail-if {}`: neither run has `{}`", t.text, t.scope),
                 )
             }
         }
@@ -148,7 +146,12 @@ fn git_policy(rev: &str, path: &str) -> Result<Vec<(String, String)>, String> {
     if files.is_empty() {
         return Err(format!("no `.gantry` files at `{path}` in {rev}"));
     }
-    let parent = |f: &str| Path::new(f).parent().map(Path::to_path_buf).unwrap_or_default();
+    let parent = |f: &str| {
+        Path::new(f)
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default()
+    };
     let mut dirs: Vec<_> = files.iter().map(|f| parent(f)).collect();
     dirs.sort();
     dirs.dedup();
@@ -170,13 +173,18 @@ fn git_policy(rev: &str, path: &str) -> Result<Vec<(String, String)>, String> {
     };
     chosen
         .into_iter()
-        .map(|f| Ok((format!("{rev}:{f}"), git(&["show", &format!("{rev}:./{f}")])?)))
+        .map(|f| {
+            Ok((
+                format!("{rev}:{f}"),
+                git(&["show", &format!("{rev}:./{f}")])?,
+            ))
+        })
         .collect()
 }
 
 fn value(metric: &str, v: f64) -> String {
     match metric {
-        m if m.starts_with("ttfg") || m.starts_with("wait") => short_duration(v.round() as i64),
+        m if m.starts_with("ttfg_") || m.starts_with("wait_") => short_duration(v.round() as i64),
         "utilization" => format!("{:.1}%", v * 100.0),
         "cost" => format!("${v:.2}"),
         "gpu_hours" | "lost_gpu_hours" => format!("{v:.1}"),
@@ -195,21 +203,29 @@ fn change(row: &Row) -> String {
     if rel.is_finite() {
         format!("{rel:+.1}%")
     } else {
-        let d = row.new - row.old;
-        match row.metric {
-            m if m.starts_with("ttfg") || m.starts_with("wait") => {
-                format!("+{}", short_duration(d.round() as i64))
-            }
-            _ => format!("{d:+}"),
-        }
+        format!("+{}", value(row.metric, row.new - row.old))
     }
 }
 
-/// Whole-run rows always; scoped rows only when they changed.
+/// Whole-run rows always; per tier, team and pool the headline metrics that moved by 1%
+/// or more (JSON has every row).
 fn shown(c: &Comparison) -> impl Iterator<Item = &Row> {
-    c.rows
-        .iter()
-        .filter(|r| r.scope.is_empty() || r.old != r.new)
+    const HEADLINE: [&str; 7] = [
+        "ttfg_p50",
+        "ttfg_p95",
+        "wait_p95",
+        "utilization",
+        "gpu_hours",
+        "cost",
+        "preemptions",
+    ];
+    c.rows.iter().filter(|r| {
+        r.scope.is_empty()
+            || (HEADLINE.contains(&r.metric)
+                && r.old != r.new
+                && (r.metric == "utilization" && r.change().abs() >= 1.0
+                    || r.metric != "utilization" && r.relative().abs() >= 1.0))
+    })
 }
 
 type Check<'t> = (&'t Threshold, Row, bool);
@@ -246,11 +262,7 @@ fn table(
     let mut out = String::new();
     out.push_str(&format!(
         "old: {} ({})\nnew: {} ({})\ntrace: {trace}, {} jobs\n\n",
-        old.label,
-        old.revision,
-        new.label,
-        new.revision,
-        old.metrics.jobs.submitted
+        old.label, old.revision, new.label, new.revision, old.metrics.jobs.submitted
     ));
     out.push_str(&format!(
         "{:<36} {:>12} {:>12} {:>10}\n",
@@ -270,7 +282,10 @@ fn table(
         out.push_str(&format!("  {}: {} → {}\n", j.job, j.old, j.new));
     }
     if c.jobs.len() > max_jobs {
-        out.push_str(&format!("  … and {} more (--max-jobs, or --format json)\n", c.jobs.len() - max_jobs));
+        out.push_str(&format!(
+            "  … and {} more (--max-jobs, or --format json)\n",
+            c.jobs.len() - max_jobs
+        ));
     }
     for l in check_lines(checks, false) {
         out.push_str(&l);

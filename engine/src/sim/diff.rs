@@ -25,7 +25,12 @@ pub struct Row {
 impl Row {
     /// new − old, in the metric's unit (percentage points for utilization).
     pub fn change(&self) -> f64 {
-        (self.new - self.old) * if self.metric == "utilization" { 100.0 } else { 1.0 }
+        (self.new - self.old)
+            * if self.metric == "utilization" {
+                100.0
+            } else {
+                1.0
+            }
     }
 
     /// The relative change in percent; infinite when the old value is 0 and the new is not.
@@ -130,8 +135,18 @@ pub fn compare(old: &Metrics, new: &Metrics) -> Comparison {
         old.preemptions.lost_gpu_hours,
         new.preemptions.lost_gpu_hours,
     ));
-    rows.push(row("completed", "", old.jobs.completed as f64, new.jobs.completed as f64));
-    rows.push(row("denied", "", old.jobs.denied as f64, new.jobs.denied as f64));
+    rows.push(row(
+        "completed",
+        "",
+        old.jobs.completed as f64,
+        new.jobs.completed as f64,
+    ));
+    rows.push(row(
+        "denied",
+        "",
+        old.jobs.denied as f64,
+        new.jobs.denied as f64,
+    ));
     rows.push(row(
         "waiting",
         "",
@@ -144,7 +159,12 @@ pub fn compare(old: &Metrics, new: &Metrics) -> Comparison {
         if a.is_none_or(|w| w.submitted == 0) && b.is_none_or(|w| w.submitted == 0) {
             continue;
         }
-        wait_rows(&mut rows, &format!("tier={tier}"), a.unwrap_or(&empty), b.unwrap_or(&empty));
+        wait_rows(
+            &mut rows,
+            &format!("tier={tier}"),
+            a.unwrap_or(&empty),
+            b.unwrap_or(&empty),
+        );
     }
     for team in union(&old.teams, &new.teams) {
         let (a, b) = (old.teams.get(team), new.teams.get(team));
@@ -155,9 +175,8 @@ pub fn compare(old: &Metrics, new: &Metrics) -> Comparison {
             a.map_or(&empty, |t| &t.waits),
             b.map_or(&empty, |t| &t.waits),
         );
-        let pick = |f: &dyn Fn(&super::metrics::TeamMetrics) -> f64| {
-            (a.map_or(0.0, f), b.map_or(0.0, f))
-        };
+        let pick =
+            |f: &dyn Fn(&super::metrics::TeamMetrics) -> f64| (a.map_or(0.0, f), b.map_or(0.0, f));
         for (metric, (x, y)) in [
             ("gpu_hours", pick(&|t| t.gpu_hours)),
             ("cost", pick(&|t| t.cost)),
@@ -300,7 +319,10 @@ impl Threshold {
             let hint = lang::suggest::closest(metric, METRICS.iter().map(|(m, _)| *m))
                 .map(|s| format!("did you mean `{s}`? "))
                 .unwrap_or_default();
-            return Err(format!("`--fail-if {text}`: unknown metric `{metric}`; {hint}{}", usage()));
+            return Err(format!(
+                "`--fail-if {text}`: unknown metric `{metric}`; {hint}{}",
+                usage()
+            ));
         };
         if !scope.is_empty() {
             let kind = scope.split_once('=').map(|(k, _)| k.trim()).unwrap_or("");
@@ -310,7 +332,10 @@ impl Threshold {
                     if scopes.is_empty() {
                         "no scope".to_string()
                     } else {
-                        format!("a scope of {scopes} (e.g. `{metric}({}=NAME)`)", scopes.split(", ").next().unwrap_or(""))
+                        format!(
+                            "a scope of {scopes} (e.g. `{metric}({}=NAME)`)",
+                            scopes.split(", ").next().unwrap_or("")
+                        )
                     }
                 ));
             }
@@ -369,10 +394,15 @@ mod tests {
             Some(("ttfg_p95".into(), "tier=critical".into(), true, 10.0, true))
         );
         let t = Threshold::parse("utilization < -2").ok();
-        assert_eq!(t.map(|t| (t.above, t.limit, t.relative)), Some((false, -2.0, false)));
+        assert_eq!(
+            t.map(|t| (t.above, t.limit, t.relative)),
+            Some((false, -2.0, false))
+        );
         let e = Threshold::parse("ttfg_p59 > 1").err().unwrap_or_default();
         assert!(e.contains("did you mean `ttfg_p50`"), "{e}");
-        let e = Threshold::parse("cost(tier=x) > 1").err().unwrap_or_default();
+        let e = Threshold::parse("cost(tier=x) > 1")
+            .err()
+            .unwrap_or_default();
         assert!(e.contains("takes a scope of pool, team"), "{e}");
         assert!(Threshold::parse("cost = 1").is_err());
         assert!(Threshold::parse("cost > lots").is_err());
@@ -388,7 +418,10 @@ mod tests {
         };
         assert_eq!(row.change(), 35.0);
         assert_eq!(row.relative(), 35.0);
-        let zero = Row { old: 0.0, ..row.clone() };
+        let zero = Row {
+            old: 0.0,
+            ..row.clone()
+        };
         assert!(zero.relative().is_infinite());
         let util = Row {
             metric: "utilization",
