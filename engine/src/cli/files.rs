@@ -66,6 +66,31 @@ fn parent(p: &Path) -> PathBuf {
 const MAX_DEPTH: usize = 32;
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), FindError> {
+    walk_for(dir, out, depth, ".gantry")
+}
+
+/// Files under `paths` (or the paths themselves) whose names end in `suffix`, sorted.
+pub fn find_files(paths: &[PathBuf], suffix: &str) -> Result<Vec<PathBuf>, FindError> {
+    let mut out = Vec::new();
+    for path in paths {
+        let meta = std::fs::metadata(path).map_err(|e| cannot_read(path, &e))?;
+        if meta.is_dir() {
+            walk_for(path, &mut out, 0, suffix)?;
+        } else {
+            out.push(path.clone());
+        }
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+fn walk_for(
+    dir: &Path,
+    out: &mut Vec<PathBuf>,
+    depth: usize,
+    suffix: &str,
+) -> Result<(), FindError> {
     if depth > MAX_DEPTH {
         return Ok(());
     }
@@ -87,9 +112,9 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>, depth: usize) -> Result<(), FindErro
         };
         if kind.is_dir() {
             if !name.starts_with('.') && name != "target" && name != "node_modules" {
-                walk(&path, out, depth + 1)?;
+                walk_for(&path, out, depth + 1, suffix)?;
             }
-        } else if name.ends_with(".gantry") {
+        } else if name.ends_with(suffix) {
             out.push(path);
         }
     }

@@ -12,6 +12,7 @@ mod place;
 mod plan;
 mod policy;
 mod simulate;
+mod test;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -123,6 +124,9 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Read a fleet file, check it, and print the expanded fleet as JSON.
     Inventory(inventory::InventoryArgs),
+    /// Run policy tests (`*.test.toml` next to the policies): admission, placement,
+    /// reasons, victims and scale decisions against expectations.
+    Test(test::TestArgs),
     /// Replay one trace under two policies and report what changes (waits, utilization,
     /// preemptions, cost, jobs decided differently); `--fail-if` gates CI.
     Diff(diff::DiffArgs),
@@ -160,6 +164,7 @@ where
         Command::Inventory(args) => inventory::run(&args, io),
         Command::Simulate(args) => simulate::run(&args, io),
         Command::Diff(args) => diff::run(&args, io),
+        Command::Test(args) => test::run(&args, io),
     };
     let _ = io.stdout.flush();
     let _ = io.stderr.flush();
