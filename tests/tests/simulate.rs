@@ -1,0 +1,391 @@
+//! `gantry simulate`, `gantry diff` and `gantry test` end to end. Every folder under
+//! `tests/simulate/` is a small policy, fleet and trace whose metrics were worked out by
+//! hand (the numbers asserted below); the job outcomes and summary are also snapshotted.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code: a failed lookup should fail the test"
+)]
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+
+fn tests_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf()
+}
+
+fn repo() -> PathBuf {
+    tests_dir().join("..")
+}
+
+fn gantry(args: &[&str]) -> (u8, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = {
+        let mut io = engine::cli::Io::captured(&mut out, &mut err);
+        let mut all = vec!["gantry"];
+        all.extend_from_slice(args);
+        engine::cli::run(all, &mut io)
+    };
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}
+
+fn simulate(case: &str) -> Value {
+    let dir = tests_dir().join("simulate").join(case);
+    let p = |f: &str| dir.join(f).display().to_string();
+    let (code, out, err) = gantry(&[
+        "simulate",
+        "--policy",
+        &p("policy.gantry"),
+        "--fleet",
+        &p("fleet.toml"),
+        "--trace",
+        &p("trace.jsonl"),
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{case}: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
+fn outcome<'v>(m: &'v Value, id: &str) -> &'v Value {
+    m["job_outcomes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["id"] == id)
+        .unwrap()
+}
+
+fn close(a: &Value, b: f64) -> bool {
+    (a.as_f64().unwrap() - b).abs() < 1e-9
+}
+
+/// The parts of the metrics worth a snapshot: no timeline (its buckets are covered by
+/// unit tests) and no policy revision (it changes with comments).
+fn snapshot_view(m: &Value) -> Value {
+    json!({
+        "span": [m["start"], m["end"]],
+        "jobs": m["jobs"],
+        "utilization": m["utilization"],
+        "cost": m["cost"],
+        "pools": m["pools"],
+        "all": m["all"],
+        "preemptions": m["preemptions"],
+        "scale_events": m["scale_events"],
+        "job_outcomes": m["job_outcomes"],
+        "notes": m["notes"],
+    })
+}
+
+fn snap(name: &str, m: &Value) {
+    insta::assert_snapshot!(
+        name,
+        serde_json::to_string_pretty(&snapshot_view(m)).unwrap()
+    );
+}
+
+/// `gantry simulate` on the autoscale example with `extra` arguments.
+fn simulate_example(extra: &[&str]) -> (u8, String, String) {
+    let dir = repo().join("examples/autoscale");
+    let p = |f: &str| dir.join(f).display().to_string();
+    let mut args: Vec<String> = vec!["simulate".into(), "--policy".into(), p("policy.gantry")];
+    for (flag, file) in [
+        ("--fleet", "fleet.toml"),
+        ("--trace", "trace.jsonl"),
+        ("--history", "history.jsonl"),
+    ] {
+        args.push(flag.into());
+        args.push(p(file));
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    gantry(&refs)
+}
+
+/// `gantry simulate` on the `sequential` case's policy and fleet with another trace.
+fn simulate_trace(trace: &Path, extra: &[&str]) -> (u8, String, String) {
+    let dir = tests_dir().join("simulate/sequential");
+    let (policy, fleet, trace) = (
+        dir.join("policy.gantry").display().to_string(),
+        dir.join("fleet.toml").display().to_string(),
+        trace.display().to_string(),
+    );
+    let mut args = vec![
+        "simulate", "--policy", &policy, "--fleet", &fleet, "--trace", &trace,
+    ];
+    args.extend_from_slice(extra);
+    gantry(&args)
+}
+
+#[test]
+fn sequential_jobs_wait_for_each_other() {
+    let m = simulate("sequential");
+    // b arrives at 10 and starts when a ends at 100.
+    assert_eq!(outcome(&m, "b")["first_start"], 100);
+    assert_eq!(outcome(&m, "b")["queue_wait_s"], 90);
+    assert_eq!(m["end"], 150);
+    assert!(close(&m["utilization"], 1.0));
+    // One node at 8 $/h for 150 s.
+    assert!(close(&m["cost"], 8.0 * 150.0 / 3600.0));
+    assert_eq!(m["all"]["time_to_first_gpu_s"]["p50"], 0.0);
+    assert_eq!(m["all"]["time_to_first_gpu_s"]["p95"], 90.0);
+    snap("simulate_sequential", &m);
+}
+
+#[test]
+fn preempted_job_resumes_from_its_checkpoint() {
+    let m = simulate("preemption");
+    // crit arrives at 100 and preempts be (grace 30s): it starts at 130, ends at 180.
+    assert_eq!(outcome(&m, "crit")["first_start"], 130);
+    // be checkpointed at 90: 10 s × 8 GPUs lost; it waits 100..180 and resumes with
+    // 910 s of work left, ending at 1090.
+    let be = outcome(&m, "be");
+    assert!(close(&be["lost_gpu_s"], 80.0));
+    assert_eq!(be["queue_wait_s"], 80);
+    assert_eq!(be["preemptions"], 1);
+    assert_eq!(m["end"], 1090);
+    assert_eq!(m["preemptions"]["by_cause"]["priority"], 1);
+    assert!(close(&m["preemptions"]["lost_gpu_hours"], 80.0 / 3600.0));
+    assert!(close(&m["utilization"], 1.0));
+    snap("simulate_preemption", &m);
+}
+
+#[test]
+fn node_failure_requeues_from_checkpoint() {
+    let m = simulate("node_failure");
+    let a = outcome(&m, "a");
+    // Fails at 50 on n (checkpoint at 40), restarts on m with 60 s left.
+    assert!(close(&a["lost_gpu_s"], 80.0));
+    assert_eq!(m["end"], 110);
+    assert_eq!(m["preemptions"]["node_failures"], 1);
+    // Allocated 8×50 + 8×60; available n 0..50 and m 10..110.
+    assert!(close(&m["utilization"], 880.0 / 1200.0));
+    // Failed nodes are still paid for.
+    assert!(close(&m["cost"], 2.0 * 8.0 * 110.0 / 3600.0));
+    assert_eq!(
+        m["notes"],
+        json!(["line 5: node_down for `n`, which is down at 60; event ignored"])
+    );
+    snap("simulate_node_failure", &m);
+}
+
+#[test]
+fn spot_interruption_routes_to_on_demand() {
+    let m = simulate("spot");
+    let j = outcome(&m, "j");
+    assert_eq!(j["routed_to"], "od");
+    assert_eq!(j["rule"], "spot_retry");
+    assert!(close(&j["lost_gpu_s"], 160.0));
+    assert_eq!(m["end"], 120);
+    // The spot node is gone after its 60 s notice: paid and available 0..80.
+    assert!(close(&m["pools"]["spot"]["cost"], 4.0 * 80.0 / 3600.0));
+    assert!(close(&m["pools"]["spot"]["utilization"], 0.25));
+    assert_eq!(m["pools"]["spot"]["nodes_removed"], 1);
+    snap("simulate_spot", &m);
+}
+
+#[test]
+fn autoscaled_node_boots_before_the_gang_starts() {
+    let m = simulate("autoscale");
+    // Waits from 0; the `for 1m` window ends at the 60 s tick; boot 2 m: starts at 180.
+    assert_eq!(outcome(&m, "g")["first_start"], 180);
+    assert_eq!(m["scale_events"][0]["at"], 60);
+    assert_eq!(m["scale_events"][0]["delta_nodes"], 1);
+    // The burst node is paid from the scale-up (60) to the end (480).
+    assert!(close(&m["pools"]["burst"]["cost"], 10.0 * 420.0 / 3600.0));
+    assert!(close(&m["utilization"], 2400.0 / (480.0 + 2400.0)));
+    snap("simulate_autoscale", &m);
+}
+
+#[test]
+fn identical_inputs_give_byte_identical_json() {
+    let (a, b) = (
+        simulate_example(&["--json", "-"]),
+        simulate_example(&["--json", "-"]),
+    );
+    assert_eq!(a.0, 0, "{}", a.2);
+    assert!(a.1.len() > 1000);
+    assert_eq!(a.1, b.1);
+}
+
+#[test]
+fn report_is_self_contained_with_its_charts() {
+    let out = std::env::temp_dir().join(format!("gantry-report-{}.html", std::process::id()));
+    let (code, _, err) = simulate_example(&["--report", &out.display().to_string()]);
+    assert_eq!(code, 0, "{err}");
+    let html = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_file(&out);
+    assert!(html.starts_with("<!doctype html>"));
+    for forbidden in [
+        "http://", "https://", "<script", " src=", "<link", "@import",
+    ] {
+        assert!(
+            !html.contains(forbidden),
+            "the report must not load `{forbidden}`"
+        );
+    }
+    for chart in [
+        "GPUs allocated by tier",
+        "GPUs allocated by team",
+        "Jobs waiting and running",
+        "Nodes per pool",
+        "Spend per pool",
+        "Time to first GPU, cumulative share",
+    ] {
+        assert!(
+            html.contains(&format!("<figcaption>{chart}")),
+            "missing chart {chart}"
+        );
+    }
+    assert_eq!(html.matches("<svg").count(), 6);
+    assert!(
+        html.matches("<polygon").count() >= 4,
+        "stacked areas are drawn"
+    );
+    assert!(html.contains("<td>best_effort</td>") && html.contains("<td>spot</td>"));
+}
+
+#[test]
+fn bad_traces_fail_with_the_line() {
+    let tmp = std::env::temp_dir().join(format!("gantry-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let cases = [
+        (
+            "{\"id\": \"a\", \"submitted_at\": 5, \"runtime_s\": 1, \"gpus_per_member\": 1}\n{\"id\": \"b\", \"submitted_at\": 1, \"runtime_s\": 1}\n",
+            "trace.jsonl:2: time 1 is before line 1's 5",
+        ),
+        (
+            "{\"id\": \"a\", \"submitted_at\": 5, \"runtime_s\": 1, \"gpu\": 1}\n",
+            "trace.jsonl:1: field `gpu`: unknown field",
+        ),
+        (
+            "{\"at\": 3, \"event\": \"node_down\", \"node\": \"nope\"}\n",
+            "trace.jsonl:1: node `nope` is not in the fleet",
+        ),
+        (
+            "{\"id\": \"a\", \"submitted_at\": 1, \"runtime_s\": 1}\n{\"id\": \"a\", \"submitted_at\": 2, \"runtime_s\": 1}\n",
+            "trace.jsonl:2: job `a` is also on line 1",
+        ),
+    ];
+    for (text, want) in cases {
+        let trace = tmp.join("trace.jsonl");
+        std::fs::write(&trace, text).unwrap();
+        let (code, _, err) = simulate_trace(&trace, &[]);
+        assert_eq!(code, 2, "{want}");
+        assert!(err.contains(want), "{err:?} should contain {want:?}");
+    }
+    // A job larger than the fleet is not an error: it waits, with its reason recorded.
+    let trace = tmp.join("trace.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"id\": \"huge\", \"submitted_at\": 0, \"runtime_s\": 10, \"members\": 2, \"gpus_per_member\": 8}\n{\"id\": \"ok\", \"submitted_at\": 1, \"runtime_s\": 10, \"gpus_per_member\": 8}\n",
+    )
+    .unwrap();
+    let (code, out, err) = simulate_trace(&trace, &["--json", "-"]);
+    assert_eq!(code, 0, "{err}");
+    let m: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(m["jobs"]["waiting_at_end"], 1);
+    assert_eq!(m["jobs"]["completed"], 1);
+    assert_eq!(
+        outcome(&m, "huge")["reason"],
+        "no_capacity: needs 2 members of 8 GPUs; free capacity holds 1 now"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+fn autoscale_diff(format: &str, extra: &[&str]) -> (u8, String, String) {
+    let dir = repo().join("examples/autoscale");
+    let p = |f: &str| dir.join(f).display().to_string();
+    let mut args = vec![
+        "diff".to_string(),
+        "--old".into(),
+        p("on-demand"),
+        "--new".into(),
+        dir.display().to_string(),
+        "--fleet".into(),
+        p("fleet.toml"),
+        "--trace".into(),
+        p("trace.jsonl"),
+        "--history".into(),
+        p("history.jsonl"),
+        "--format".into(),
+        format.into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    gantry(&refs)
+}
+
+/// Paths in the output depend on where the checkout is; the snapshot keeps the tail.
+fn relative(text: &str) -> String {
+    text.replace(&repo().display().to_string(), "<repo>")
+}
+
+#[test]
+fn diff_markdown_snapshot_and_fail_if() {
+    let (code, out, err) = autoscale_diff("markdown", &["--max-jobs", "10"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("| `cost` | $27793.73 | $18597.35 | -33.1% |"),
+        "{out}"
+    );
+    insta::assert_snapshot!("diff_autoscale_markdown", relative(&out));
+    // The spot policy is slower at p95 for standard jobs: a 5% gate fails, 10% passes.
+    let (code, out, _) = autoscale_diff("table", &["--fail-if", "ttfg_p95(tier=standard) > 5%"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("FAIL `ttfg_p95(tier=standard) > 5%`"));
+    let (code, _, _) = autoscale_diff("table", &["--fail-if", "ttfg_p95(tier=standard) > 10%"]);
+    assert_eq!(code, 0);
+    let (code, _, err) = autoscale_diff("table", &["--fail-if", "p95 > 5%"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("unknown metric `p95`"), "{err}");
+    let (code, out, _) = autoscale_diff("json", &[]);
+    assert_eq!(code, 0);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert!(!v["jobs"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn policy_tests_pass_and_fail_with_locations() {
+    let (code, out, err) = gantry(&[
+        "test",
+        &repo().join("policies").display().to_string(),
+        &repo().join("examples").display().to_string(),
+    ]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("0 failed"), "{out}");
+    let failing = tests_dir().join("policy-tests");
+    let (code, out, _) = gantry(&["test", &failing.display().to_string()]);
+    assert_eq!(code, 1);
+    let out = relative(&out);
+    for want in [
+        "ok    passes",
+        "FAIL  wrong action and rule",
+        "policy.test.toml:19: job `big`: expected action `place`, got `deny (denied_by_rule:",
+        "policy.test.toml:20: job `big`: expected rule `some_other_rule`, got `no_huge`",
+        "job `ghost` has no decision",
+        "expected scale {\"p\": 1}, got {}",
+        "ERROR bad job",
+        "4 tests: 1 passed, 3 failed",
+    ] {
+        assert!(out.contains(want), "{out}\nshould contain {want:?}");
+    }
+    let (code, junit, _) = gantry(&["test", "--format", "junit", &failing.display().to_string()]);
+    assert_eq!(code, 1);
+    assert!(
+        junit.contains("<testsuites name=\"gantry test\" tests=\"4\" failures=\"2\" errors=\"1\">"),
+        "{junit}"
+    );
+    assert!(junit.contains("<failure message=\""));
+    let (_, json, _) = gantry(&["test", "--format", "json", &failing.display().to_string()]);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["passed"], 1);
+    assert_eq!(v["failed"], 3);
+}
