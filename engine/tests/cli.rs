@@ -590,6 +590,31 @@ fn the_readme_plan_example_is_what_gantry_prints() {
     ]);
 }
 
+#[test]
+fn the_readme_simulate_and_diff_examples_are_what_gantry_prints() {
+    let example = [
+        "--fleet",
+        "examples/autoscale/fleet.toml",
+        "--trace",
+        "examples/autoscale/trace.jsonl",
+        "--history",
+        "examples/autoscale/history.jsonl",
+    ];
+    let mut simulate = vec!["simulate", "--policy", "examples/autoscale/policy.gantry"];
+    simulate.extend(example);
+    assert_readme_example(&simulate);
+    let mut diff = vec![
+        "diff",
+        "--old",
+        "examples/autoscale/on-demand/policy.gantry",
+        "--new",
+        "examples/autoscale/policy.gantry",
+    ];
+    diff.extend(example);
+    diff.extend(["--max-jobs", "5"]);
+    assert_readme_example(&diff);
+}
+
 /// A policy and a two-node fleet for the plan error tests.
 fn plan_fixture(dir: &Path) {
     std::fs::write(

@@ -104,13 +104,18 @@ pub fn run(args: &SimulateArgs, io: &mut Io<'_>) -> u8 {
         Err(code) => return code,
     };
     let wall = started.elapsed().as_secs_f64();
+    let _ = writeln!(
+        io.stderr,
+        "simulate: {} decision cycles in {wall:.2}s",
+        metrics.cycles
+    );
     let json = serde_json::to_string_pretty(&metrics).unwrap_or_default() + "\n";
     match &args.json {
         Some(p) if p.as_os_str() == "-" => {
             let _ = io.stdout.write_all(json.as_bytes());
         }
         other => {
-            print_summary(&metrics, wall, io);
+            print_summary(&metrics, io);
             if let Some(path) = other {
                 if let Err(e) = std::fs::write(path, &json) {
                     return fail(
@@ -281,11 +286,11 @@ fn pct(v: f64) -> String {
 }
 
 /// The human summary: jobs, utilization, pools, waits per tier, teams, preemptions.
-pub fn print_summary(m: &Metrics, wall_s: f64, io: &mut Io<'_>) {
+pub fn print_summary(m: &Metrics, io: &mut Io<'_>) {
     let out = &mut io.stdout;
     let _ = writeln!(
         out,
-        "simulated {} → {} ({}), {} decision cycles in {wall_s:.2}s",
+        "simulated {} → {} ({}), {} decision cycles",
         when(m.start),
         when(m.end),
         duration(m.end - m.start),
