@@ -813,3 +813,108 @@ fn plan_rejects_a_bad_state_history_or_event_file_naming_file_and_line() {
         assert!(err.contains(expected), "{flag}: {err}");
     }
 }
+
+#[test]
+fn diff_reads_the_old_policy_from_git() {
+    let dir = tempdir("git-diff");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.name=gantry",
+                "-c",
+                "user.email=gantry@example.com",
+            ])
+            .args(args)
+            .current_dir(&dir)
+            .output()
+    };
+    if git(&["init", "-q"]).map_or(true, |o| !o.status.success()) {
+        eprintln!("git is not available; skipping");
+        return;
+    }
+    let case = repo().join("tests/simulate/sequential");
+    std::fs::create_dir_all(dir.join("pol")).unwrap();
+    for (from, to) in [
+        ("policy.gantry", "pol/main.gantry"),
+        ("fleet.toml", "fleet.toml"),
+        ("trace.jsonl", "trace.jsonl"),
+    ] {
+        std::fs::copy(case.join(from), dir.join(to)).unwrap();
+    }
+    assert!(git(&["add", "."]).unwrap().status.success());
+    assert!(git(&["commit", "-q", "-m", "one node"])
+        .unwrap()
+        .status
+        .success());
+    // The working tree's policy denies big jobs; the committed one does not.
+    let policy = std::fs::read_to_string(dir.join("pol/main.gantry")).unwrap();
+    std::fs::write(
+        dir.join("pol/main.gantry"),
+        policy + "\nrule small_only: deny if job.gpus > 4 gpu \"small jobs only\"\n",
+    )
+    .unwrap();
+    let out = gantry(
+        &[
+            "diff",
+            "--old",
+            "HEAD:pol",
+            "--new",
+            "pol",
+            "--fleet",
+            "fleet.toml",
+            "--trace",
+            "trace.jsonl",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("old: HEAD:pol (fnv1a:"), "{stdout}");
+    assert!(stdout.contains("\nnew: pol (fnv1a:"), "{stdout}");
+    assert!(stdout.contains("2 jobs decided differently"), "{stdout}");
+    assert!(
+        stdout.contains("a: completed, started after 0s on p → denied by small_only"),
+        "{stdout}"
+    );
+    let out = gantry(
+        &[
+            "diff",
+            "--old",
+            "HEAD:nowhere",
+            "--new",
+            "pol",
+            "--fleet",
+            "fleet.toml",
+            "--trace",
+            "trace.jsonl",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no `.gantry` files at `nowhere` in HEAD"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = gantry(
+        &[
+            "diff",
+            "--old",
+            "nosuchrev:pol",
+            "--new",
+            "pol",
+            "--fleet",
+            "fleet.toml",
+            "--trace",
+            "trace.jsonl",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("`nosuchrev:pol`"),
+        "{}",
+        text(&out.stderr)
+    );
+}

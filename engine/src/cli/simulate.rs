@@ -164,7 +164,13 @@ pub fn load(input: &ReplayInput, program: &Program, io: &mut Io<'_>) -> Result<L
     let trace = if is_csv {
         openb::parse_timed_pods(&trace_name, &text)
             .map(trace::from_openb)
-            .map_err(|e| e.to_string())
+            .map_err(|e| {
+                if e.message.contains("`creation_time`") {
+                    format!("{e}; only openb lists with times can be replayed (the multigpu variants have none: use `gantry simulate fill` for them)")
+                } else {
+                    e.to_string()
+                }
+            })
     } else {
         trace::parse(&trace_name, &text).map_err(|e| e.to_string())
     }
