@@ -847,6 +847,22 @@ fn diff_reads_the_old_policy_from_git() {
         .unwrap()
         .status
         .success());
+    let diff_old = |old: &str| {
+        gantry(
+            &[
+                "diff",
+                "--old",
+                old,
+                "--new",
+                "pol",
+                "--fleet",
+                "fleet.toml",
+                "--trace",
+                "trace.jsonl",
+            ],
+            &dir,
+        )
+    };
     // The working tree's policy denies big jobs; the committed one does not.
     let policy = std::fs::read_to_string(dir.join("pol/main.gantry")).unwrap();
     std::fs::write(
@@ -854,20 +870,7 @@ fn diff_reads_the_old_policy_from_git() {
         policy + "\nrule small_only: deny if job.gpus > 4 gpu \"small jobs only\"\n",
     )
     .unwrap();
-    let out = gantry(
-        &[
-            "diff",
-            "--old",
-            "HEAD:pol",
-            "--new",
-            "pol",
-            "--fleet",
-            "fleet.toml",
-            "--trace",
-            "trace.jsonl",
-        ],
-        &dir,
-    );
+    let out = diff_old("HEAD:pol");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert!(stdout.starts_with("old: HEAD:pol (fnv1a:"), "{stdout}");
@@ -877,40 +880,14 @@ fn diff_reads_the_old_policy_from_git() {
         stdout.contains("a: completed, started after 0s on p → denied by small_only"),
         "{stdout}"
     );
-    let out = gantry(
-        &[
-            "diff",
-            "--old",
-            "HEAD:nowhere",
-            "--new",
-            "pol",
-            "--fleet",
-            "fleet.toml",
-            "--trace",
-            "trace.jsonl",
-        ],
-        &dir,
-    );
+    let out = diff_old("HEAD:nowhere");
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("no `.gantry` files at `nowhere` in HEAD"),
         "{}",
         text(&out.stderr)
     );
-    let out = gantry(
-        &[
-            "diff",
-            "--old",
-            "nosuchrev:pol",
-            "--new",
-            "pol",
-            "--fleet",
-            "fleet.toml",
-            "--trace",
-            "trace.jsonl",
-        ],
-        &dir,
-    );
+    let out = diff_old("nosuchrev:pol");
     assert_eq!(out.status.code(), Some(2));
     assert!(
         text(&out.stderr).contains("`nosuchrev:pol`"),
