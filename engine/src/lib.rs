@@ -6,4 +6,5 @@ pub mod core;
 pub mod decide;
 pub mod inventory;
 pub mod scale;
+pub mod serve;
 pub mod sim;

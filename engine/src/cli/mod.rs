@@ -4,13 +4,13 @@
 mod check;
 mod diff;
 mod explain;
-mod files;
+pub(crate) mod files;
 mod fill;
 mod fmt;
 mod inventory;
 mod place;
 mod plan;
-mod policy;
+pub(crate) mod policy;
 mod simulate;
 mod test;
 
@@ -124,6 +124,9 @@ enum Command {
     Plan(plan::PlanArgs),
     /// Read a fleet file, check it, and print the expanded fleet as JSON.
     Inventory(inventory::InventoryArgs),
+    /// Serve the admission webhook, the plan API, status and metrics over HTTP, reloading
+    /// the policy when its files change.
+    Serve(crate::serve::ServeArgs),
     /// Run policy tests (`*.test.toml` next to the policies): admission, placement,
     /// reasons, victims and scale decisions against expectations.
     Test(test::TestArgs),
@@ -165,6 +168,10 @@ where
         Command::Simulate(args) => simulate::run(&args, io),
         Command::Diff(args) => diff::run(&args, io),
         Command::Test(args) => test::run(&args, io),
+        Command::Serve(args) => match crate::serve::run(&args) {
+            Ok(()) => EXIT_OK,
+            Err(e) => fail(io, e),
+        },
     };
     let _ = io.stdout.flush();
     let _ = io.stderr.flush();

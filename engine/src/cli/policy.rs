@@ -23,7 +23,7 @@ pub fn load_with_revision(path: &Path, io: &mut Io<'_>) -> Result<(Program, Stri
 }
 
 /// A directory's own policy when it has `.gantry` files, else the one policy under it.
-fn one_policy(path: &Path, found: Vec<files::Policy>) -> Result<files::Policy, String> {
+pub(crate) fn one_policy(path: &Path, found: Vec<files::Policy>) -> Result<files::Policy, String> {
     if found.len() == 1 {
         return found.into_iter().next().ok_or_else(String::new);
     }
@@ -67,7 +67,7 @@ pub fn load_sources(
 }
 
 /// FNV-1a (64 bit) over each file's name and text: stable across runs and platforms.
-fn content_hash(inputs: &[(String, String)]) -> String {
+pub(crate) fn content_hash(inputs: &[(String, String)]) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for (name, text) in inputs {
         let file = Path::new(name)

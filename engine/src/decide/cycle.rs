@@ -171,6 +171,62 @@ pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
     decide_cycle(program, &requeued, now, stops)
 }
 
+/// A team or tier the policy does not know, or a tier the team may not use.
+pub fn invalid_job(program: &Program, js: &JobState) -> Option<Reason> {
+    let names = |v: Vec<&str>| v.join(", ");
+    if let Some(team) = &js.job.team {
+        match program.team(team) {
+            None => {
+                return Some(
+                    Reason::new(
+                        ReasonCode::InvalidJob,
+                        format!(
+                            "job {}: field `team`: team `{team}` is not defined in the policy",
+                            js.id()
+                        ),
+                    )
+                    .unblock(format!(
+                        "use one of: {}",
+                        names(program.teams.iter().map(|t| t.name.as_str()).collect())
+                    )),
+                )
+            }
+            Some(t) => {
+                if let (Some(allowed), Some(tier)) = (&t.tiers, &js.job.tier) {
+                    if !allowed.contains(tier) && program.tier(tier).is_some() {
+                        return Some(
+                            Reason::new(
+                                ReasonCode::InvalidJob,
+                                format!("team {team} may not use tier {tier}"),
+                            )
+                            .unblock(format!("use one of its tiers: {}", allowed.join(", "))),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if let Some(tier) = &js.job.tier {
+        if program.tier(tier).is_none() {
+            return Some(
+                Reason::new(
+                    ReasonCode::InvalidJob,
+                    format!(
+                        "job {}: field `tier`: tier `{tier}` is not defined in the policy",
+                        js.id()
+                    ),
+                )
+                .unblock(format!(
+                    "use one of: {}",
+                    names(program.tiers.iter().map(|t| t.name.as_str()).collect())
+                )),
+            );
+        }
+    }
+    None
+}
+
+
 fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Preemption>) -> Plan {
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
@@ -242,7 +298,7 @@ impl<'a> Cycle<'a> {
             if js.running.is_some() {
                 continue;
             }
-            if let Some(reason) = self.invalid(js) {
+            if let Some(reason) = invalid_job(self.program, js) {
                 denied.push(self.decision(js, Action::Deny, Some(reason), &Admission::default()));
                 continue;
             }
@@ -335,62 +391,6 @@ impl<'a> Cycle<'a> {
 
     fn priority(&self, js: &JobState) -> i64 {
         self.tier(js).map_or(0, |t| t.priority)
-    }
-
-    /// A team or tier the policy does not know, or a tier the team may not use.
-    fn invalid(&self, js: &JobState) -> Option<Reason> {
-        let program = self.program;
-        let names = |v: Vec<&str>| v.join(", ");
-        if let Some(team) = &js.job.team {
-            match program.team(team) {
-                None => {
-                    return Some(
-                        Reason::new(
-                            ReasonCode::InvalidJob,
-                            format!(
-                                "job {}: field `team`: team `{team}` is not defined in the policy",
-                                js.id()
-                            ),
-                        )
-                        .unblock(format!(
-                            "use one of: {}",
-                            names(program.teams.iter().map(|t| t.name.as_str()).collect())
-                        )),
-                    )
-                }
-                Some(t) => {
-                    if let (Some(allowed), Some(tier)) = (&t.tiers, &js.job.tier) {
-                        if !allowed.contains(tier) && program.tier(tier).is_some() {
-                            return Some(
-                                Reason::new(
-                                    ReasonCode::InvalidJob,
-                                    format!("team {team} may not use tier {tier}"),
-                                )
-                                .unblock(format!("use one of its tiers: {}", allowed.join(", "))),
-                            );
-                        }
-                    }
-                }
-            }
-        }
-        if let Some(tier) = &js.job.tier {
-            if program.tier(tier).is_none() {
-                return Some(
-                    Reason::new(
-                        ReasonCode::InvalidJob,
-                        format!(
-                            "job {}: field `tier`: tier `{tier}` is not defined in the policy",
-                            js.id()
-                        ),
-                    )
-                    .unblock(format!(
-                        "use one of: {}",
-                        names(program.tiers.iter().map(|t| t.name.as_str()).collect())
-                    )),
-                );
-            }
-        }
-        None
     }
 
     fn decision(

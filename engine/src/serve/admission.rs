@@ -1,0 +1,191 @@
+//! The admission decision for one AdmissionReview: map the pod to a job, check its team
+//! and tier, run the policy's admission rules, and answer allowed or denied (naming the
+//! rule), with warnings and, for `/mutate`, a JSON Patch: priority class per tier,
+//! nodeSelector and toleration for the routed pool, labels and the rules' annotations.
+
+use super::pod::{self, AdmissionReview, Pod, Response, ReviewResponse, Status, POOL_LABEL};
+use crate::core::fleet::Fleet;
+use crate::core::mig::MigTable;
+use crate::decide::admission::admit;
+use crate::decide::snapshot::{member_milli, JobState};
+use base64::Engine as _;
+use lang::ir::Program;
+use serde_json::{json, Value};
+
+/// Warnings longer than this are cut (the API server's limit is 120 characters).
+const WARNING_MAX: usize = 120;
+
+/// What happened, for the decision metrics: `allow`, `deny` or `pass` (not a GPU pod),
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub action: &'static str,
+    pub reason: String,
+    pub dry_run: bool,
+}
+
+/// A request the webhook cannot read at all (HTTP 400).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadReview(pub String);
+
+#[derive(Debug)]
+pub struct Context<'a> {
+    pub program: &'a Program,
+    pub revision: &'a str,
+    pub fleet: &'a Fleet,
+    pub mig: &'a MigTable,
+    pub now: i64,
+}
+
+pub fn review(
+    ctx: &Context<'_>,
+    review: AdmissionReview,
+    mutate: bool,
+) -> Result<(ReviewResponse, Outcome), BadReview> {
+    if review.api_version != pod::API_VERSION || review.kind != "AdmissionReview" {
+        return Err(BadReview(format!(
+            "expected apiVersion {} and kind AdmissionReview, got {} {}",
+            pod::API_VERSION,
+            review.api_version,
+            review.kind
+        )));
+    }
+    let Some(req) = review.request else {
+        return Err(BadReview("the AdmissionReview has no `request`".into()));
+    };
+    let uid = req.uid.clone();
+    let dry_run = req.dry_run;
+    let respond = |allowed: bool, status: Option<Status>, warnings: Vec<String>, patch: Option<String>| {
+        ReviewResponse::new(Response {
+            uid: uid.clone(),
+            allowed,
+            status,
+            warnings,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+        })
+    };
+    let outcome = |action: &'static str, reason: &str| Outcome {
+        action,
+        reason: reason.to_string(),
+        dry_run,
+    };
+    let operation = req.operation.as_str();
+    if req.kind.kind != "Pod" || !matches!(operation, "CREATE" | "UPDATE") {
+        return Ok((respond(true, None, Vec::new(), None), outcome("pass", "not_a_pod_create_or_update")));
+    }
+    let Some(object) = req.object else {
+        return Err(BadReview(format!("a {operation} of a Pod needs `request.object`")));
+    };
+    let pod: Pod = match serde_json::from_value(object) {
+        Ok(p) => p,
+        Err(e) => {
+            let status = Status {
+                code: 400,
+                message: format!("gantry: cannot read the pod: {e}"),
+            };
+            return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", "unreadable_pod")));
+        }
+    };
+    let job = match pod::job(&pod, req.namespace.as_deref(), ctx.now) {
+        Ok(Some(job)) => job,
+        Ok(None) => return Ok((respond(true, None, Vec::new(), None), outcome("pass", "no_gpus"))),
+        Err(e) => {
+            let status = Status {
+                code: 400,
+                message: format!("gantry: {e}"),
+            };
+            return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", "bad_request")));
+        }
+    };
+    let js = JobState {
+        member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
+        job,
+        running: None,
+    };
+    if let Some(reason) = crate::decide::invalid_job(ctx.program, &js) {
+        let mut message = format!("gantry: {}", reason.message);
+        if let Some(u) = &reason.unblock {
+            message.push_str(&format!(" ({u})"));
+        }
+        let status = Status { code: 403, message };
+        return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", "invalid_job")));
+    }
+    let verdict = admit(ctx.program, &js, ctx.now);
+    if let Some((rule, message)) = &verdict.denied {
+        let status = Status {
+            code: 403,
+            message: format!("gantry: denied by rule {rule}: {message}"),
+        };
+        return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", rule)));
+    }
+    let warnings: Vec<String> = verdict.warnings.iter().map(|w| cut(w)).collect();
+    let reason = verdict
+        .routed
+        .as_ref()
+        .map_or("allowed".to_string(), |(rule, _)| rule.clone());
+    let patch = (mutate && operation == "CREATE").then(|| {
+        let ops = patch_ops(ctx, &pod, &js, verdict.routed.as_ref().map(|(_, p)| p.as_str()), &verdict.annotations);
+        base64::engine::general_purpose::STANDARD.encode(Value::Array(ops).to_string())
+    });
+    Ok((respond(true, None, warnings, patch), outcome("allow", &reason)))
+}
+
+fn cut(w: &str) -> String {
+    if w.chars().count() <= WARNING_MAX {
+        return w.to_string();
+    }
+    let mut s: String = w.chars().take(WARNING_MAX - 1).collect();
+    s.push('…');
+    s
+}
+
+/// A JSON Pointer segment (`/` and `~` escaped).
+fn pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+fn patch_ops(
+    ctx: &Context<'_>,
+    pod: &Pod,
+    js: &JobState,
+    routed: Option<&str>,
+    annotations: &std::collections::BTreeMap<String, String>,
+) -> Vec<Value> {
+    let mut ops = Vec::new();
+    if pod.metadata.labels.is_none() {
+        ops.push(json!({"op": "add", "path": "/metadata/labels", "value": {}}));
+    }
+    ops.push(json!({
+        "op": "add",
+        "path": format!("/metadata/labels/{}", pointer("gantry.dev/policy-revision")),
+        "value": ctx.revision.replace(':', "-"),
+    }));
+    if !annotations.is_empty() {
+        if pod.metadata.annotations.is_none() {
+            ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));
+        }
+        for (k, v) in annotations {
+            ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", pointer(k)), "value": v}));
+        }
+    }
+    if let Some(tier) = js.job.tier.as_deref().filter(|t| ctx.program.tier(t).is_some()) {
+        ops.push(json!({"op": "add", "path": "/spec/priorityClassName", "value": format!("gantry-{tier}")}));
+        // A priority resolved from an earlier class would contradict the new class.
+        if pod.spec.priority.is_some() {
+            ops.push(json!({"op": "remove", "path": "/spec/priority"}));
+        }
+    }
+    if let Some(pool) = routed {
+        match &pod.spec.node_selector {
+            None => ops.push(json!({"op": "add", "path": "/spec/nodeSelector", "value": {POOL_LABEL: pool}})),
+            Some(_) => ops.push(json!({"op": "add", "path": format!("/spec/nodeSelector/{}", pointer(POOL_LABEL)), "value": pool})),
+        }
+        let toleration = json!({"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"});
+        match &pod.spec.tolerations {
+            None => ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": [toleration]})),
+            Some(_) => ops.push(json!({"op": "add", "path": "/spec/tolerations/-", "value": toleration})),
+        }
+    }
+    ops
+}

@@ -1,0 +1,212 @@
+//! The HTTP surface, `app(state) -> Router`: admission (`/admit`, `/mutate`), the plan API
+//! (`/v1/plan`), status, health, readiness and Prometheus metrics. Every error is a JSON
+//! body `{"error": ...}` with a 4xx or 5xx status; no handler panics on a request.
+
+use super::admission::{self, Context};
+use super::pod::AdmissionReview;
+use super::state::AppState;
+use crate::decide::snapshot::{Snapshot, UsageRecord};
+use crate::inventory::{catalog, fleet_file, jobs_file};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+/// Request bodies above this are refused with 413.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+
+pub fn app(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/admit", post(admit))
+        .route("/mutate", post(mutate))
+        .route("/v1/plan", post(plan))
+        .route("/v1/status", get(status))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint; see /v1/status") })
+        .layer(middleware::from_fn_with_state(state.clone(), track))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+fn error(code: StatusCode, message: impl Into<String>) -> Response {
+    (code, Json(json!({"error": message.into()}))).into_response()
+}
+
+/// Counts and times every request by its route.
+async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let endpoint = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "other".to_string(), |p| p.as_str().to_string());
+    let started = std::time::Instant::now();
+    let response = next.run(req).await;
+    state.metrics.request(
+        &endpoint,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+/// The body, or the JSON error for a body that is too large or unreadable.
+fn body(raw: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+    raw.map_err(|e| {
+        let code = e.status();
+        let message = if code == StatusCode::PAYLOAD_TOO_LARGE {
+            format!("the request body is over the {BODY_LIMIT}-byte limit")
+        } else {
+            format!("cannot read the request body: {e}")
+        };
+        error(code, message)
+    })
+}
+
+async fn admit(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesRejection>) -> Response {
+    review(&state, raw, false)
+}
+
+async fn mutate(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesRejection>) -> Response {
+    review(&state, raw, true)
+}
+
+fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) -> Response {
+    let bytes = match body(raw) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let parsed: AdmissionReview = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")),
+    };
+    let (Some(policy), Some(inventory)) = (state.policy(), state.inventory()) else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "no policy or inventory loaded yet");
+    };
+    let ctx = Context {
+        program: &policy.program,
+        revision: &policy.revision,
+        fleet: &inventory.fleet,
+        mig: &policy.mig,
+        now: state.now(),
+    };
+    match admission::review(&ctx, parsed, mutate) {
+        Ok((response, outcome)) => {
+            if !outcome.dry_run {
+                state.metrics.decision(outcome.action, &outcome.reason);
+            }
+            Json(response).into_response()
+        }
+        Err(e) => error(StatusCode::BAD_REQUEST, e.0),
+    }
+}
+
+/// `{jobs: [...], fleet?: {...}, now?: t, usage?: [...]}` → the plan. Without `fleet` the
+/// live inventory is used.
+async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesRejection>) -> Response {
+    let bytes = match body(raw) {
+        Ok(b) => b,
+        Err(r) => return r,
+    };
+    let request: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("not JSON: {e}")),
+    };
+    let Some(policy) = state.policy() else {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "no policy loaded yet");
+    };
+    let fleet = match request.get("fleet") {
+        Some(f) => match fleet_file::parse("request.fleet", &f.to_string(), &catalog::merged(&policy.program.gpu_models)) {
+            Ok(f) => f,
+            Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+        },
+        None => match state.inventory() {
+            Some(i) => (*i.fleet).clone(),
+            None => return error(StatusCode::SERVICE_UNAVAILABLE, "no inventory yet; send `fleet`"),
+        },
+    };
+    let Some(jobs) = request.get("jobs").filter(|j| j.is_array()) else {
+        return error(StatusCode::BAD_REQUEST, "`jobs` is required: an array of jobs in the jobs-file format");
+    };
+    let jobs = match jobs_file::parse("request.jobs", &jobs.to_string()) {
+        Ok(j) => j,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let usage: Vec<UsageRecord> = match request.get("usage") {
+        None => Vec::new(),
+        Some(u) => match serde_json::from_value(u.clone()) {
+            Ok(u) => u,
+            Err(e) => return error(StatusCode::BAD_REQUEST, format!("`usage`: {e}")),
+        },
+    };
+    let now = match request.get("now") {
+        None => state.now(),
+        Some(t) => match t.as_i64().or_else(|| t.as_str().and_then(jobs_file::rfc3339_seconds)) {
+            Some(n) => n,
+            None => return error(StatusCode::BAD_REQUEST, "`now`: give seconds or RFC 3339"),
+        },
+    };
+    let snapshot = match Snapshot::build(fleet, jobs, usage, &policy.mig) {
+        Ok(s) => s,
+        Err(errors) => {
+            let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            return error(StatusCode::UNPROCESSABLE_ENTITY, list.join("; "));
+        }
+    };
+    let mut plan = crate::decide::decide(&policy.program, &snapshot, now);
+    plan.policy_revision.clone_from(&policy.revision);
+    Json(plan).into_response()
+}
+
+async fn status(State(state): State<Arc<AppState>>) -> Response {
+    let policy = state.policy().map(|p| {
+        json!({
+            "revision": p.revision,
+            "git_commit": p.git_commit,
+            "directory": p.dir.display().to_string(),
+            "files": p.files,
+            "loaded_at": p.loaded_at,
+        })
+    });
+    let inventory = state.inventory().map(|i| {
+        json!({
+            "source": i.source,
+            "read_at": i.read_at,
+            "nodes": i.fleet.nodes.len(),
+            "gpus": i.fleet.gpu_count(),
+            "error": i.error,
+        })
+    });
+    Json(json!({
+        "policy": policy,
+        "last_reload": state.reload_status(),
+        "inventory": inventory,
+    }))
+    .into_response()
+}
+
+async fn ready(State(state): State<Arc<AppState>>) -> Response {
+    match (state.policy().is_some(), state.inventory().is_some()) {
+        (true, true) => Json(json!({"status": "ready"})).into_response(),
+        (policy, inventory) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: policy loaded {policy}, inventory read {inventory}"),
+        ),
+    }
+}
+
+async fn metrics(State(state): State<Arc<AppState>>) -> Response {
+    let revision = state.policy().map(|p| p.revision.clone());
+    let gpus = state.inventory().map(|i| i.gpus()).unwrap_or_default();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.metrics.render(revision.as_deref(), &gpus),
+    )
+        .into_response()
+}

@@ -1,0 +1,111 @@
+//! Prometheus metrics in the text exposition format: request counts and latency
+//! histograms per endpoint, decisions by action and reason, reloads, the active revision
+//! as an info metric, and GPUs by model and health.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+
+/// Latency histogram bounds in seconds.
+const BUCKETS: [f64; 12] = [
+    0.000_25, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+];
+
+#[derive(Debug, Default)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    requests: BTreeMap<(String, u16), u64>,
+    latency: BTreeMap<String, Histogram>,
+    decisions: BTreeMap<(String, String), u64>,
+    reloads: BTreeMap<&'static str, u64>,
+}
+
+#[derive(Debug, Default)]
+pub struct Metrics {
+    inner: Mutex<Inner>,
+}
+
+impl Metrics {
+    fn with<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        let mut guard = match self.inner.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+
+    pub fn request(&self, endpoint: &str, status: u16, seconds: f64) {
+        self.with(|m| {
+            *m.requests.entry((endpoint.to_string(), status)).or_insert(0) += 1;
+            let h = m.latency.entry(endpoint.to_string()).or_default();
+            h.count += 1;
+            h.sum += seconds;
+            for (slot, bound) in h.counts.iter_mut().zip(BUCKETS) {
+                if seconds <= bound {
+                    *slot += 1;
+                }
+            }
+        });
+    }
+
+    pub fn decision(&self, action: &str, reason: &str) {
+        self.with(|m| {
+            *m.decisions
+                .entry((action.to_string(), reason.to_string()))
+                .or_insert(0) += 1;
+        });
+    }
+
+    pub fn reload(&self, ok: bool) {
+        self.with(|m| *m.reloads.entry(if ok { "ok" } else { "failed" }).or_insert(0) += 1);
+    }
+
+    /// The exposition text; `revision` and `gpus` (model, healthy → count) are current.
+    pub fn render(&self, revision: Option<&str>, gpus: &BTreeMap<(String, bool), u64>) -> String {
+        let mut out = String::new();
+        self.with(|m| {
+            out.push_str("# HELP gantry_requests_total HTTP requests by endpoint and status code.\n# TYPE gantry_requests_total counter\n");
+            for ((e, code), n) in &m.requests {
+                let _ = writeln!(out, "gantry_requests_total{{endpoint=\"{}\",code=\"{code}\"}} {n}", esc(e));
+            }
+            out.push_str("# HELP gantry_request_duration_seconds Request latency by endpoint.\n# TYPE gantry_request_duration_seconds histogram\n");
+            for (e, h) in &m.latency {
+                for (bound, n) in BUCKETS.iter().zip(h.counts) {
+                    let _ = writeln!(out, "gantry_request_duration_seconds_bucket{{endpoint=\"{}\",le=\"{bound}\"}} {n}", esc(e));
+                }
+                let _ = writeln!(out, "gantry_request_duration_seconds_bucket{{endpoint=\"{}\",le=\"+Inf\"}} {}", esc(e), h.count);
+                let _ = writeln!(out, "gantry_request_duration_seconds_sum{{endpoint=\"{}\"}} {}", esc(e), h.sum);
+                let _ = writeln!(out, "gantry_request_duration_seconds_count{{endpoint=\"{}\"}} {}", esc(e), h.count);
+            }
+            out.push_str("# HELP gantry_admission_decisions_total Admission decisions by action and reason (rule).\n# TYPE gantry_admission_decisions_total counter\n");
+            for ((a, r), n) in &m.decisions {
+                let _ = writeln!(out, "gantry_admission_decisions_total{{action=\"{}\",reason=\"{}\"}} {n}", esc(a), esc(r));
+            }
+            out.push_str("# HELP gantry_policy_reloads_total Policy reloads by result.\n# TYPE gantry_policy_reloads_total counter\n");
+            for result in ["ok", "failed"] {
+                let n = m.reloads.get(result).copied().unwrap_or(0);
+                let _ = writeln!(out, "gantry_policy_reloads_total{{result=\"{result}\"}} {n}");
+            }
+        });
+        out.push_str("# HELP gantry_policy_info The policy revision being served.\n# TYPE gantry_policy_info gauge\n");
+        if let Some(r) = revision {
+            let _ = writeln!(out, "gantry_policy_info{{revision=\"{}\"}} 1", esc(r));
+        }
+        out.push_str("# HELP gantry_gpus GPUs in the inventory by model and health.\n# TYPE gantry_gpus gauge\n");
+        for ((model, healthy), n) in gpus {
+            let health = if *healthy { "healthy" } else { "unhealthy" };
+            let _ = writeln!(out, "gantry_gpus{{model=\"{}\",health=\"{health}\"}} {n}", esc(model));
+        }
+        out
+    }
+}
+
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}

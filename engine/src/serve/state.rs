@@ -1,0 +1,200 @@
+//! What the service holds: the policy being served (swapped whole on a good reload, kept
+//! on a bad one), the last reload's outcome, the inventory and the metrics.
+
+use super::metrics::Metrics;
+use crate::cli::{files, policy};
+use crate::core::fleet::Fleet;
+use crate::core::mig::MigTable;
+use crate::inventory::{catalog, fleet_file};
+use lang::ir::Program;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+/// A checked policy and where it came from.
+#[derive(Debug)]
+pub struct LoadedPolicy {
+    pub program: Program,
+    pub revision: String,
+    pub files: Vec<String>,
+    pub dir: PathBuf,
+    pub loaded_at: i64,
+    /// The commit of the directory's git repository, when it is in one.
+    pub git_commit: Option<String>,
+    pub mig: MigTable,
+}
+
+/// Checks the policy in `dir`; the error is the rendered diagnostics (or why the files
+/// could not be read).
+pub fn load_policy(dir: &Path, now: i64) -> Result<LoadedPolicy, String> {
+    let found = files::find_policies(&[dir.to_path_buf()]).map_err(|e| e.0)?;
+    let chosen = policy::one_policy(dir, found)?;
+    let mut inputs = Vec::new();
+    for f in &chosen.files {
+        inputs.push(files::read_text(f)?);
+    }
+    let revision = policy::content_hash(&inputs);
+    let checked = lang::check(&inputs);
+    let Some(program) = checked.program else {
+        let rendered: String = checked
+            .diagnostics
+            .iter()
+            .filter(|d| d.is_error())
+            .map(|d| d.render(&checked.sources, false))
+            .collect();
+        return Err(format!("the policy has errors, the last good one keeps serving:\n{rendered}"));
+    };
+    let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
+    Ok(LoadedPolicy {
+        program,
+        revision,
+        files: inputs.into_iter().map(|(name, _)| name).collect(),
+        dir: dir.to_path_buf(),
+        loaded_at: now,
+        git_commit: git_commit(dir),
+        mig,
+    })
+}
+
+fn git_commit(dir: &Path) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Where GPUs are seen: NVML on this machine, or a fleet file.
+pub trait InventorySource: Send + Sync {
+    /// `nvml` or `file:PATH`.
+    fn name(&self) -> String;
+    fn read(&self) -> Result<Fleet, String>;
+}
+
+/// A fleet file as the inventory.
+#[derive(Debug)]
+pub struct FleetFile(pub PathBuf);
+
+impl InventorySource for FleetFile {
+    fn name(&self) -> String {
+        format!("file:{}", self.0.display())
+    }
+    fn read(&self) -> Result<Fleet, String> {
+        let (name, text) = files::read_text(&self.0)?;
+        fleet_file::parse(&name, &text, catalog::stdlib_models()).map_err(|e| e.to_string())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Inventory {
+    pub fleet: Arc<Fleet>,
+    pub source: String,
+    pub read_at: i64,
+    pub error: Option<String>,
+}
+
+impl Inventory {
+    pub fn gpus(&self) -> BTreeMap<(String, bool), u64> {
+        let mut out = BTreeMap::new();
+        for g in self.fleet.nodes.iter().flat_map(|n| &n.gpus) {
+            *out.entry((g.model.clone(), g.healthy)).or_insert(0) += 1;
+        }
+        out
+    }
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ReloadStatus {
+    pub at: Option<i64>,
+    pub ok: Option<bool>,
+    pub error: Option<String>,
+}
+
+pub type Clock = Box<dyn Fn() -> i64 + Send + Sync>;
+
+pub struct AppState {
+    pub policy: RwLock<Option<Arc<LoadedPolicy>>>,
+    pub reload: Mutex<ReloadStatus>,
+    pub inventory: RwLock<Option<Inventory>>,
+    pub metrics: Metrics,
+    pub clock: Clock,
+}
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState").finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    pub fn new(clock: Clock) -> AppState {
+        AppState {
+            policy: RwLock::new(None),
+            reload: Mutex::new(ReloadStatus::default()),
+            inventory: RwLock::new(None),
+            metrics: Metrics::default(),
+            clock,
+        }
+    }
+
+    pub fn now(&self) -> i64 {
+        (self.clock)()
+    }
+
+    pub fn policy(&self) -> Option<Arc<LoadedPolicy>> {
+        match self.policy.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn inventory(&self) -> Option<Inventory> {
+        match self.inventory.read() {
+            Ok(i) => i.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    pub fn set_inventory(&self, inventory: Inventory) {
+        match self.inventory.write() {
+            Ok(mut slot) => *slot = Some(inventory),
+            Err(poisoned) => *poisoned.into_inner() = Some(inventory),
+        }
+    }
+
+    /// Loads the policy in `dir` and swaps it in if it checks; otherwise keeps the running
+    /// one and records the error. Returns the outcome.
+    pub fn reload_policy(&self, dir: &Path) -> Result<String, String> {
+        let now = self.now();
+        let result = load_policy(dir, now);
+        let status = ReloadStatus {
+            at: Some(now),
+            ok: Some(result.is_ok()),
+            error: result.as_ref().err().cloned(),
+        };
+        match self.reload.lock() {
+            Ok(mut r) => *r = status,
+            Err(poisoned) => *poisoned.into_inner() = status,
+        }
+        self.metrics.reload(result.is_ok());
+        let loaded = result?;
+        let revision = loaded.revision.clone();
+        let loaded = Some(Arc::new(loaded));
+        match self.policy.write() {
+            Ok(mut slot) => *slot = loaded,
+            Err(poisoned) => *poisoned.into_inner() = loaded,
+        }
+        Ok(revision)
+    }
+
+    pub fn reload_status(&self) -> ReloadStatus {
+        match self.reload.lock() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
