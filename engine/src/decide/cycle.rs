@@ -226,7 +226,6 @@ pub fn invalid_job(program: &Program, js: &JobState) -> Option<Reason> {
     None
 }
 
-
 fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Preemption>) -> Plan {
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));

@@ -55,16 +55,17 @@ pub fn review(
     };
     let uid = req.uid.clone();
     let dry_run = req.dry_run;
-    let respond = |allowed: bool, status: Option<Status>, warnings: Vec<String>, patch: Option<String>| {
-        ReviewResponse::new(Response {
-            uid: uid.clone(),
-            allowed,
-            status,
-            warnings,
-            patch_type: patch.as_ref().map(|_| "JSONPatch"),
-            patch,
-        })
-    };
+    let respond =
+        |allowed: bool, status: Option<Status>, warnings: Vec<String>, patch: Option<String>| {
+            ReviewResponse::new(Response {
+                uid: uid.clone(),
+                allowed,
+                status,
+                warnings,
+                patch_type: patch.as_ref().map(|_| "JSONPatch"),
+                patch,
+            })
+        };
     let outcome = |action: &'static str, reason: &str| Outcome {
         action,
         reason: reason.to_string(),
@@ -72,10 +73,15 @@ pub fn review(
     };
     let operation = req.operation.as_str();
     if req.kind.kind != "Pod" || !matches!(operation, "CREATE" | "UPDATE") {
-        return Ok((respond(true, None, Vec::new(), None), outcome("pass", "not_a_pod_create_or_update")));
+        return Ok((
+            respond(true, None, Vec::new(), None),
+            outcome("pass", "not_a_pod_create_or_update"),
+        ));
     }
     let Some(object) = req.object else {
-        return Err(BadReview(format!("a {operation} of a Pod needs `request.object`")));
+        return Err(BadReview(format!(
+            "a {operation} of a Pod needs `request.object`"
+        )));
     };
     let pod: Pod = match serde_json::from_value(object) {
         Ok(p) => p,
@@ -84,18 +90,29 @@ pub fn review(
                 code: 400,
                 message: format!("gantry: cannot read the pod: {e}"),
             };
-            return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", "unreadable_pod")));
+            return Ok((
+                respond(false, Some(status), Vec::new(), None),
+                outcome("deny", "unreadable_pod"),
+            ));
         }
     };
     let job = match pod::job(&pod, req.namespace.as_deref(), ctx.now) {
         Ok(Some(job)) => job,
-        Ok(None) => return Ok((respond(true, None, Vec::new(), None), outcome("pass", "no_gpus"))),
+        Ok(None) => {
+            return Ok((
+                respond(true, None, Vec::new(), None),
+                outcome("pass", "no_gpus"),
+            ))
+        }
         Err(e) => {
             let status = Status {
                 code: 400,
                 message: format!("gantry: {e}"),
             };
-            return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", "bad_request")));
+            return Ok((
+                respond(false, Some(status), Vec::new(), None),
+                outcome("deny", "bad_request"),
+            ));
         }
     };
     let js = JobState {
@@ -109,7 +126,10 @@ pub fn review(
             message.push_str(&format!(" ({u})"));
         }
         let status = Status { code: 403, message };
-        return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", "invalid_job")));
+        return Ok((
+            respond(false, Some(status), Vec::new(), None),
+            outcome("deny", "invalid_job"),
+        ));
     }
     let verdict = admit(ctx.program, &js, ctx.now);
     if let Some((rule, message)) = &verdict.denied {
@@ -117,7 +137,10 @@ pub fn review(
             code: 403,
             message: format!("gantry: denied by rule {rule}: {message}"),
         };
-        return Ok((respond(false, Some(status), Vec::new(), None), outcome("deny", rule)));
+        return Ok((
+            respond(false, Some(status), Vec::new(), None),
+            outcome("deny", rule),
+        ));
     }
     let warnings: Vec<String> = verdict.warnings.iter().map(|w| cut(w)).collect();
     let reason = verdict
@@ -125,10 +148,19 @@ pub fn review(
         .as_ref()
         .map_or("allowed".to_string(), |(rule, _)| rule.clone());
     let patch = (mutate && operation == "CREATE").then(|| {
-        let ops = patch_ops(ctx, &pod, &js, verdict.routed.as_ref().map(|(_, p)| p.as_str()), &verdict.annotations);
+        let ops = patch_ops(
+            ctx,
+            &pod,
+            &js,
+            verdict.routed.as_ref().map(|(_, p)| p.as_str()),
+            &verdict.annotations,
+        );
         base64::engine::general_purpose::STANDARD.encode(Value::Array(ops).to_string())
     });
-    Ok((respond(true, None, warnings, patch), outcome("allow", &reason)))
+    Ok((
+        respond(true, None, warnings, patch),
+        outcome("allow", &reason),
+    ))
 }
 
 fn cut(w: &str) -> String {
@@ -169,8 +201,15 @@ fn patch_ops(
             ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", pointer(k)), "value": v}));
         }
     }
-    if let Some(tier) = js.job.tier.as_deref().filter(|t| ctx.program.tier(t).is_some()) {
-        ops.push(json!({"op": "add", "path": "/spec/priorityClassName", "value": format!("gantry-{tier}")}));
+    if let Some(tier) = js
+        .job
+        .tier
+        .as_deref()
+        .filter(|t| ctx.program.tier(t).is_some())
+    {
+        // Object names are DNS subdomains: no underscores.
+        let class = format!("gantry-{}", tier.replace('_', "-"));
+        ops.push(json!({"op": "add", "path": "/spec/priorityClassName", "value": class}));
         // A priority resolved from an earlier class would contradict the new class.
         if pod.spec.priority.is_some() {
             ops.push(json!({"op": "remove", "path": "/spec/priority"}));
@@ -181,10 +220,15 @@ fn patch_ops(
             None => ops.push(json!({"op": "add", "path": "/spec/nodeSelector", "value": {POOL_LABEL: pool}})),
             Some(_) => ops.push(json!({"op": "add", "path": format!("/spec/nodeSelector/{}", pointer(POOL_LABEL)), "value": pool})),
         }
-        let toleration = json!({"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"});
+        let toleration =
+            json!({"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"});
         match &pod.spec.tolerations {
-            None => ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": [toleration]})),
-            Some(_) => ops.push(json!({"op": "add", "path": "/spec/tolerations/-", "value": toleration})),
+            None => {
+                ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": [toleration]}))
+            }
+            Some(_) => {
+                ops.push(json!({"op": "add", "path": "/spec/tolerations/-", "value": toleration}))
+            }
         }
     }
     ops

@@ -57,7 +57,7 @@ async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next) -> 
 }
 
 /// The body, or the JSON error for a body that is too large or unreadable.
-fn body(raw: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
+fn body(raw: Result<Bytes, BytesRejection>) -> Result<Bytes, (StatusCode, String)> {
     raw.map_err(|e| {
         let code = e.status();
         let message = if code == StatusCode::PAYLOAD_TOO_LARGE {
@@ -65,7 +65,7 @@ fn body(raw: Result<Bytes, BytesRejection>) -> Result<Bytes, Response> {
         } else {
             format!("cannot read the request body: {e}")
         };
-        error(code, message)
+        (code, message)
     })
 }
 
@@ -73,21 +73,32 @@ async fn admit(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesRejec
     review(&state, raw, false)
 }
 
-async fn mutate(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesRejection>) -> Response {
+async fn mutate(
+    State(state): State<Arc<AppState>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
     review(&state, raw, true)
 }
 
 fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) -> Response {
     let bytes = match body(raw) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err((code, message)) => return error(code, message),
     };
     let parsed: AdmissionReview = match serde_json::from_slice(&bytes) {
         Ok(r) => r,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("not an AdmissionReview: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("not an AdmissionReview: {e}"),
+            )
+        }
     };
     let (Some(policy), Some(inventory)) = (state.policy(), state.inventory()) else {
-        return error(StatusCode::SERVICE_UNAVAILABLE, "no policy or inventory loaded yet");
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no policy or inventory loaded yet",
+        );
     };
     let ctx = Context {
         program: &policy.program,
@@ -112,7 +123,7 @@ fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) ->
 async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesRejection>) -> Response {
     let bytes = match body(raw) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err((code, message)) => return error(code, message),
     };
     let request: Value = match serde_json::from_slice(&bytes) {
         Ok(v) => v,
@@ -122,17 +133,29 @@ async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesReject
         return error(StatusCode::SERVICE_UNAVAILABLE, "no policy loaded yet");
     };
     let fleet = match request.get("fleet") {
-        Some(f) => match fleet_file::parse("request.fleet", &f.to_string(), &catalog::merged(&policy.program.gpu_models)) {
+        Some(f) => match fleet_file::parse(
+            "request.fleet",
+            &f.to_string(),
+            &catalog::merged(&policy.program.gpu_models),
+        ) {
             Ok(f) => f,
             Err(e) => return error(StatusCode::BAD_REQUEST, e.to_string()),
         },
         None => match state.inventory() {
             Some(i) => (*i.fleet).clone(),
-            None => return error(StatusCode::SERVICE_UNAVAILABLE, "no inventory yet; send `fleet`"),
+            None => {
+                return error(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "no inventory yet; send `fleet`",
+                )
+            }
         },
     };
     let Some(jobs) = request.get("jobs").filter(|j| j.is_array()) else {
-        return error(StatusCode::BAD_REQUEST, "`jobs` is required: an array of jobs in the jobs-file format");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "`jobs` is required: an array of jobs in the jobs-file format",
+        );
     };
     let jobs = match jobs_file::parse("request.jobs", &jobs.to_string()) {
         Ok(j) => j,
@@ -147,7 +170,10 @@ async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesReject
     };
     let now = match request.get("now") {
         None => state.now(),
-        Some(t) => match t.as_i64().or_else(|| t.as_str().and_then(jobs_file::rfc3339_seconds)) {
+        Some(t) => match t
+            .as_i64()
+            .or_else(|| t.as_str().and_then(jobs_file::rfc3339_seconds))
+        {
             Some(n) => n,
             None => return error(StatusCode::BAD_REQUEST, "`now`: give seconds or RFC 3339"),
         },

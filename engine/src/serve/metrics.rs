@@ -42,7 +42,9 @@ impl Metrics {
 
     pub fn request(&self, endpoint: &str, status: u16, seconds: f64) {
         self.with(|m| {
-            *m.requests.entry((endpoint.to_string(), status)).or_insert(0) += 1;
+            *m.requests
+                .entry((endpoint.to_string(), status))
+                .or_insert(0) += 1;
             let h = m.latency.entry(endpoint.to_string()).or_default();
             h.count += 1;
             h.sum += seconds;
@@ -63,7 +65,11 @@ impl Metrics {
     }
 
     pub fn reload(&self, ok: bool) {
-        self.with(|m| *m.reloads.entry(if ok { "ok" } else { "failed" }).or_insert(0) += 1);
+        self.with(|m| {
+            *m.reloads
+                .entry(if ok { "ok" } else { "failed" })
+                .or_insert(0) += 1
+        });
     }
 
     /// The exposition text; `revision` and `gpus` (model, healthy → count) are current.
@@ -100,12 +106,18 @@ impl Metrics {
         out.push_str("# HELP gantry_gpus GPUs in the inventory by model and health.\n# TYPE gantry_gpus gauge\n");
         for ((model, healthy), n) in gpus {
             let health = if *healthy { "healthy" } else { "unhealthy" };
-            let _ = writeln!(out, "gantry_gpus{{model=\"{}\",health=\"{health}\"}} {n}", esc(model));
+            let _ = writeln!(
+                out,
+                "gantry_gpus{{model=\"{}\",health=\"{health}\"}} {n}",
+                esc(model)
+            );
         }
         out
     }
 }
 
 fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

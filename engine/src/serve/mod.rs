@@ -176,7 +176,9 @@ pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<notify::RecommendedWatc
             while rx.try_recv().is_ok() {}
             match state.reload_policy(&dir) {
                 Ok(revision) => tracing::info!(%revision, "policy reloaded"),
-                Err(error) => tracing::error!(%error, "policy reload refused; the last good revision keeps serving"),
+                Err(error) => {
+                    tracing::error!(%error, "policy reload refused; the last good revision keeps serving")
+                }
             }
         }
     });

@@ -197,7 +197,10 @@ pub fn quantity(raw: &str, scale: f64) -> Option<f64> {
 /// A duration like `15m`, `900s`, `1h` or plain seconds.
 fn duration_s(raw: &str) -> Option<u64> {
     let raw = raw.trim();
-    let (n, unit) = raw.split_at(raw.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(raw.len()));
+    let (n, unit) = raw.split_at(
+        raw.find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(raw.len()),
+    );
     let n: u64 = n.trim().parse().ok()?;
     let factor = match unit {
         "" | "s" => 1,
@@ -224,19 +227,26 @@ pub fn asks(pod: &Pod) -> Result<Asks, String> {
     let mut a = Asks::default();
     for (i, c) in pod.spec.containers.iter().enumerate() {
         let r = &c.resources;
-        let read = |key: &str, scale: f64, map: &BTreeMap<String, serde_json::Value>| -> Result<Option<f64>, String> {
+        let read = |key: &str,
+                    scale: f64,
+                    map: &BTreeMap<String, serde_json::Value>|
+         -> Result<Option<f64>, String> {
             match map.get(key) {
                 None => Ok(None),
                 Some(v) => text(v)
                     .and_then(|t| quantity(&t, scale))
                     .map(Some)
-                    .ok_or_else(|| format!("containers[{i}].resources: `{key}: {v}` is not a quantity")),
+                    .ok_or_else(|| {
+                        format!("containers[{i}].resources: `{key}: {v}` is not a quantity")
+                    }),
             }
         };
         let gpu = read(GPU, 1.0, &r.limits)?.or(read(GPU, 1.0, &r.requests)?);
         if let Some(g) = gpu {
             if g.fract() != 0.0 || g > 64.0 {
-                return Err(format!("containers[{i}]: `{GPU}: {g}` must be a whole number up to 64"));
+                return Err(format!(
+                    "containers[{i}]: `{GPU}: {g}` must be a whole number up to 64"
+                ));
             }
             a.gpus += g as u32;
         }
@@ -254,8 +264,11 @@ pub fn asks(pod: &Pod) -> Result<Asks, String> {
         }
         let cpu = read("cpu", 1000.0, &r.requests)?.or(read("cpu", 1000.0, &r.limits)?);
         a.cpu_milli += cpu.unwrap_or(0.0).ceil() as u64;
-        let mem = read("memory", 1.0 / (1024.0 * 1024.0), &r.requests)?
-            .or(read("memory", 1.0 / (1024.0 * 1024.0), &r.limits)?);
+        let mem = read("memory", 1.0 / (1024.0 * 1024.0), &r.requests)?.or(read(
+            "memory",
+            1.0 / (1024.0 * 1024.0),
+            &r.limits,
+        )?);
         a.memory_mib += mem.unwrap_or(0.0).ceil() as u64;
     }
     Ok(a)
@@ -266,7 +279,9 @@ pub fn job(pod: &Pod, namespace: Option<&str>, now: i64) -> Result<Option<Job>, 
     let a = asks(pod)?;
     let (gpus, mig) = match &a.mig {
         Some((profile, n)) if a.gpus == 0 => ((*n).max(1), Some(profile.clone())),
-        Some(_) => return Err("a pod asks for whole GPUs and MIG instances; ask for one kind".into()),
+        Some(_) => {
+            return Err("a pod asks for whole GPUs and MIG instances; ask for one kind".into())
+        }
         None if a.gpus == 0 => return Ok(None),
         None => (a.gpus, None),
     };
@@ -304,7 +319,11 @@ pub fn job(pod: &Pod, namespace: Option<&str>, now: i64) -> Result<Option<Job>, 
     Ok(Some(Job {
         id: pod.id(namespace),
         name: pod.attribute("gang").map(str::to_string),
-        namespace: pod.metadata.namespace.clone().or(namespace.map(str::to_string)),
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .or(namespace.map(str::to_string)),
         team: pod.attribute("team").map(str::to_string),
         tier: pod.attribute("tier").map(str::to_string),
         shape: JobShape {

@@ -42,7 +42,9 @@ pub fn load_policy(dir: &Path, now: i64) -> Result<LoadedPolicy, String> {
             .filter(|d| d.is_error())
             .map(|d| d.render(&checked.sources, false))
             .collect();
-        return Err(format!("the policy has errors, the last good one keeps serving:\n{rendered}"));
+        return Err(format!(
+            "the policy has errors, the last good one keeps serving:\n{rendered}"
+        ));
     };
     let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
     Ok(LoadedPolicy {
