@@ -160,7 +160,8 @@ pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<notify::RecommendedWatc
     use notify::Watcher;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        if event.is_ok() {
+        // Reading the files (as a reload does) is not a change.
+        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
             let _ = tx.send(());
         }
     })
