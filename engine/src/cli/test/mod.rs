@@ -132,7 +132,7 @@ fn run_file(path: &Path, io: &mut Io<'_>) -> Vec<Outcome> {
     for case in &file.test {
         let line = line_of(&text, case.span().start);
         let t = case.get_ref();
-        let (failures, error) = match run_case(&program, &file, t, dir, &name, line) {
+        let (failures, error) = match run_case(&program, &file, t, dir, (&name, &text), line) {
             Ok(f) => (
                 f.into_iter()
                     .map(|(l, m)| match l {
@@ -193,7 +193,7 @@ fn run_case(
     file: &TestFile,
     t: &TestCase,
     dir: &Path,
-    name: &str,
+    (name, text): (&str, &str),
     line: usize,
 ) -> Result<Vec<(Option<usize>, String)>, String> {
     let fleet = match t.fleet.as_ref().or(file.fleet.as_ref()) {
@@ -264,10 +264,9 @@ fn run_case(
             .find(|n| n.name == node)
             .and_then(|n| n.pool.clone())
     };
-    let text = std::fs::read_to_string(Path::new(name)).unwrap_or_default();
     let mut failures = Vec::new();
     for e in &t.expect {
-        let at = Some(line_of(&text, e.span().start));
+        let at = Some(line_of(text, e.span().start));
         let e = e.get_ref();
         match plan.decisions.iter().find(|d| d.job == e.job) {
             Some(d) => failures.extend(
