@@ -28,10 +28,15 @@ fn repo() -> PathBuf {
 
 /// A service on the onprem-dgx policy and fleet, at a fixed time.
 fn loaded() -> Arc<AppState> {
+    loaded_with(&repo().join("policies/onprem-dgx/fleet.toml"))
+}
+
+/// A service on the onprem-dgx policy and the given fleet file.
+fn loaded_with(fleet: &Path) -> Arc<AppState> {
     let state = Arc::new(AppState::new(Box::new(|| 1_795_000_000)));
     let dir = repo().join("policies/onprem-dgx");
     state.reload_policy(&dir).unwrap();
-    let source = FleetFile(dir.join("fleet.toml"));
+    let source = FleetFile(fleet.to_path_buf());
     state.set_inventory(Inventory {
         fleet: Arc::new(source.read().unwrap()),
         source: source.name(),
@@ -306,4 +311,134 @@ async fn file_changes_are_picked_up_by_the_watcher() {
         "the watcher reloads the policy"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Recorded kube-scheduler extender calls (`tests/extender/*.json`, ExtenderArgs) against
+/// the onprem-dgx policy on `tests/extender/fleet.toml`; `filter_*` go to
+/// `/extender/filter`, `prioritize_*` to `/extender/prioritize`.
+#[tokio::test]
+async fn recorded_extender_calls() {
+    let dir = repo().join("tests/extender");
+    let state = loaded_with(&dir.join("fleet.toml"));
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 8);
+    for name in names {
+        let case = name.trim_end_matches(".json");
+        let verb = case.split('_').next().unwrap();
+        let body = std::fs::read(dir.join(&name)).unwrap();
+        let (code, answer) = call(&state, "POST", &format!("/extender/{verb}"), body).await;
+        assert_eq!(
+            code,
+            StatusCode::OK,
+            "{case}: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        insta::assert_snapshot!(
+            format!("extender_{case}"),
+            serde_json::to_string_pretty(&json(&answer)).unwrap()
+        );
+    }
+}
+
+async fn extender(state: &Arc<AppState>, verb: &str, case: &str) -> Value {
+    let body = std::fs::read(repo().join("tests/extender").join(format!("{case}.json"))).unwrap();
+    json(
+        &call(state, "POST", &format!("/extender/{verb}"), body)
+            .await
+            .1,
+    )
+}
+
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object().unwrap().keys().map(String::as_str).collect()
+}
+
+#[tokio::test]
+async fn extender_applies_policy_and_inventory() {
+    let state = loaded_with(&repo().join("tests/extender/fleet.toml"));
+    // Eight GPUs in the training pool: only the healthy full node; the node with two
+    // failed GPUs might fit later, the rest never.
+    let whole = extender(&state, "filter", "filter_whole_node").await;
+    assert_eq!(whole["NodeNames"], serde_json::json!(["train-0"]));
+    assert_eq!(keys(&whole["FailedNodes"]), ["train-1"]);
+    assert_eq!(
+        keys(&whole["FailedAndUnresolvableNodes"]),
+        ["cpu-0", "infer-0", "nb-0", "nb-1", "train-2"]
+    );
+    assert!(whole["FailedAndUnresolvableNodes"]["cpu-0"]
+        .as_str()
+        .unwrap()
+        .contains("not in gantry's inventory"));
+    assert_eq!(whole["Error"], "");
+    // 80Gi is more than an 80 GB H100 has (81,559 MiB): never, and the message says why.
+    let vram = extender(&state, "filter", "filter_vram_above_model").await;
+    assert_eq!(vram["NodeNames"], serde_json::json!([]));
+    assert!(vram["FailedAndUnresolvableNodes"]["train-0"]
+        .as_str()
+        .unwrap()
+        .contains("less than the 81920 MiB asked (gantry.dev/vram)"));
+    // Node objects in, node objects out.
+    let objects = extender(&state, "filter", "filter_node_objects").await;
+    assert!(objects.get("NodeNames").is_none());
+    assert_eq!(objects["Nodes"]["kind"], "NodeList");
+    assert_eq!(objects["Nodes"]["items"][0]["metadata"]["name"], "train-0");
+    assert_eq!(objects["Nodes"]["items"].as_array().unwrap().len(), 1);
+    // A pod the policy denies fits nowhere, and says which rule.
+    let denied = extender(&state, "filter", "filter_denied").await;
+    assert_eq!(denied["NodeNames"], serde_json::json!([]));
+    assert_eq!(keys(&denied["FailedAndUnresolvableNodes"]).len(), 7);
+    assert!(denied["FailedAndUnresolvableNodes"]["train-0"]
+        .as_str()
+        .unwrap()
+        .contains("denied by rule require_vram"));
+    // Pods without GPUs are not gantry's business.
+    let cpu = extender(&state, "filter", "filter_cpu_only").await;
+    assert_eq!(cpu["NodeNames"].as_array().unwrap().len(), 7);
+    // An interactive one-GPU session is routed to the notebooks pool: the plain A100 node.
+    let notebook = extender(&state, "filter", "filter_routed_notebook").await;
+    assert_eq!(notebook["NodeNames"], serde_json::json!(["nb-0"]));
+    // A MIG instance only fits a GPU in MIG mode with free slots.
+    let mig = extender(&state, "filter", "filter_mig").await;
+    assert_eq!(mig["NodeNames"], serde_json::json!(["nb-1"]));
+    // Scores are 0..=10; nodes outside the pool or not fitting get 0, the best gets 10.
+    for case in ["prioritize_one_gpu", "prioritize_four_gpus"] {
+        let scores = extender(&state, "prioritize", case).await;
+        let scores = scores.as_array().unwrap();
+        assert_eq!(scores.len(), 7, "{case}");
+        let of = |host: &str| {
+            scores.iter().find(|s| s["Host"] == host).unwrap()["Score"]
+                .as_i64()
+                .unwrap()
+        };
+        for host in ["infer-0", "nb-0", "nb-1", "cpu-0"] {
+            assert_eq!(of(host), 0, "{case}: {host}");
+        }
+        assert!(scores
+            .iter()
+            .all(|s| (0..=10).contains(&s["Score"].as_i64().unwrap())));
+        assert!(scores.iter().any(|s| s["Score"] == 10), "{case}");
+    }
+}
+
+#[tokio::test]
+async fn extender_bad_requests() {
+    let state = loaded_with(&repo().join("tests/extender/fleet.toml"));
+    for (verb, body) in [
+        ("filter", "{not json"),
+        ("filter", r#"{"NodeNames": ["a"]}"#),
+        ("prioritize", r#"{"Pod": 3, "NodeNames": ["a"]}"#),
+        (
+            "prioritize",
+            r#"{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "lots"}}}]}}, "NodeNames": ["train-0"]}"#,
+        ),
+    ] {
+        let (code, answer) = call(&state, "POST", &format!("/extender/{verb}"), body.into()).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{verb} {body}");
+        assert!(json(&answer)["error"].is_string(), "{verb} {body}");
+    }
 }

@@ -3,6 +3,7 @@
 //! body `{"error": ...}` with a 4xx or 5xx status; no handler panics on a request.
 
 use super::admission::{self, Context};
+use super::extender::{self, ExtenderArgs};
 use super::pod::AdmissionReview;
 use super::state::AppState;
 use crate::decide::snapshot::{Snapshot, UsageRecord};
@@ -25,6 +26,8 @@ pub fn app(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/admit", post(admit))
         .route("/mutate", post(mutate))
+        .route("/extender/filter", post(extender_filter))
+        .route("/extender/prioritize", post(extender_prioritize))
         .route("/v1/plan", post(plan))
         .route("/v1/status", get(status))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
@@ -80,19 +83,21 @@ async fn mutate(
     review(&state, raw, true)
 }
 
-fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) -> Response {
+/// Reads the body as a `T` (`what` names it in the 400 error) and hands it, with the live
+/// policy and inventory, to `handle`.
+fn with_context<T: serde::de::DeserializeOwned>(
+    state: &AppState,
+    raw: Result<Bytes, BytesRejection>,
+    what: &str,
+    handle: impl FnOnce(&Context<'_>, T) -> Response,
+) -> Response {
     let bytes = match body(raw) {
         Ok(b) => b,
         Err((code, message)) => return error(code, message),
     };
-    let parsed: AdmissionReview = match serde_json::from_slice(&bytes) {
+    let parsed: T = match serde_json::from_slice(&bytes) {
         Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("not an AdmissionReview: {e}"),
-            )
-        }
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("not {what}: {e}")),
     };
     let (Some(policy), Some(inventory)) = (state.policy(), state.inventory()) else {
         return error(
@@ -107,15 +112,51 @@ fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) ->
         mig: &policy.mig,
         now: state.now(),
     };
-    match admission::review(&ctx, parsed, mutate) {
-        Ok((response, outcome)) => {
-            if !outcome.dry_run {
-                state.metrics.decision(outcome.action, &outcome.reason);
+    handle(&ctx, parsed)
+}
+
+fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) -> Response {
+    with_context(
+        state,
+        raw,
+        "an AdmissionReview",
+        |ctx, parsed: AdmissionReview| match admission::review(ctx, parsed, mutate) {
+            Ok((response, outcome)) => {
+                if !outcome.dry_run {
+                    state.metrics.decision(outcome.action, &outcome.reason);
+                }
+                Json(response).into_response()
             }
-            Json(response).into_response()
-        }
-        Err(e) => error(StatusCode::BAD_REQUEST, e.0),
-    }
+            Err(e) => error(StatusCode::BAD_REQUEST, e.0),
+        },
+    )
+}
+
+/// Answers an extender call with what `judge` makes of the arguments.
+fn extender_call<T: serde::Serialize>(
+    state: &AppState,
+    raw: Result<Bytes, BytesRejection>,
+    judge: impl FnOnce(&Context<'_>, ExtenderArgs) -> Result<T, String>,
+) -> Response {
+    let what = "ExtenderArgs (PascalCase Pod, Nodes or NodeNames)";
+    with_context(state, raw, what, |ctx, args| match judge(ctx, args) {
+        Ok(result) => Json(result).into_response(),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    })
+}
+
+async fn extender_filter(
+    State(state): State<Arc<AppState>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    extender_call(&state, raw, extender::filter)
+}
+
+async fn extender_prioritize(
+    State(state): State<Arc<AppState>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Response {
+    extender_call(&state, raw, extender::prioritize)
 }
 
 /// `{jobs: [...], fleet?: {...}, now?: t, usage?: [...]}` → the plan. Without `fleet` the

@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod app;
+pub mod extender;
 pub mod metrics;
 pub mod pod;
 pub mod state;
