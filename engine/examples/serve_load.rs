@@ -8,6 +8,9 @@
 //!   cargo run --release -- serve --policy /tmp/gantry-load --listen 127.0.0.1:8090 &
 //! cargo run --release -p engine --example serve_load -- 127.0.0.1:8090 /tmp/gantry-load
 //! ```
+//!
+//! Over HTTPS: start the server with `--tls-cert C --tls-key K` (a certificate for
+//! `localhost`) and add `--cacert C` here.
 
 #![allow(
     clippy::unwrap_used,
@@ -17,16 +20,50 @@
     reason = "a measurement tool"
 )]
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
+type Conn = Box<dyn Stream>;
+
+/// A kept-alive connection, through TLS when `tls` is given.
+async fn connect(addr: &str, tls: Option<&tokio_rustls::TlsConnector>) -> Conn {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    match tls {
+        None => Box::new(tcp),
+        Some(c) => {
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            Box::new(c.connect(name, tcp).await.unwrap())
+        }
+    }
+}
+
+fn tls_connector(cacert: &str) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(cacert).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
 
 const CONNECTIONS: usize = 32;
 const PER_CONNECTION: usize = 2000;
 
 /// One HTTP/1.1 request on a kept-alive connection; returns the status code and body.
 async fn request(
-    stream: &mut TcpStream,
+    stream: &mut Conn,
     method: &str,
     path: &str,
     body: &[u8],
@@ -66,7 +103,12 @@ async fn request(
 
 #[tokio::main]
 async fn main() {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let tls = args.iter().position(|a| a == "--cacert").map(|i| {
+        let cert = args.get(i + 1).cloned().expect("--cacert PATH");
+        args.drain(i..=i + 1);
+        tls_connector(&cert)
+    });
     let addr = args
         .get(1)
         .cloned()
@@ -78,8 +120,7 @@ async fn main() {
     ))
     .unwrap();
     // Warm up.
-    let mut s = TcpStream::connect(&addr).await.unwrap();
-    s.set_nodelay(true).unwrap();
+    let mut s = connect(&addr, tls.as_ref()).await;
     let mut buf = Vec::new();
     for _ in 0..200 {
         assert_eq!(
@@ -92,10 +133,9 @@ async fn main() {
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..CONNECTIONS {
-        let (addr, review) = (addr.clone(), review.clone());
+        let (addr, review, tls) = (addr.clone(), review.clone(), tls.clone());
         tasks.push(tokio::spawn(async move {
-            let mut s = TcpStream::connect(&addr).await.unwrap();
-            s.set_nodelay(true).unwrap();
+            let mut s = connect(&addr, tls.as_ref()).await;
             let mut buf = Vec::new();
             let mut times = Vec::with_capacity(PER_CONNECTION);
             let mut errors = 0;
@@ -119,8 +159,9 @@ async fn main() {
     all.sort();
     let pct = |p: f64| all[((p / 100.0 * all.len() as f64).ceil() as usize).saturating_sub(1)];
     println!(
-        "{} AdmissionReviews over {CONNECTIONS} connections in {:.2}s: {:.0} req/s, p50 {:?}, p99 {:?}, max {:?}, errors {errors}",
+        "{} AdmissionReviews over {CONNECTIONS} {} connections in {:.2}s: {:.0} req/s, p50 {:?}, p99 {:?}, max {:?}, errors {errors}",
         all.len(),
+        if tls.is_some() { "HTTPS" } else { "HTTP" },
         wall.as_secs_f64(),
         all.len() as f64 / wall.as_secs_f64(),
         pct(50.0),
@@ -149,7 +190,7 @@ async fn main() {
     );
 }
 
-async fn revision(s: &mut TcpStream, buf: &mut Vec<u8>) -> String {
+async fn revision(s: &mut Conn, buf: &mut Vec<u8>) -> String {
     let (_, body) = request(s, "GET", "/v1/status", b"", buf).await;
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     v["policy"]["revision"].as_str().unwrap().to_string()

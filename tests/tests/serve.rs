@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine as _;
 use engine::serve::app::app;
-use engine::serve::state::{AppState, FleetFile, Inventory, InventorySource};
+use engine::serve::state::{AppState, FleetFile};
 use http_body_util::BodyExt;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -36,13 +36,9 @@ fn loaded_with(fleet: &Path) -> Arc<AppState> {
     let state = Arc::new(AppState::new(Box::new(|| 1_795_000_000)));
     let dir = repo().join("policies/onprem-dgx");
     state.reload_policy(&dir).unwrap();
-    let source = FleetFile(fleet.to_path_buf());
-    state.set_inventory(Inventory {
-        fleet: Arc::new(source.read().unwrap()),
-        source: source.name(),
-        read_at: 1_795_000_000,
-        error: None,
-    });
+    state
+        .refresh_inventory(&FleetFile(fleet.to_path_buf()))
+        .unwrap();
     state
 }
 

@@ -1,75 +1,93 @@
-//! `gantry inventory --source FILE`: reads a fleet file, checks it, and prints the fleet it
-//! describes with every `count` and GPU shorthand expanded (the fleet format, as JSON).
+//! `gantry inventory`: what GPUs gantry sees, printed in the fleet format (JSON) with every
+//! `count` and GPU shorthand expanded. `--source nvml` reads this machine through NVML;
+//! `--source FILE` checks a fleet file; `--reading FILE` converts a recorded NVML reading
+//! (what `--source nvml --raw` prints), which is how real-hardware fixtures are kept.
 
 use super::files::read_text;
 use super::{fail, Io, EXIT_OK};
-use crate::core::fleet::Fleet;
+use crate::inventory::nvml::{self, probe, HostReading};
 use crate::inventory::{catalog, fleet_file};
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
 
 #[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("from").required(true).args(["source", "reading"])))]
 pub struct InventoryArgs {
-    /// A fleet file (JSON or TOML). Live NVML inventory is not built yet.
+    /// `nvml` for this machine's GPUs, or a fleet file (JSON or TOML) to check and expand.
     #[arg(long)]
-    pub source: PathBuf,
+    pub source: Option<String>,
+    /// A recorded NVML reading (JSON, as `--source nvml --raw` prints) to convert.
+    #[arg(long)]
+    pub reading: Option<PathBuf>,
+    /// With `--source nvml`: print the raw reading instead of the fleet.
+    #[arg(long)]
+    pub raw: bool,
+    /// The node's name for NVML readings (default: $NODE_NAME, else the hostname).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// The pool to put an NVML-read node in.
+    #[arg(long)]
+    pub pool: Option<String>,
 }
 
 pub fn run(args: &InventoryArgs, io: &mut Io<'_>) -> u8 {
-    let fleet = match read_text(&args.source).and_then(|(name, text)| {
-        fleet_file::parse(&name, &text, catalog::stdlib_models()).map_err(|e| e.to_string())
-    }) {
-        Ok(f) => f,
-        Err(e) => return fail(io, e),
+    let reading = match (&args.source, &args.reading) {
+        (Some(source), None) if source == "nvml" => {
+            match probe::NvmlProbe::start(probe::HostInfo::detect(args.node_name.as_deref()))
+                .and_then(|p| p.read())
+            {
+                Ok(r) => r,
+                Err(e) => return fail(io, format!("{e}\n  (on a machine without NVIDIA drivers, give a fleet file: --source fleet.toml)")),
+            }
+        }
+        (Some(path), None) => {
+            if args.raw {
+                return fail(
+                    io,
+                    "--raw prints an NVML reading; use it with --source nvml",
+                );
+            }
+            return match read_text(&PathBuf::from(path)).and_then(|(name, text)| {
+                fleet_file::parse(&name, &text, catalog::stdlib_models()).map_err(|e| e.to_string())
+            }) {
+                Ok(fleet) => print(io, &fleet_file::to_json(&fleet)),
+                Err(e) => fail(io, e),
+            };
+        }
+        (_, Some(path)) => match read_reading(path) {
+            Ok(r) => r,
+            Err(e) => return fail(io, e),
+        },
+        (None, None) => return fail(io, "give --source nvml, --source FILE or --reading FILE"),
     };
-    let text = serde_json::to_string_pretty(&to_json(&fleet)).unwrap_or_default();
+    if args.raw {
+        return print(io, &json!(reading));
+    }
+    let (fleet, notes) =
+        nvml::fleet_from_reading(&reading, catalog::stdlib_models(), args.pool.as_deref());
+    for n in &notes {
+        let _ = writeln!(io.stderr, "note: {n}");
+    }
+    print(io, &fleet_file::to_json(&fleet))
+}
+
+/// A recorded NVML reading; errors name the file and the field.
+pub fn read_reading(path: &std::path::Path) -> Result<HostReading, String> {
+    let (name, text) = read_text(path)?;
+    let mut de = serde_json::Deserializer::from_str(&text);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        format!(
+            "{name}:{}: field `{}`: {} (an NVML reading, as `gantry inventory --source nvml --raw` prints)",
+            e.inner().line(),
+            e.path(),
+            e.inner()
+        )
+    })
+}
+
+fn print(io: &mut Io<'_>, v: &serde_json::Value) -> u8 {
+    let text = serde_json::to_string_pretty(v).unwrap_or_default();
     let _ = writeln!(io.stdout, "{text}");
     EXIT_OK
-}
-
-pub fn to_json(fleet: &Fleet) -> serde_json::Value {
-    let nodes: Vec<serde_json::Value> = fleet
-        .nodes
-        .iter()
-        .map(|n| {
-            let gpus: Vec<serde_json::Value> = n
-                .gpus
-                .iter()
-                .map(|g| {
-                    let mut v = json!({
-                        "index": g.index, "model": g.model, "memory_mib": g.memory_mib, "healthy": g.healthy,
-                    });
-                    if let Some(u) = &g.uuid {
-                        set(&mut v, "uuid", json!(u));
-                    }
-                    if let Some(i) = g.nvlink_island {
-                        set(&mut v, "nvlink_island", json!(i));
-                    }
-                    if let Some(m) = &g.mig {
-                        set(&mut v, "mig", m.iter().map(|i| json!({"profile": i.profile, "start": i.start})).collect::<Vec<_>>());
-                    }
-                    v
-                })
-                .collect();
-            let mut v = json!({
-                "name": n.name, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib, "gpus": gpus,
-            });
-            if let Some(p) = &n.pool {
-                set(&mut v, "pool", json!(p));
-            }
-            if !n.labels.is_empty() {
-                set(&mut v, "labels", json!(n.labels));
-            }
-            v
-        })
-        .collect();
-    json!({ "nodes": nodes })
-}
-
-/// Adds `key` to a JSON object (a no-op on anything else).
-fn set(v: &mut serde_json::Value, key: &str, value: impl Into<serde_json::Value>) {
-    if let Some(o) = v.as_object_mut() {
-        o.insert(key.to_string(), value.into());
-    }
 }

@@ -17,6 +17,8 @@ pub struct MigInstance {
 pub struct Gpu {
     pub index: u32,
     pub uuid: Option<String>,
+    /// The PCI bus id NVML reports (`00000000:18:00.0`).
+    pub pci_bus_id: Option<String>,
     /// The model string fleets and inventories use, e.g. `H100-SXM5-80GB` or openb's `V100M16`.
     pub model: String,
     pub memory_mib: u64,
@@ -32,6 +34,7 @@ impl Gpu {
         Gpu {
             index,
             uuid: None,
+            pci_bus_id: None,
             model: model.to_string(),
             memory_mib,
             nvlink_island: None,

@@ -9,6 +9,7 @@ use crate::core::mig::{self, SlotMask};
 use lang::ir::GpuModel;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::json;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -85,6 +86,7 @@ struct GpuShort {
 struct GpuEntry {
     index: Option<u32>,
     uuid: Option<String>,
+    pci_bus_id: Option<String>,
     model: String,
     memory_mib: Option<u64>,
     nvlink_island: Option<u32>,
@@ -449,6 +451,7 @@ fn gpus(g: &Gpus, models: &[GpuModel]) -> Result<Vec<Gpu>, EntryError> {
                 out.push(Gpu {
                     index,
                     uuid: e.uuid.clone(),
+                    pci_bus_id: e.pci_bus_id.clone(),
                     model: e.model.clone(),
                     memory_mib: memory,
                     nvlink_island: e.nvlink_island,
@@ -520,4 +523,55 @@ fn instances(
         });
     }
     Ok(out)
+}
+
+/// A fleet in the fleet format (JSON), every node and GPU spelled out; what `parse`
+/// reads back to the same fleet.
+pub fn to_json(fleet: &Fleet) -> serde_json::Value {
+    let nodes: Vec<serde_json::Value> = fleet
+        .nodes
+        .iter()
+        .map(|n| {
+            let gpus: Vec<serde_json::Value> = n
+                .gpus
+                .iter()
+                .map(|g| {
+                    let mut v = json!({
+                        "index": g.index, "model": g.model, "memory_mib": g.memory_mib, "healthy": g.healthy,
+                    });
+                    if let Some(u) = &g.uuid {
+                        set(&mut v, "uuid", json!(u));
+                    }
+                    if let Some(b) = &g.pci_bus_id {
+                        set(&mut v, "pci_bus_id", json!(b));
+                    }
+                    if let Some(i) = g.nvlink_island {
+                        set(&mut v, "nvlink_island", json!(i));
+                    }
+                    if let Some(m) = &g.mig {
+                        set(&mut v, "mig", m.iter().map(|i| json!({"profile": i.profile, "start": i.start})).collect::<Vec<_>>());
+                    }
+                    v
+                })
+                .collect();
+            let mut v = json!({
+                "name": n.name, "cpu_milli": n.cpu_milli, "memory_mib": n.memory_mib, "gpus": gpus,
+            });
+            if let Some(p) = &n.pool {
+                set(&mut v, "pool", json!(p));
+            }
+            if !n.labels.is_empty() {
+                set(&mut v, "labels", json!(n.labels));
+            }
+            v
+        })
+        .collect();
+    json!({ "nodes": nodes })
+}
+
+/// Adds `key` to a JSON object (a no-op on anything else).
+fn set(v: &mut serde_json::Value, key: &str, value: impl Into<serde_json::Value>) {
+    if let Some(o) = v.as_object_mut() {
+        o.insert(key.to_string(), value.into());
+    }
 }

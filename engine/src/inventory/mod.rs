@@ -4,3 +4,4 @@
 pub mod catalog;
 pub mod fleet_file;
 pub mod jobs_file;
+pub mod nvml;

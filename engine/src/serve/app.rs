@@ -21,6 +21,9 @@ use std::sync::Arc;
 
 /// Request bodies above this are refused with 413.
 pub const BODY_LIMIT: usize = 1024 * 1024;
+/// A request whose body has not arrived by then is answered 408 (a slow client must not
+/// hold a worker; the API server's own webhook timeout is shorter anyway).
+pub const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub fn app(state: Arc<AppState>) -> Router {
     Router::new()
@@ -43,14 +46,24 @@ fn error(code: StatusCode, message: impl Into<String>) -> Response {
     (code, Json(json!({"error": message.into()}))).into_response()
 }
 
-/// Counts and times every request by its route.
+/// Counts and times every request by its route, and bounds how long one may take.
 async fn track(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let endpoint = req
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "other".to_string(), |p| p.as_str().to_string());
     let started = std::time::Instant::now();
-    let response = next.run(req).await;
+    let deadline = state.request_deadline;
+    let response = match tokio::time::timeout(deadline, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => error(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request did not arrive within {} ms",
+                deadline.as_millis()
+            ),
+        ),
+    };
     state.metrics.request(
         &endpoint,
         response.status().as_u16(),
@@ -248,6 +261,7 @@ async fn status(State(state): State<Arc<AppState>>) -> Response {
             "nodes": i.fleet.nodes.len(),
             "gpus": i.fleet.gpu_count(),
             "error": i.error,
+            "notes": i.notes,
         })
     });
     Json(json!({

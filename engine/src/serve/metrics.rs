@@ -1,5 +1,6 @@
 //! Prometheus metrics in the text exposition format: request counts and latency
-//! histograms per endpoint, decisions by action and reason, reloads, the active revision
+//! histograms per endpoint, decisions by action and reason, policy reloads, inventory reads
+//! and certificate reloads by result, the active revision
 //! as an info metric, and GPUs by model and health.
 
 use std::collections::BTreeMap;
@@ -24,6 +25,16 @@ struct Inner {
     latency: BTreeMap<String, Histogram>,
     decisions: BTreeMap<(String, String), u64>,
     reloads: BTreeMap<&'static str, u64>,
+    inventory_reads: BTreeMap<&'static str, u64>,
+    tls_reloads: BTreeMap<&'static str, u64>,
+}
+
+fn outcome(ok: bool) -> &'static str {
+    if ok {
+        "ok"
+    } else {
+        "failed"
+    }
 }
 
 #[derive(Debug, Default)]
@@ -65,11 +76,15 @@ impl Metrics {
     }
 
     pub fn reload(&self, ok: bool) {
-        self.with(|m| {
-            *m.reloads
-                .entry(if ok { "ok" } else { "failed" })
-                .or_insert(0) += 1
-        });
+        self.with(|m| *m.reloads.entry(outcome(ok)).or_insert(0) += 1);
+    }
+
+    pub fn inventory_read(&self, ok: bool) {
+        self.with(|m| *m.inventory_reads.entry(outcome(ok)).or_insert(0) += 1);
+    }
+
+    pub fn tls_reload(&self, ok: bool) {
+        self.with(|m| *m.tls_reloads.entry(outcome(ok)).or_insert(0) += 1);
     }
 
     /// The exposition text; `revision` and `gpus` (model, healthy → count) are current.
@@ -93,10 +108,16 @@ impl Metrics {
             for ((a, r), n) in &m.decisions {
                 let _ = writeln!(out, "gantry_admission_decisions_total{{action=\"{}\",reason=\"{}\"}} {n}", esc(a), esc(r));
             }
-            out.push_str("# HELP gantry_policy_reloads_total Policy reloads by result.\n# TYPE gantry_policy_reloads_total counter\n");
-            for result in ["ok", "failed"] {
-                let n = m.reloads.get(result).copied().unwrap_or(0);
-                let _ = writeln!(out, "gantry_policy_reloads_total{{result=\"{result}\"}} {n}");
+            for (name, help, counts) in [
+                ("gantry_policy_reloads_total", "Policy reloads by result.", &m.reloads),
+                ("gantry_inventory_reads_total", "Inventory reads (NVML or fleet file) by result.", &m.inventory_reads),
+                ("gantry_tls_reloads_total", "Certificate reloads after the files changed, by result.", &m.tls_reloads),
+            ] {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+                for result in ["ok", "failed"] {
+                    let n = counts.get(result).copied().unwrap_or(0);
+                    let _ = writeln!(out, "{name}{{result=\"{result}\"}} {n}");
+                }
             }
         });
         out.push_str("# HELP gantry_policy_info The policy revision being served.\n# TYPE gantry_policy_info gauge\n");

@@ -1,15 +1,20 @@
-//! `gantry serve`: the admission webhook, plan API, status, health and metrics over HTTP
-//! (tokio + axum), with the policy directory watched (notify) and reloaded atomically — an
-//! invalid or half-written policy never replaces the running one.
+//! `gantry serve`: the admission webhook, scheduler extender, plan API, status, health and
+//! metrics over HTTP or HTTPS (tokio, axum, hyper, rustls). One event loop handles a fixed
+//! set of events — the policy directory changed (notify), an inventory tick (NVML or the
+//! fleet file re-read; the certificate re-read if it changed), shutdown — so reloads never
+//! race each other. An invalid or half-written policy never replaces the running one.
 
 pub mod admission;
 pub mod app;
 pub mod extender;
+pub mod listen;
 pub mod metrics;
 pub mod pod;
 pub mod state;
+pub mod tls;
 
-use state::{AppState, FleetFile, Inventory, InventorySource};
+use crate::inventory::nvml::probe::{HostInfo, NvmlProbe};
+use state::{AppState, FleetFile, InventorySource, NvmlInventory};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -35,8 +40,23 @@ pub struct ServeArgs {
     /// The fleet file `auto` falls back to; default: `fleet.toml` in the policy directory.
     #[arg(long)]
     pub fleet: Option<PathBuf>,
+    /// Seconds between inventory reads (NVML health, fleet file edits, certificate renewal).
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub inventory_interval: u64,
+    /// The node name for NVML inventory (default: $NODE_NAME, else the hostname).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// The pool NVML-read GPUs belong to.
+    #[arg(long)]
+    pub pool: Option<String>,
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// PEM certificate chain to serve HTTPS with (re-read when the file changes).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key for --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Serve plain HTTP on a non-loopback address (Kubernetes calls webhooks over HTTPS
     /// only; use this behind a TLS-terminating proxy).
     #[arg(long)]
@@ -52,18 +72,30 @@ fn now() -> i64 {
 }
 
 /// The inventory source `--inventory` names; `auto` says in the log why it fell back.
-fn inventory_source(args: &ServeArgs) -> Result<Box<dyn InventorySource>, String> {
+fn inventory_source(args: &ServeArgs) -> Result<Arc<dyn InventorySource>, String> {
     let fallback = args
         .fleet
         .clone()
         .unwrap_or_else(|| args.policy.join("fleet.toml"));
+    let nvml = || {
+        NvmlProbe::start(HostInfo::detect(args.node_name.as_deref())).map(|probe| {
+            Arc::new(NvmlInventory {
+                probe: Box::new(probe),
+                pool: args.pool.clone(),
+            }) as Arc<dyn InventorySource>
+        })
+    };
     match args.inventory.as_str() {
-        "nvml" => Err("NVML support is not built into this gantry yet; give a fleet file with --inventory FILE".into()),
-        "auto" => {
-            tracing::warn!(fleet = %fallback.display(), "NVML is not available in this build; using the fleet file");
-            Ok(Box::new(FleetFile(fallback)))
-        }
-        path => Ok(Box::new(FleetFile(PathBuf::from(path)))),
+        "nvml" => nvml()
+            .map_err(|e| format!("--inventory nvml: {e}; give a fleet file with --inventory FILE")),
+        "auto" => match nvml() {
+            Ok(source) => Ok(source),
+            Err(error) => {
+                tracing::info!(%error, fleet = %fallback.display(), "NVML is not available; using the fleet file");
+                Ok(Arc::new(FleetFile(fallback)))
+            }
+        },
+        path => Ok(Arc::new(FleetFile(PathBuf::from(path)))),
     }
 }
 
@@ -83,56 +115,80 @@ fn init_logs(format: LogFormat) {
 
 /// Runs the service until SIGINT or SIGTERM. Returns the exit code.
 pub fn run(args: &ServeArgs) -> Result<(), String> {
-    if !args.listen.ip().is_loopback() && !args.insecure_http {
+    if !args.listen.ip().is_loopback() && !args.insecure_http && args.tls_cert.is_none() {
         return Err(format!(
-            "{} is not a loopback address: Kubernetes calls webhooks over HTTPS only. TLS termination is not built into gantry yet; put a TLS proxy in front and pass --insecure-http",
+            "{} is not a loopback address: Kubernetes calls webhooks over HTTPS only. Give --tls-cert and --tls-key, or put a TLS proxy in front and pass --insecure-http",
             args.listen
         ));
     }
     init_logs(args.log_format);
+    let certificates = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(Arc::new(tls::Certificates::load(cert, key)?)),
+        _ => None,
+    };
+    let tls_config = certificates.clone().map(tls::server_config).transpose()?;
     let state = Arc::new(AppState::new(Box::new(now)));
     state
         .reload_policy(&args.policy)
         .map_err(|e| format!("policy `{}`: {e}", args.policy.display()))?;
     let source = inventory_source(args)?;
-    let fleet = source.read()?;
-    state.set_inventory(Inventory {
-        fleet: Arc::new(fleet),
-        source: source.name(),
-        read_at: now(),
-        error: None,
-    });
+    state
+        .refresh_inventory(source.as_ref())
+        .map_err(|e| format!("inventory {}: {e}", source.name()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
-    runtime.block_on(serve(state, args))
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let (policy_changed, changes) = tokio::sync::mpsc::unbounded_channel();
+        let _watcher = watch_dir(&args.policy, policy_changed)?;
+        announce(&state, args, tls_config.is_some());
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(listen::serve(
+            listener,
+            app::app(state.clone()),
+            tls_config,
+            listen::Deadlines::default(),
+            async move {
+                let mut stopped = stopped;
+                let _ = stopped.wait_for(|s| *s).await;
+            },
+        ));
+        let events = Events {
+            state: state.clone(),
+            policy_dir: args.policy.clone(),
+            source: Some(source),
+            certificates,
+            interval: Duration::from_secs(args.inventory_interval),
+        };
+        events.run(changes, shutdown()).await;
+        let _ = stop.send(true);
+        let _ = server.await;
+        tracing::info!("shut down");
+        Ok(())
+    })
 }
 
-async fn serve(state: Arc<AppState>, args: &ServeArgs) -> Result<(), String> {
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
-    let _watcher = watch(state.clone(), &args.policy)?;
-    if let (Some(p), Some(i)) = (state.policy(), state.inventory()) {
-        eprintln!(
-            "gantry serve: policy {} ({}, {} files), inventory {} ({} nodes, {} GPUs)\nlistening on http://{}\n  try: curl -s http://{}/v1/status",
-            p.dir.display(),
-            p.revision,
-            p.files.len(),
-            i.source,
-            i.fleet.nodes.len(),
-            i.fleet.gpu_count(),
-            args.listen,
-            args.listen
-        );
-    }
-    axum::serve(listener, app::app(state))
-        .with_graceful_shutdown(shutdown())
-        .await
-        .map_err(|e| format!("server error: {e}"))?;
-    tracing::info!("shut down");
-    Ok(())
+fn announce(state: &AppState, args: &ServeArgs, https: bool) {
+    let (Some(p), Some(i)) = (state.policy(), state.inventory()) else {
+        return;
+    };
+    let scheme = if https { "https" } else { "http" };
+    let insecure = if https { "k" } else { "" };
+    eprintln!(
+        "gantry serve: policy {} ({}, {} files), inventory {} ({} nodes, {} GPUs)\nlistening on {scheme}://{}\n  try: curl -s{insecure} {scheme}://{}/v1/status",
+        p.dir.display(),
+        p.revision,
+        p.files.len(),
+        i.source,
+        i.fleet.nodes.len(),
+        i.fleet.gpu_count(),
+        args.listen,
+        args.listen
+    );
 }
 
 async fn shutdown() {
@@ -157,34 +213,140 @@ async fn shutdown() {
     tracing::info!("shutting down: finishing requests in flight");
 }
 
-/// Watches the policy directory; each burst of changes (debounced) reloads it. The
-/// watcher lives as long as the returned value.
-pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<notify::RecommendedWatcher, String> {
+/// The events the service reacts to, one at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Event {
+    PolicyChanged,
+    InventoryTick,
+    Shutdown,
+}
+
+/// What the event loop acts on.
+pub struct Events {
+    pub state: Arc<AppState>,
+    pub policy_dir: PathBuf,
+    /// `None`: the inventory stays as it is.
+    pub source: Option<Arc<dyn InventorySource>>,
+    pub certificates: Option<Arc<tls::Certificates>>,
+    pub interval: Duration,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events")
+            .field("policy_dir", &self.policy_dir)
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Events {
+    /// Runs until `shutdown` resolves: a burst of file changes (debounced) reloads the
+    /// policy; each tick re-reads the inventory and the certificate.
+    pub async fn run(
+        &self,
+        mut changes: tokio::sync::mpsc::UnboundedReceiver<()>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        tokio::pin!(shutdown);
+        let mut ticks = tokio::time::interval(self.interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks.tick().await; // the first tick is now; the inventory was just read
+        loop {
+            let event = tokio::select! {
+                Some(()) = changes.recv() => Event::PolicyChanged,
+                _ = ticks.tick() => Event::InventoryTick,
+                () = &mut shutdown => Event::Shutdown,
+            };
+            match event {
+                Event::PolicyChanged => {
+                    // Let the burst settle, then drop what queued up meanwhile.
+                    tokio::time::sleep(DEBOUNCE).await;
+                    while changes.try_recv().is_ok() {}
+                    self.reload_policy().await;
+                }
+                Event::InventoryTick => self.tick().await,
+                Event::Shutdown => return,
+            }
+        }
+    }
+
+    async fn reload_policy(&self) {
+        let (state, dir) = (self.state.clone(), self.policy_dir.clone());
+        let result = tokio::task::spawn_blocking(move || state.reload_policy(&dir)).await;
+        match result {
+            Ok(Ok(revision)) => tracing::info!(%revision, "policy reloaded"),
+            Ok(Err(error)) => {
+                tracing::error!(%error, "policy reload refused; the last good revision keeps serving");
+            }
+            Err(error) => tracing::error!(%error, "policy reload failed"),
+        }
+    }
+
+    async fn tick(&self) {
+        if let Some(source) = &self.source {
+            let (state, reader) = (self.state.clone(), source.clone());
+            let result =
+                tokio::task::spawn_blocking(move || state.refresh_inventory(reader.as_ref())).await;
+            match result {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => tracing::error!(
+                    %error,
+                    source = %source.name(),
+                    "inventory read failed; the last good inventory stays in use"
+                ),
+                Err(error) => tracing::error!(%error, "inventory read failed"),
+            }
+        }
+        if let Some(certificates) = &self.certificates {
+            match certificates.refresh() {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.state.metrics.tls_reload(true);
+                    tracing::info!("TLS certificate reloaded");
+                }
+                Err(error) => {
+                    self.state.metrics.tls_reload(false);
+                    tracing::error!(%error, "TLS certificate changed but does not load; the current one keeps serving");
+                }
+            }
+        }
+    }
+}
+
+/// Watches `dir`; every change that is not a read sends on `changed`. The watcher lives
+/// as long as the returned value.
+pub fn watch_dir(
+    dir: &Path,
+    changed: tokio::sync::mpsc::UnboundedSender<()>,
+) -> Result<notify::RecommendedWatcher, String> {
     use notify::Watcher;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
         // Reading the files (as a reload does) is not a change.
         if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
-            let _ = tx.send(());
+            let _ = changed.send(());
         }
     })
     .map_err(|e| format!("cannot watch `{}`: {e}", dir.display()))?;
     watcher
         .watch(dir, notify::RecursiveMode::Recursive)
         .map_err(|e| format!("cannot watch `{}`: {e}", dir.display()))?;
-    let dir = dir.to_path_buf();
-    tokio::spawn(async move {
-        while rx.recv().await.is_some() {
-            // Let the burst settle, then drop what queued up meanwhile.
-            tokio::time::sleep(DEBOUNCE).await;
-            while rx.try_recv().is_ok() {}
-            match state.reload_policy(&dir) {
-                Ok(revision) => tracing::info!(%revision, "policy reloaded"),
-                Err(error) => {
-                    tracing::error!(%error, "policy reload refused; the last good revision keeps serving")
-                }
-            }
-        }
-    });
+    Ok(watcher)
+}
+
+/// Watches the policy directory and reloads it on change, with no inventory ticks: the
+/// event loop with a fixed inventory, for tests and embedding. The watcher lives as long
+/// as the returned value.
+pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<notify::RecommendedWatcher, String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let watcher = watch_dir(dir, tx)?;
+    let events = Events {
+        state,
+        policy_dir: dir.to_path_buf(),
+        source: None,
+        certificates: None,
+        interval: Duration::from_secs(86_400),
+    };
+    tokio::spawn(async move { events.run(rx, std::future::pending()).await });
     Ok(watcher)
 }

@@ -5,6 +5,8 @@ use super::metrics::Metrics;
 use crate::cli::{files, policy};
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
+use crate::inventory::nvml::probe::NvmlProbe;
+use crate::inventory::nvml::{self, HostReading};
 use crate::inventory::{catalog, fleet_file};
 use lang::ir::Program;
 use std::collections::BTreeMap;
@@ -70,11 +72,19 @@ fn git_commit(dir: &Path) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// What one read of an inventory source saw: the fleet, and notes on what was assumed or
+/// could not be read (an NVML field refused, a GPU model gantry does not know).
+#[derive(Debug, Clone, Default)]
+pub struct Seen {
+    pub fleet: Fleet,
+    pub notes: Vec<String>,
+}
+
 /// Where GPUs are seen: NVML on this machine, or a fleet file.
 pub trait InventorySource: Send + Sync {
     /// `nvml` or `file:PATH`.
     fn name(&self) -> String;
-    fn read(&self) -> Result<Fleet, String>;
+    fn read(&self) -> Result<Seen, String>;
 }
 
 /// A fleet file as the inventory.
@@ -85,9 +95,51 @@ impl InventorySource for FleetFile {
     fn name(&self) -> String {
         format!("file:{}", self.0.display())
     }
-    fn read(&self) -> Result<Fleet, String> {
+    fn read(&self) -> Result<Seen, String> {
         let (name, text) = files::read_text(&self.0)?;
-        fleet_file::parse(&name, &text, catalog::stdlib_models()).map_err(|e| e.to_string())
+        let fleet =
+            fleet_file::parse(&name, &text, catalog::stdlib_models()).map_err(|e| e.to_string())?;
+        Ok(Seen {
+            fleet,
+            notes: Vec::new(),
+        })
+    }
+}
+
+/// Something that reads this host's GPUs: NVML, or a recorded reading in tests.
+pub trait HostProbe: Send + Sync {
+    fn read(&self) -> Result<HostReading, String>;
+}
+
+impl HostProbe for NvmlProbe {
+    fn read(&self) -> Result<HostReading, String> {
+        NvmlProbe::read(self)
+    }
+}
+
+/// This host's GPUs, read live, as a one-node fleet.
+pub struct NvmlInventory {
+    pub probe: Box<dyn HostProbe>,
+    pub pool: Option<String>,
+}
+
+impl std::fmt::Debug for NvmlInventory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmlInventory")
+            .field("pool", &self.pool)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InventorySource for NvmlInventory {
+    fn name(&self) -> String {
+        "nvml".into()
+    }
+    fn read(&self) -> Result<Seen, String> {
+        let reading = self.probe.read()?;
+        let (fleet, notes) =
+            nvml::fleet_from_reading(&reading, catalog::stdlib_models(), self.pool.as_deref());
+        Ok(Seen { fleet, notes })
     }
 }
 
@@ -96,7 +148,9 @@ pub struct Inventory {
     pub fleet: Arc<Fleet>,
     pub source: String,
     pub read_at: i64,
+    /// The last read's error; the fleet is then the one from the last good read.
     pub error: Option<String>,
+    pub notes: Vec<String>,
 }
 
 impl Inventory {
@@ -124,6 +178,8 @@ pub struct AppState {
     pub inventory: RwLock<Option<Inventory>>,
     pub metrics: Metrics,
     pub clock: Clock,
+    /// How long a request (its body included) may take before it is answered 408.
+    pub request_deadline: std::time::Duration,
 }
 
 impl std::fmt::Debug for AppState {
@@ -140,6 +196,7 @@ impl AppState {
             inventory: RwLock::new(None),
             metrics: Metrics::default(),
             clock,
+            request_deadline: super::app::REQUEST_DEADLINE,
         }
     }
 
@@ -166,6 +223,43 @@ impl AppState {
             Ok(mut slot) => *slot = Some(inventory),
             Err(poisoned) => *poisoned.into_inner() = Some(inventory),
         }
+    }
+
+    /// Reads `source` and makes what it saw the inventory. A failed read keeps the last
+    /// good fleet and records the error (in status, log and metrics); before any good read
+    /// there is no inventory and the service is not ready.
+    pub fn refresh_inventory(&self, source: &dyn InventorySource) -> Result<(), String> {
+        let now = self.now();
+        let result = source.read();
+        self.metrics.inventory_read(result.is_ok());
+        let next = match (result, self.inventory()) {
+            (Ok(seen), _) => Inventory {
+                fleet: Arc::new(seen.fleet),
+                source: source.name(),
+                read_at: now,
+                error: None,
+                notes: seen.notes,
+            },
+            (Err(e), Some(last)) => {
+                let kept = Inventory {
+                    error: Some(e.clone()),
+                    ..last
+                };
+                self.set_inventory(kept);
+                return Err(e);
+            }
+            (Err(e), None) => return Err(e),
+        };
+        let changed = self
+            .inventory()
+            .is_none_or(|last| last.fleet != next.fleet || last.notes != next.notes);
+        if changed {
+            for note in &next.notes {
+                tracing::warn!(%note, source = %next.source, "inventory");
+            }
+        }
+        self.set_inventory(next);
+        Ok(())
     }
 
     /// Loads the policy in `dir` and swaps it in if it checks; otherwise keeps the running
