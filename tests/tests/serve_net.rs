@@ -406,3 +406,69 @@ async fn the_inventory_tick_picks_up_fleet_file_edits() {
         .expect("the loop ends on shutdown")
         .unwrap();
 }
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_directory_that_disappears_and_returns() {
+    let root = scratch("vanish");
+    let dir = root.join("policy");
+    copy_dir(&repo().join("policies/onprem-dgx"), &dir);
+    let state = Arc::new(AppState::new(Box::new(|| 1_795_000_000)));
+    let first = state.reload_policy(&dir).unwrap();
+    let events = Events {
+        state: state.clone(),
+        policy_dir: dir.clone(),
+        source: None,
+        certificates: None,
+        interval: Duration::from_millis(100),
+    };
+    let (_tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        events
+            .run(rx, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    let started = Instant::now();
+    let wait = |what: &'static str, done: &dyn Fn() -> bool| {
+        while !done() {
+            assert!(started.elapsed() < Duration::from_secs(5), "{what}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    std::fs::remove_dir_all(&dir).unwrap();
+    wait("the tick never noticed the directory was gone", &|| {
+        state.reload_status().ok == Some(false)
+    });
+    assert_eq!(
+        state.policy().unwrap().revision,
+        first,
+        "the last good policy serves on"
+    );
+    let error = state.reload_status().error.unwrap();
+    assert!(error.contains("policy"), "{error}");
+    // Back, with one more rule: picked up by the periodic check, no watcher needed.
+    copy_dir(&repo().join("policies/onprem-dgx"), &dir);
+    let rules = dir.join("rules.gantry");
+    let text = std::fs::read_to_string(&rules).unwrap();
+    std::fs::write(
+        &rules,
+        format!("{text}rule big: warn if job.gpus > 32 gpu \"big job\"\n"),
+    )
+    .unwrap();
+    wait("the tick never reloaded the returned directory", &|| {
+        state.policy().unwrap().revision != first
+    });
+    assert_eq!(state.reload_status().ok, Some(true));
+    stop.send(()).unwrap();
+    running.await.unwrap();
+}

@@ -242,7 +242,8 @@ impl std::fmt::Debug for Events {
 
 impl Events {
     /// Runs until `shutdown` resolves: a burst of file changes (debounced) reloads the
-    /// policy; each tick re-reads the inventory and the certificate.
+    /// policy; each tick re-hashes the policy files (reloading what the watcher missed)
+    /// and re-reads the inventory and the certificate.
     pub async fn run(
         &self,
         mut changes: tokio::sync::mpsc::UnboundedReceiver<()>,
@@ -284,6 +285,19 @@ impl Events {
     }
 
     async fn tick(&self) {
+        let (state, dir) = (self.state.clone(), self.policy_dir.clone());
+        if let Ok(Some(result)) =
+            tokio::task::spawn_blocking(move || state.reload_if_changed(&dir)).await
+        {
+            match result {
+                Ok(revision) => {
+                    tracing::info!(%revision, "policy reloaded (found by the periodic check)")
+                }
+                Err(error) => {
+                    tracing::error!(%error, "policy reload refused; the last good revision keeps serving")
+                }
+            }
+        }
         if let Some(source) = &self.source {
             let (state, reader) = (self.state.clone(), source.clone());
             let result =

@@ -26,9 +26,8 @@ pub struct LoadedPolicy {
     pub mig: MigTable,
 }
 
-/// Checks the policy in `dir`; the error is the rendered diagnostics (or why the files
-/// could not be read).
-pub fn load_policy(dir: &Path, now: i64) -> Result<LoadedPolicy, String> {
+/// The policy files in `dir` as (name, text), unchecked, and their content hash.
+pub fn read_policy(dir: &Path) -> Result<(Vec<(String, String)>, String), String> {
     let found = files::find_policies(&[dir.to_path_buf()]).map_err(|e| e.0)?;
     let chosen = policy::one_policy(dir, found)?;
     let mut inputs = Vec::new();
@@ -36,6 +35,22 @@ pub fn load_policy(dir: &Path, now: i64) -> Result<LoadedPolicy, String> {
         inputs.push(files::read_text(f)?);
     }
     let revision = policy::content_hash(&inputs);
+    Ok((inputs, revision))
+}
+
+/// Checks the policy in `dir`; the error is the rendered diagnostics (or why the files
+/// could not be read).
+pub fn load_policy(dir: &Path, now: i64) -> Result<LoadedPolicy, String> {
+    let (inputs, revision) = read_policy(dir)?;
+    check_policy(dir, inputs, revision, now)
+}
+
+fn check_policy(
+    dir: &Path,
+    inputs: Vec<(String, String)>,
+    revision: String,
+    now: i64,
+) -> Result<LoadedPolicy, String> {
     let checked = lang::check(&inputs);
     let Some(program) = checked.program else {
         let rendered: String = checked
@@ -168,6 +183,8 @@ pub struct ReloadStatus {
     pub at: Option<i64>,
     pub ok: Option<bool>,
     pub error: Option<String>,
+    /// The content hash of the files this reload read (none if they could not be read).
+    pub revision: Option<String>,
 }
 
 pub type Clock = Box<dyn Fn() -> i64 + Send + Sync>;
@@ -265,12 +282,39 @@ impl AppState {
     /// Loads the policy in `dir` and swaps it in if it checks; otherwise keeps the running
     /// one and records the error. Returns the outcome.
     pub fn reload_policy(&self, dir: &Path) -> Result<String, String> {
+        self.reload_read(dir, read_policy(dir))
+    }
+
+    /// Reloads only if the files differ from the running policy and from the last
+    /// refused attempt: the polling safety net for changes the watcher cannot see (a
+    /// directory deleted and made again, network file systems). `None`: nothing new.
+    pub fn reload_if_changed(&self, dir: &Path) -> Option<Result<String, String>> {
+        let read = read_policy(dir);
+        let last = self.reload_status();
+        let running = self.policy().map(|p| p.revision.clone());
+        let unchanged = match &read {
+            Ok((_, hash)) => {
+                running.as_ref() == Some(hash)
+                    || (last.ok == Some(false) && last.revision.as_ref() == Some(hash))
+            }
+            Err(e) => last.ok == Some(false) && last.error.as_ref() == Some(e),
+        };
+        (!unchanged).then(|| self.reload_read(dir, read))
+    }
+
+    fn reload_read(
+        &self,
+        dir: &Path,
+        read: Result<(Vec<(String, String)>, String), String>,
+    ) -> Result<String, String> {
         let now = self.now();
-        let result = load_policy(dir, now);
+        let tried = read.as_ref().ok().map(|(_, hash)| hash.clone());
+        let result = read.and_then(|(inputs, revision)| check_policy(dir, inputs, revision, now));
         let status = ReloadStatus {
             at: Some(now),
             ok: Some(result.is_ok()),
             error: result.as_ref().err().cloned(),
+            revision: tried,
         };
         match self.reload.lock() {
             Ok(mut r) => *r = status,
