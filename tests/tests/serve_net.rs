@@ -290,7 +290,17 @@ fn nvml_readings_become_fleets() {
     );
     assert!(!gpus[3].healthy, "XID 79");
     assert!(gpus[5].healthy, "application XIDs only");
-    assert_eq!(gpus[7].mig, Some(Vec::new()));
+    let instances: Vec<(String, u32)> = gpus[7]
+        .mig
+        .as_ref()
+        .unwrap()
+        .iter()
+        .map(|i| (i.profile.clone(), i.start))
+        .collect();
+    assert_eq!(
+        instances,
+        [("3g.40gb".to_string(), 4), ("1g.10gb".to_string(), 0)]
+    );
     assert!(gpus.iter().all(|g| g.model == "H100-SXM5-80GB"));
     let (pcie, _) = nvml::fleet_from_reading(&reading("pcie-mixed.reading.json"), models, None);
     let islands: Vec<Option<u32>> = pcie.nodes[0].gpus.iter().map(|g| g.nvlink_island).collect();

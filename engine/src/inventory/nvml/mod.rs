@@ -5,7 +5,7 @@
 
 pub mod probe;
 
-use crate::core::fleet::{Fleet, Gpu, Node};
+use crate::core::fleet::{Fleet, Gpu, MigInstance, Node};
 use lang::ir::GpuModel;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -35,6 +35,10 @@ pub struct DeviceReading {
     /// switch (NVML's `Internal` / `Single`).
     #[serde(default)]
     pub pcie_switch_peers: Vec<u32>,
+    /// The GPU instances that exist on a MIG-mode GPU, as `nvidia-smi mig -lgi` lists them
+    /// (nvml-wrapper has no safe call for them); `None` when they could not be listed.
+    #[serde(default)]
+    pub mig_instances: Option<Vec<MigInstanceReading>>,
     /// Volatile uncorrected ECC errors since the driver loaded.
     pub ecc_uncorrected: Option<u64>,
     /// Critical XIDs seen since gantry started watching.
@@ -42,6 +46,39 @@ pub struct DeviceReading {
     pub xids: Vec<u64>,
     #[serde(default)]
     pub errors: Vec<String>,
+}
+
+/// A GPU instance: its profile (`3g.40gb`) and first memory slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MigInstanceReading {
+    pub profile: String,
+    pub start: u32,
+}
+
+/// The GPU instances per GPU index in the table `nvidia-smi mig -lgi` prints:
+/// rows `| GPU  MIG <profile>  <profile id>  <instance id>  <start>:<size> |`. A `+me`
+/// (media extensions) profile takes the same slots as its base profile.
+pub fn parse_mig_instances(text: &str) -> BTreeMap<u32, Vec<MigInstanceReading>> {
+    let mut out: BTreeMap<u32, Vec<MigInstanceReading>> = BTreeMap::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line.trim().trim_matches('|').split_whitespace().collect();
+        let [gpu, "MIG", profile, _profile_id, _instance_id, placement] = cells.as_slice() else {
+            continue;
+        };
+        let (Ok(gpu), Some(Ok(start))) = (
+            gpu.parse::<u32>(),
+            placement.split(':').next().map(str::parse::<u32>),
+        ) else {
+            continue;
+        };
+        let base = profile.split('+').next().unwrap_or(profile);
+        out.entry(gpu).or_default().push(MigInstanceReading {
+            profile: base.to_string(),
+            start,
+        });
+    }
+    out
 }
 
 /// One machine as NVML sees it, plus what the OS says about CPU and memory.
@@ -197,14 +234,39 @@ pub fn node_from_reading(
         let knows_mig = models
             .iter()
             .any(|m| m.id == model && !m.mig_profiles.is_empty());
+        let profiles = models
+            .iter()
+            .find(|m| m.id == model)
+            .map_or(&[][..], |m| m.mig_profiles.as_slice());
+        let mut mig_healthy = true;
         let mig = match (d.mig_enabled, knows_mig) {
-            (true, true) => {
-                notes.push(format!(
-                    "GPU {} is in MIG mode; its instances are not read through NVML, so all slots count as free",
-                    d.index
-                ));
-                Some(Vec::new())
-            }
+            (true, true) => match &d.mig_instances {
+                None => {
+                    notes.push(format!(
+                        "GPU {} is in MIG mode but its instances could not be listed (nvidia-smi mig -lgi), so all slots count as free",
+                        d.index
+                    ));
+                    Some(Vec::new())
+                }
+                Some(list) => {
+                    let mut kept = Vec::new();
+                    for i in list {
+                        if profiles.iter().any(|p| p.name == i.profile) {
+                            kept.push(MigInstance {
+                                profile: i.profile.clone(),
+                                start: i.start,
+                            });
+                        } else {
+                            notes.push(format!(
+                                "GPU {} has a MIG instance of profile {} that gantry does not know for {model}; the GPU is left out of placement",
+                                d.index, i.profile
+                            ));
+                            mig_healthy = false;
+                        }
+                    }
+                    Some(kept)
+                }
+            },
             (true, false) => {
                 notes.push(format!(
                     "GPU {} is in MIG mode but gantry knows no MIG profiles for `{model}`; it is left out of placement",
@@ -222,7 +284,7 @@ pub fn node_from_reading(
             model,
             nvlink_island: island,
             // A MIG GPU whose profiles are unknown cannot be placed on safely.
-            healthy: healthy && (knows_mig || !d.mig_enabled),
+            healthy: healthy && mig_healthy && (knows_mig || !d.mig_enabled),
             mig,
         });
     }
@@ -314,6 +376,35 @@ mod tests {
             islands(&[gpu(0, "a", &[]), gpu(1, "b", &[])]),
             vec![None, None]
         );
+    }
+
+    #[test]
+    fn mig_instances_from_nvidia_smi() {
+        let text = "\
++-------------------------------------------------------+
+| GPU instances:                                        |
+| GPU   Name             Profile  Instance   Placement  |
+|                          ID       ID       Start:Size |
+|=======================================================|
+|   0  MIG 1g.10gb          19        9          6:1     |
++-------------------------------------------------------+
+|   0  MIG 3g.40gb           9        2          0:4     |
++-------------------------------------------------------+
+|   1  MIG 1g.10gb+me       20       13          2:1     |
++-------------------------------------------------------+
+";
+        let got = parse_mig_instances(text);
+        let at = |gpu: u32| -> Vec<(String, u32)> {
+            got.get(&gpu)
+                .map(|v| v.iter().map(|i| (i.profile.clone(), i.start)).collect())
+                .unwrap_or_default()
+        };
+        assert_eq!(
+            at(0),
+            vec![("1g.10gb".to_string(), 6), ("3g.40gb".to_string(), 0)]
+        );
+        assert_eq!(at(1), vec![("1g.10gb".to_string(), 2)]);
+        assert!(parse_mig_instances("No MIG-enabled devices found.").is_empty());
     }
 
     #[test]

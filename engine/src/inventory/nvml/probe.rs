@@ -185,7 +185,16 @@ fn read(
     let count = nvml
         .device_count()
         .map_err(|e| format!("NVML cannot count GPUs: {e}"))?;
-    let devices = (0..count).map(|i| device(nvml, i, count, xids)).collect();
+    let mut devices: Vec<DeviceReading> =
+        (0..count).map(|i| device(nvml, i, count, xids)).collect();
+    if devices.iter().any(|d| d.mig_enabled) {
+        let listed = list_mig_instances();
+        for d in devices.iter_mut().filter(|d| d.mig_enabled) {
+            d.mig_instances = listed
+                .as_ref()
+                .map(|all| all.get(&d.index).cloned().unwrap_or_default());
+        }
+    }
     Ok(HostReading {
         node_name: host.node_name.clone(),
         cpu_milli: host.cpu_milli,
@@ -195,6 +204,21 @@ fn read(
         devices,
         notes: notes.to_vec(),
     })
+}
+
+/// The GPU instances per GPU from `nvidia-smi mig -lgi`; `None` when it cannot run.
+fn list_mig_instances() -> Option<BTreeMap<u32, Vec<super::MigInstanceReading>>> {
+    let out = std::process::Command::new("nvidia-smi")
+        .args(["mig", "-lgi"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    // "No GPU instances found" exits non-zero but is an answer: no instances.
+    if !out.status.success() && !text.contains("No GPU instances found") {
+        return None;
+    }
+    Some(super::parse_mig_instances(&text))
 }
 
 /// One GPU; each field NVML refuses is left out and named in `errors` (NotSupported is
