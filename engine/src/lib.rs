@@ -5,6 +5,7 @@ pub mod cli;
 pub mod core;
 pub mod decide;
 pub mod inventory;
+pub mod lsp;
 pub mod scale;
 pub mod serve;
 pub mod sim;

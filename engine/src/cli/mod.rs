@@ -122,11 +122,14 @@ enum Command {
     /// One decision cycle: admission, queue order, quotas, preemption, backfill; the plan
     /// with a reason for every job that waits.
     Plan(plan::PlanArgs),
-    /// Read a fleet file, check it, and print the expanded fleet as JSON.
+    /// What GPUs gantry sees (NVML, a fleet file, or a saved NVML reading), printed in the
+    /// fleet format.
     Inventory(inventory::InventoryArgs),
-    /// Serve the admission webhook, the plan API, status and metrics over HTTP, reloading
-    /// the policy when its files change.
+    /// Serve the admission webhook, scheduler extender, plan API, status and metrics over
+    /// HTTP or HTTPS, reloading the policy when its files change.
     Serve(crate::serve::ServeArgs),
+    /// A language server over standard input and output (LSP), for editors.
+    Lsp,
     /// Run policy tests (`*.test.toml` next to the policies): admission, placement,
     /// reasons, victims and scale decisions against expectations.
     Test(test::TestArgs),
@@ -169,6 +172,10 @@ where
         Command::Diff(args) => diff::run(&args, io),
         Command::Test(args) => test::run(&args, io),
         Command::Serve(args) => match crate::serve::run(&args) {
+            Ok(()) => EXIT_OK,
+            Err(e) => fail(io, e),
+        },
+        Command::Lsp => match crate::lsp::run() {
             Ok(()) => EXIT_OK,
             Err(e) => fail(io, e),
         },

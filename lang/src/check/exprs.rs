@@ -45,7 +45,8 @@ pub struct Typed {
     pub zero: bool,
 }
 
-const JOB_FIELDS: &[&str] = &[
+/// The fields a rule condition can read as `job.FIELD`.
+pub const JOB_FIELDS: &[&str] = &[
     "id",
     "name",
     "namespace",
@@ -232,6 +233,12 @@ impl Checker<'_> {
     }
 
     fn infer(&mut self, e: &ast::Expr, expected: Option<&Ty>, ctx: &Ctx<'_>) -> Option<Typed> {
+        let t = self.infer_kind(e, expected, ctx)?;
+        self.typed.push((e.span, t.ty.describe()));
+        Some(t)
+    }
+
+    fn infer_kind(&mut self, e: &ast::Expr, expected: Option<&Ty>, ctx: &Ctx<'_>) -> Option<Typed> {
         match &e.kind {
             ExprKind::Error => None,
             ExprKind::Quantity { value, unit, text } => {

@@ -5,6 +5,7 @@
 mod analysis;
 mod blocks;
 mod exprs;
+pub mod index;
 mod program;
 pub mod types;
 
@@ -25,6 +26,8 @@ pub struct Checked {
     /// Present when no error was found (warnings allowed).
     pub program: Option<Program>,
     pub diagnostics: Vec<Diagnostic>,
+    /// Definitions, names in scope and expression types, for editors.
+    pub index: index::Index,
 }
 
 impl Checked {
@@ -53,13 +56,13 @@ pub fn check(files: &[(String, String)]) -> Checked {
     });
     let mut asts: BTreeMap<FileId, ast::File> = parsed.iter().cloned().collect();
     load_imports(&mut world, &mut sources, &mut asts, 0, &mut diagnostics);
-    let program = {
+    let (program, index) = {
         let mut checker = Checker::new(&world, &asts);
         checker.collect_definitions();
         checker.resolve_imports();
         let program = checker.lower();
         diagnostics.append(&mut checker.diags);
-        program
+        (program, checker.index(0))
     };
     sort_diagnostics(&mut diagnostics);
     let has_errors = diagnostics.iter().any(Diagnostic::is_error);
@@ -68,6 +71,7 @@ pub fn check(files: &[(String, String)]) -> Checked {
         files: parsed,
         program: if has_errors { None } else { Some(program) },
         diagnostics,
+        index,
     }
 }
 
@@ -78,6 +82,8 @@ fn sort_diagnostics(diags: &mut Vec<Diagnostic>) {
     });
     diags.dedup();
 }
+
+pub use exprs::JOB_FIELDS;
 
 pub(crate) type ModuleId = usize;
 
@@ -197,6 +203,8 @@ pub(crate) struct Checker<'a> {
     pub diags: Vec<Diagnostic>,
     /// Spans of lowered values the static analyses point at, keyed `kind/name/field`.
     pub spans: BTreeMap<String, Span>,
+    /// Every expression typed, with its type described, for editors.
+    pub typed: Vec<(Span, String)>,
 }
 
 impl<'a> Checker<'a> {
@@ -211,6 +219,7 @@ impl<'a> Checker<'a> {
             unnamed: vec![Vec::new(); n],
             diags: Vec::new(),
             spans: BTreeMap::new(),
+            typed: Vec::new(),
         }
     }
 

@@ -1,0 +1,75 @@
+//! `gantry lsp`: a language server over stdio (tower-lsp). `analysis` checks a policy and
+//! answers editor queries; `server` keeps the open documents, re-checks the policy a
+//! document belongs to (its directory's `.gantry` files, open buffers over disk) and
+//! publishes diagnostics.
+
+pub mod analysis;
+pub mod position;
+pub mod server;
+
+/// Serves LSP on standard input and output until the client exits.
+pub fn run() -> Result<(), String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async {
+        let (service, socket) = tower_lsp::LspService::new(server::Backend::new);
+        let (exited, on_exit) = tokio::sync::oneshot::channel();
+        let service = ExitOnExit {
+            inner: service,
+            exited: Some(exited),
+        };
+        // tower-lsp stops serving after `exit` only when the next message arrives or the
+        // client closes the pipe; the protocol says the process ends at `exit`.
+        tokio::select! {
+            () = tower_lsp::Server::new(tokio::io::stdin(), tokio::io::stdout(), socket).serve(service) => {}
+            _ = on_exit => {}
+        }
+    });
+    // The stdin reader is a blocking thread stuck in read() until the client closes the
+    // pipe; after `exit` the server must not wait for it.
+    runtime.shutdown_background();
+    Ok(())
+}
+
+/// Passes every message through and signals once the `exit` notification has been handled.
+struct ExitOnExit<S> {
+    inner: S,
+    exited: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl<S> tower::Service<tower_lsp::jsonrpc::Request> for ExitOnExit<S>
+where
+    S: tower::Service<tower_lsp::jsonrpc::Request>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future =
+        std::pin::Pin<Box<dyn std::future::Future<Output = Result<S::Response, S::Error>> + Send>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: tower_lsp::jsonrpc::Request) -> Self::Future {
+        let exit = (request.method() == "exit")
+            .then(|| self.exited.take())
+            .flatten();
+        let fut = self.inner.call(request);
+        Box::pin(async move {
+            let result = fut.await;
+            if let Some(tx) = exit {
+                let _ = tx.send(());
+            }
+            result
+        })
+    }
+}
