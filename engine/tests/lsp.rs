@@ -272,7 +272,14 @@ fn an_editor_session() {
     );
     let names = lsp.request("textDocument/completion", at(&teams, 4, 0));
     let labels = strings(&names, "label");
-    for name in ["training", "dgx_h100", "ml", "team", "rule"] {
+    for name in [
+        "training",
+        "dgx_h100",
+        "ml",
+        "team",
+        "rule",
+        "h100_sxm5_80gb",
+    ] {
         assert!(labels.contains(&name), "{name} in {labels:?}");
     }
 

@@ -235,6 +235,19 @@ impl Analysis {
                 items.push(it);
             }
         }
+        // Every GPU model the stdlib knows, imported or not (`use std.gpus` brings them in).
+        for m in crate::inventory::catalog::stdlib_models() {
+            if !self.checked.index.scope.contains_key(&m.name) {
+                let mut it = item(&m.name, CompletionItemKind::CLASS, "GPU model (std.gpus)");
+                it.documentation = Some(tower_lsp::lsp_types::Documentation::String(format!(
+                    "{} ({}), {} MiB",
+                    m.id,
+                    m.product.as_deref().unwrap_or("?"),
+                    m.memory_mib
+                )));
+                items.push(it);
+            }
+        }
         if head.contains("rule ") || head.trim_start().starts_with("rule") {
             items.push(item(
                 "job",
