@@ -361,6 +361,35 @@ async fn nvml_failing_mid_run_keeps_the_last_inventory_visible() {
     assert!(now.error.is_none());
 }
 
+/// The event loop with a 100 ms tick and no watcher; send on the sender to stop it.
+fn tick_every_100ms(
+    state: Arc<AppState>,
+    policy_dir: PathBuf,
+    source: Option<Arc<dyn engine::serve::state::InventorySource>>,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let events = Events {
+        state,
+        policy_dir,
+        source,
+        certificates: None,
+        interval: Duration::from_millis(100),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        // Kept open so the loop waits on ticks, not on a closed channel.
+        let (_changes, rx) = tokio::sync::mpsc::unbounded_channel();
+        events
+            .run(rx, async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    (stop, running)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inventory_tick_picks_up_fleet_file_edits() {
     let dir = scratch("tick");
@@ -375,22 +404,11 @@ async fn the_inventory_tick_picks_up_fleet_file_edits() {
         .unwrap();
     let source = Arc::new(FleetFile(fleet.clone()));
     state.refresh_inventory(source.as_ref()).unwrap();
-    let events = Events {
-        state: state.clone(),
-        policy_dir: repo().join("policies/onprem-dgx"),
-        source: Some(source),
-        certificates: None,
-        interval: Duration::from_millis(100),
-    };
-    let (_tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        events
-            .run(rx, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
+    let (stop, running) = tick_every_100ms(
+        state.clone(),
+        repo().join("policies/onprem-dgx"),
+        Some(source),
+    );
     std::fs::write(&fleet, node(4)).unwrap();
     let started = Instant::now();
     while state.inventory().unwrap().fleet.gpu_count() != 4 {
@@ -432,22 +450,7 @@ async fn a_policy_directory_that_disappears_and_returns() {
     copy_dir(&repo().join("policies/onprem-dgx"), &dir);
     let state = Arc::new(AppState::new(Box::new(|| 1_795_000_000)));
     let first = state.reload_policy(&dir).unwrap();
-    let events = Events {
-        state: state.clone(),
-        policy_dir: dir.clone(),
-        source: None,
-        certificates: None,
-        interval: Duration::from_millis(100),
-    };
-    let (_tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let running = tokio::spawn(async move {
-        events
-            .run(rx, async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
+    let (stop, running) = tick_every_100ms(state.clone(), dir.clone(), None);
     let started = Instant::now();
     let wait = |what: &'static str, done: &dyn Fn() -> bool| {
         while !done() {
