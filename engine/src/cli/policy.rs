@@ -66,17 +66,25 @@ pub fn load_sources(
     }
 }
 
-/// FNV-1a (64 bit) over each file's name and text: stable across runs and platforms.
+/// FNV-1a (64 bit): stable across runs and platforms, unlike the std hasher.
+pub(crate) fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// FNV-1a over each file's name and text.
 pub(crate) fn content_hash(inputs: &[(String, String)]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for (name, text) in inputs {
+    let h = fnv1a(inputs.iter().flat_map(|(name, text)| {
         let file = Path::new(name)
             .file_name()
             .map_or_else(|| name.clone(), |f| f.to_string_lossy().into_owned());
-        for b in file.bytes().chain([0]).chain(text.bytes()).chain([0]) {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+        let text = text.as_bytes().iter().copied();
+        file.into_bytes()
+            .into_iter()
+            .chain([0])
+            .chain(text)
+            .chain([0])
+    }));
     format!("fnv1a:{h:016x}")
 }

@@ -55,12 +55,7 @@ impl std::fmt::Debug for Backend {
 }
 
 fn hash(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
+    crate::cli::policy::fnv1a(text.bytes())
 }
 
 /// The file name the server uses for a URI: the path for `file:` URIs, else the URI.

@@ -231,13 +231,11 @@ pub fn node_from_reading(
         for e in &d.errors {
             notes.push(format!("GPU {}: {e}", d.index));
         }
-        let knows_mig = models
-            .iter()
-            .any(|m| m.id == model && !m.mig_profiles.is_empty());
         let profiles = models
             .iter()
             .find(|m| m.id == model)
             .map_or(&[][..], |m| m.mig_profiles.as_slice());
+        let knows_mig = !profiles.is_empty();
         let mut mig_healthy = true;
         let mig = match (d.mig_enabled, knows_mig) {
             (true, true) => match &d.mig_instances {
