@@ -225,7 +225,7 @@ fn jobs_the_new_nodes_will_hold_say_so() {
         .unwrap();
     assert_eq!(
         d["reason"]["unblock"],
-        "fits in pool spot after scale-up (nodes ready in about 420s)"
+        "fits in pool spot after scale-up (nodes ready in about 7m)"
     );
     // The earlier of the boot and the running jobs' estimates (here a job past its own).
     assert!(d["reason"]["eta_s"].as_i64().unwrap() <= 420);

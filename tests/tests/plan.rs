@@ -255,3 +255,53 @@ fn mig_instances_count_for_their_share_of_a_gpu_in_quotas() {
     assert_eq!(decision(&p, "second-3g")["gpus"], 0.428);
     assert_eq!(code(&p, "third-3g"), "quota_exhausted");
 }
+
+#[test]
+fn a_team_inside_its_guarantee_is_never_another_teams_priority_victim() {
+    let p = plan("no_priority_over_guarantee");
+    assert_eq!(action(&p, "b-retry"), "queue");
+    assert_eq!(code(&p, "b-retry"), "no_capacity");
+    assert!(p["preemptions"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn least_lost_work_comes_before_the_number_of_victims() {
+    let p = plan("lost_work_before_count");
+    assert_eq!(victims(&p, "urgent"), ["small-1", "small-2"]);
+    let lost: f64 = p["preemptions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["lost_gpu_s"].as_f64().unwrap())
+        .sum();
+    assert_eq!(lost, 480.0);
+}
+
+#[test]
+fn reclaim_keeps_the_borrower_at_its_guarantee_when_it_can() {
+    let p = plan("reclaim_keeps_borrower_guarantee");
+    assert_eq!(victims(&p, "a-job"), ["b-3"]);
+    assert_eq!(p["preemptions"][0]["cause"], "reclaim");
+}
+
+#[test]
+fn quota_comes_before_capacity_and_reservations() {
+    let p = plan("over_burst_holds_no_reservation");
+    assert!(p["reservation"].is_null(), "{}", p["reservation"]);
+    assert_eq!(action(&p, "y-next"), "place");
+    assert_eq!(code(&p, "x-huge"), "never_fits");
+    assert_eq!(
+        decision(&p, "x-huge")["reason"]["unblock"],
+        "raise x's burst to 16 gpu or split the job"
+    );
+    assert_eq!(code(&p, "x-next"), "quota_exhausted");
+    // x's own running job ends at 10800; now is 3600.
+    assert_eq!(decision(&p, "x-next")["reason"]["eta_s"], 7200);
+}
+
+#[test]
+fn jobs_waiting_behind_a_reservation_wait_for_its_end() {
+    let p = plan("backfill");
+    // `big` starts at 7200 on n-0 and runs an hour; n-1 frees at 21600; now is 3600.
+    assert_eq!(decision(&p, "long")["reason"]["eta_s"], 7200);
+}

@@ -69,9 +69,12 @@ pub struct Ledger {
 pub struct QuotaBlock {
     pub message: String,
     pub unblock: String,
+    /// Milli-GPUs the team's own running jobs must free first, when the block is its
+    /// burst (or, for a job that must stay inside it, its guarantee).
+    pub own_to_free: Option<u64>,
 }
 
-fn gpus(milli: u64) -> String {
+pub fn gpus(milli: u64) -> String {
     let g = milli as f64 / 1000.0;
     if g.fract() == 0.0 {
         format!("{g:.0} gpu")
@@ -192,6 +195,7 @@ impl Ledger {
                         "fits when {name}'s running jobs free {}",
                         gpus((before + need).saturating_sub(burst))
                     ),
+                    own_to_free: Some((before + need).saturating_sub(burst)),
                 });
             }
         }
@@ -239,7 +243,11 @@ impl Ledger {
                     ),
                 },
             };
-            return Err(QuotaBlock { message, unblock });
+            return Err(QuotaBlock {
+                message,
+                unblock,
+                own_to_free: None,
+            });
         }
         Ok(())
     }
@@ -270,6 +278,58 @@ impl Ledger {
                 .iter()
                 .map(|(_, borrowed, lent)| borrowed.saturating_sub(*lent))
                 .sum::<u64>()
+    }
+
+    /// Milli-GPUs by which giving up `removed` (pool, milli) would take `team` further
+    /// below its guarantee, bucket by bucket: 0 when the team keeps its guarantee (or has
+    /// none the policy knows).
+    pub fn breach(&self, team: Option<&str>, removed: &[(Option<&str>, u64)]) -> u64 {
+        let Some(b) = team.and_then(|t| self.books.get(t)) else {
+            return 0;
+        };
+        let mut by_bucket: Vec<(Bucket, u64)> = Vec::new();
+        for (pool, milli) in removed {
+            let k = b.bucket(*pool);
+            match by_bucket.iter_mut().find(|e| e.0 == k) {
+                Some(e) => e.1 += milli,
+                None => by_bucket.push((k, *milli)),
+            }
+        }
+        by_bucket
+            .iter()
+            .map(|(k, milli)| {
+                let g = b.guaranteed.get(k).copied().unwrap_or(0);
+                let u = b.used.get(k).copied().unwrap_or(0);
+                let short_before = g.saturating_sub(u);
+                let short_after = g.saturating_sub(u.saturating_sub(*milli));
+                short_after - short_before.min(short_after)
+            })
+            .sum()
+    }
+
+    /// Whether `team` now uses less than its guarantee in any bucket of `pools`.
+    pub fn below_guarantee(&self, team: Option<&str>, pools: &[Option<&str>]) -> bool {
+        let Some(b) = team.and_then(|t| self.books.get(t)) else {
+            return false;
+        };
+        pools.iter().any(|p| {
+            let k = b.bucket(*p);
+            b.used.get(&k).copied().unwrap_or(0) < b.guaranteed.get(&k).copied().unwrap_or(0)
+        })
+    }
+
+    /// Teams that use more than their guarantee, by name.
+    pub fn borrowers(&self) -> Vec<String> {
+        self.books
+            .iter()
+            .filter(|(_, b)| b.borrowed() > 0)
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// A team's burst limit in milli-GPUs, if the policy sets one.
+    pub fn burst(&self, team: Option<&str>) -> Option<u64> {
+        team.and_then(|t| self.books.get(t)).and_then(|b| b.burst)
     }
 
     /// Used and guaranteed milli-GPUs of a team, for reports.

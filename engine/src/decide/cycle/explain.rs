@@ -1,0 +1,196 @@
+//! Reasons and ETAs for jobs that are not placed. An ETA is a real estimate or absent:
+//! it comes from the running jobs' runtime estimates on the state the job was judged on
+//! (never a memo from an earlier state), counts reserved GPUs only once the reserving job
+//! is expected to end, is never "now" for a job that was not placed, and for a job held
+//! by its own team's quota comes from that team's running jobs.
+
+use super::reserve::Reserved;
+use super::{Blocked, Cycle};
+use crate::core::gang::{JobShape, UnplacedCode};
+use crate::decide::plan::{Reason, ReasonCode};
+use crate::decide::snapshot::JobState;
+
+/// Earliest-start estimates per cycle; beyond it `eta_s` is absent.
+const ETA_BUDGET: usize = 256;
+
+/// A shape, the reservation it waits behind (start, end), and the state version.
+pub(super) type EtaKey = (JobShape, Option<(i64, Option<i64>)>);
+
+impl Cycle<'_> {
+    /// The reason for a job that stays blocked, with its ETA and what would unblock it.
+    pub(super) fn explain(&mut self, js: &JobState, shape: &JobShape, blocked: Blocked) -> Reason {
+        match blocked {
+            Blocked::Capacity(u) => {
+                let code = match u.code {
+                    UnplacedCode::NoSuchModel => ReasonCode::NoSuchModel,
+                    UnplacedCode::NeverFits => ReasonCode::NeverFits,
+                    UnplacedCode::TopologyUnsatisfiable => ReasonCode::TopologyUnsatisfiable,
+                    UnplacedCode::NoCapacity => ReasonCode::NoCapacity,
+                };
+                let r = Reason::new(code, u.message);
+                match code {
+                    ReasonCode::NoCapacity => self.capacity_reason(js, shape, r),
+                    ReasonCode::NoSuchModel => r.unblock(
+                        "add a node with an allowed model to an allowed pool, or widen `models`/`pools`",
+                    ),
+                    ReasonCode::TopologyUnsatisfiable => r.unblock(
+                        "relax the topology requirement or label more nodes into one group",
+                    ),
+                    _ => r.unblock("shrink the members or add a larger node shape"),
+                }
+            }
+            Blocked::Quota(q) => {
+                let mut r = Reason::new(ReasonCode::QuotaExhausted, q.message);
+                r.eta_s = q
+                    .own_to_free
+                    .and_then(|m| self.own_release_eta(js.job.team.as_deref(), m));
+                let eta = r.eta_s;
+                r.unblock(match eta {
+                    Some(eta) => format!(
+                        "{} (in about {}, by their runtime estimates)",
+                        q.unblock,
+                        human_duration(eta)
+                    ),
+                    None => q.unblock,
+                })
+            }
+            Blocked::Reservation(res) => {
+                let until = res.start_at - self.now;
+                let mut r = Reason::new(
+                    ReasonCode::WaitingForReservation,
+                    format!(
+                        "it fits only on GPUs reserved for {} from {} from now, and {}",
+                        res.job,
+                        human_duration(until),
+                        match js.job.runtime_s {
+                            Some(rt) => format!("it would run for {}", human_duration(rt as i64)),
+                            None => "it has no runtime estimate".to_string(),
+                        }
+                    ),
+                )
+                .unblock(format!(
+                    "fits once {} is done with those GPUs, or now with a runtime under {}",
+                    res.job,
+                    human_duration(until)
+                ));
+                r.eta_s = self.eta(shape, Some(&res));
+                r
+            }
+        }
+    }
+
+    /// A no-capacity reason with an ETA, holding the reservation if this is the head
+    /// blocked job.
+    fn capacity_reason(&mut self, js: &JobState, shape: &JobShape, mut r: Reason) -> Reason {
+        if let Some(start) = self.reserve(js, shape) {
+            let names: Vec<String> = self
+                .reservation
+                .iter()
+                .flat_map(|res| res.nodes.iter())
+                .filter_map(|i| self.node_name(*i))
+                .collect();
+            let mut reserved = Reason::new(
+                ReasonCode::Reserved,
+                format!(
+                    "{}; it holds the reservation on {}, free in {} by the running jobs' estimates",
+                    r.message,
+                    names.join(", "),
+                    human_duration(start - self.now)
+                ),
+            )
+            .unblock("starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first");
+            reserved.eta_s = Some(start - self.now);
+            return reserved;
+        }
+        let reservation = self.reservation.clone();
+        r.eta_s = self.eta(shape, reservation.as_ref());
+        r.unblock = Some(match r.eta_s {
+            Some(eta) => format!(
+                "fits in about {}, when running jobs end (by their runtime estimates)",
+                human_duration(eta)
+            ),
+            None => "fits when running jobs free capacity of this shape (no estimate: some of them give no runtime, or too many shapes wait)".to_string(),
+        });
+        r
+    }
+
+    /// Seconds until `shape` could start by the running jobs' estimates, with the
+    /// reservation's GPUs counted only from the reserving job's expected end. Memoised
+    /// per shape while the allocation state is unchanged.
+    fn eta(&mut self, shape: &JobShape, res: Option<&Reserved>) -> Option<i64> {
+        if self.eta_version != self.changed.len() {
+            self.eta_memo.clear();
+            self.eta_version = self.changed.len();
+        }
+        let key: EtaKey = (shape.clone(), res.map(|r| (r.start_at, r.ends_at)));
+        if let Some(hit) = self.eta_memo.get(&key) {
+            return *hit;
+        }
+        if self.eta_estimates >= ETA_BUDGET {
+            return None;
+        }
+        self.eta_estimates += 1;
+        let held = res.map(|r| (&r.nodes, r.ends_at.unwrap_or(i64::MAX)));
+        // Room now means something other than capacity holds the job: no estimate.
+        let eta = self
+            .earliest_start(shape, held)
+            .map(|(t, _)| t - self.now)
+            .filter(|eta| *eta > 0);
+        self.eta_memo.insert(key, eta);
+        eta
+    }
+
+    /// Marks a gang that has waited past the policy's `gang_timeout`.
+    pub(super) fn gang_timeout(&self, js: &JobState, shape: &JobShape, mut r: Reason) -> Reason {
+        if shape.members <= 1 {
+            return r;
+        }
+        let (Some(timeout), Some(sub)) =
+            (self.program.placement.gang_timeout_s, js.job.submitted_at)
+        else {
+            return r;
+        };
+        let waited = self.now - sub;
+        if waited > timeout as i64 {
+            r.gang_timeout_exceeded = true;
+            r.message = format!(
+                "{} (gang waiting {}, past the {} gang timeout)",
+                r.message,
+                human_duration(waited),
+                human_duration(timeout as i64)
+            );
+        }
+        r
+    }
+}
+
+/// A duration as people write it: `45s`, `8m20s`, `2h21m`, `3d04h`.
+pub fn human_duration(s: i64) -> String {
+    let s = s.max(0);
+    match s {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 && s % 60 == 0 => format!("{}m", s / 60),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s if s < 86_400 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::human_duration;
+
+    #[test]
+    fn durations_read_like_people_write_them() {
+        assert_eq!(human_duration(45), "45s");
+        assert_eq!(human_duration(500), "8m20s");
+        assert_eq!(human_duration(1680), "28m");
+        assert_eq!(human_duration(8500), "2h21m");
+        assert_eq!(human_duration(7200), "2h");
+        assert_eq!(human_duration(7 * 86_400), "7d");
+        assert_eq!(human_duration(100_000), "1d03h");
+        assert_eq!(human_duration(-5), "0s");
+    }
+}

@@ -1,0 +1,738 @@
+//! The decision cycle itself; see the module docs of `decide`.
+
+mod explain;
+mod preempt;
+mod quota_gate;
+mod reserve;
+
+use super::admission::{admit, Admission};
+use super::fairshare::{FairShares, Resources};
+use super::plan::{
+    Action, Assignment, Decision, Plan, Preemption, Reason, ReasonCode, Reservation, Routed,
+};
+use super::quota::{Ledger, QuotaBlock};
+use super::snapshot::{JobState, Snapshot};
+use crate::core::alloc::Request;
+use crate::core::frag::Workload;
+use crate::core::gang::{self, JobShape, Unplaced, UnplacedCode};
+use crate::core::packing::Strategy;
+use crate::core::placer::{Choice, Placer};
+use lang::ir::{Program, Tier};
+use quota_gate::Gate;
+use reserve::Reserved;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// A job holding GPUs during the cycle: running at the start, or placed in this cycle.
+#[derive(Debug, Clone)]
+struct Holder {
+    id: String,
+    team: Option<String>,
+    member: Request,
+    /// What one member counts for in quotas and fair share.
+    member_milli: u64,
+    choices: Vec<Choice>,
+    /// Expected end (seconds since the epoch); `None` when the job gave no runtime.
+    ends_at: Option<i64>,
+    /// Set when the job may be preempted at all (tier, `min_runtime`, `max_lost`).
+    victim: Option<preempt::VictimFacts>,
+    evicted: bool,
+}
+
+struct Cycle<'a> {
+    program: &'a Program,
+    snapshot: &'a Snapshot,
+    now: i64,
+    placer: Placer<'a>,
+    ledger: Ledger,
+    shares: FairShares,
+    holders: Vec<Holder>,
+    reservation: Option<Reserved>,
+    /// Shapes and priorities for which no victim set exists this cycle.
+    no_victims: std::collections::HashSet<(JobShape, preempt::Asker)>,
+    /// Running jobs (preemption candidates) by node.
+    holders_on: Vec<Vec<usize>>,
+    /// Per (member, pools, asker): each node's cheapest victim set.
+    cost_cache: HashMap<preempt::CostKey, preempt::CostIndex>,
+    /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
+    changed: Vec<usize>,
+    /// Running jobs released so far (preempted or tried): free capacity grows only then.
+    released: u64,
+    /// Shapes that did not fit, at which `released` count, and why.
+    unfit: HashMap<UnfitKey, (u64, Unplaced)>,
+    /// The lowest tier priority among preemptible running jobs: a job at or below it
+    /// cannot preempt by priority.
+    lowest_victim_priority: Option<i64>,
+    /// The fleet's pools, once each, in fleet order.
+    fleet_pools: Vec<Option<String>>,
+    eta_memo: HashMap<explain::EtaKey, Option<i64>>,
+    /// The allocation state (`changed.len()`) the memo was filled at.
+    eta_version: usize,
+    eta_estimates: usize,
+    preemptions: Vec<Preemption>,
+}
+
+/// A shape and how it stands to the reservation (its start, whether the job ends first).
+type UnfitKey = (JobShape, Option<(i64, bool)>);
+
+/// What placing one job came to.
+enum Outcome {
+    Placed {
+        choices: Vec<Choice>,
+        victims: Vec<String>,
+        borrowing: bool,
+    },
+    Blocked(Reason),
+}
+
+pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+    if snapshot.interrupted.is_empty() {
+        return decide_cycle(program, snapshot, now, Vec::new());
+    }
+    // Spot interruptions: jobs on noticed nodes stop (after the pool's notice) and are
+    // queued again from their last checkpoint, one interruption and preemption more, so
+    // the policy's rules can route them elsewhere; nothing new goes on those nodes.
+    let mut requeued = snapshot.clone();
+    let mut stops = Vec::new();
+    for js in &mut requeued.jobs {
+        let Some(run) = &js.running else { continue };
+        let Some(node) = run
+            .members
+            .iter()
+            .map(|c| c.node)
+            .find(|n| snapshot.interrupted.contains(n))
+        else {
+            continue;
+        };
+        let n = snapshot.fleet.nodes.get(node);
+        let notice = n
+            .and_then(|n| n.pool.as_deref())
+            .and_then(|p| program.pool(p))
+            .and_then(|p| p.notice_s)
+            .unwrap_or(0);
+        let since = run
+            .last_checkpoint_at
+            .unwrap_or(run.started_at)
+            .max(run.started_at);
+        stops.push(Preemption {
+            job: js.id().to_string(),
+            for_job: format!(
+                "spot interruption of {}",
+                n.map_or("?", |n| n.name.as_str())
+            ),
+            grace_s: notice,
+            lost_gpu_s: js.gpu_milli() as f64 / 1000.0 * (now - since).max(0) as f64,
+            cause: "spot_interrupt".to_string(),
+        });
+        js.running = None;
+        js.job.placement.clear();
+        js.job.spot_interruptions += 1;
+        js.job.preemptions += 1;
+    }
+    decide_cycle(program, &requeued, now, stops)
+}
+
+/// A team or tier the policy does not know, or a tier the team may not use.
+pub fn invalid_job(program: &Program, js: &JobState) -> Option<Reason> {
+    let names = |v: Vec<&str>| v.join(", ");
+    if let Some(team) = &js.job.team {
+        match program.team(team) {
+            None => {
+                return Some(
+                    Reason::new(
+                        ReasonCode::InvalidJob,
+                        format!(
+                            "job {}: field `team`: team `{team}` is not defined in the policy",
+                            js.id()
+                        ),
+                    )
+                    .unblock(format!(
+                        "use one of: {}",
+                        names(program.teams.iter().map(|t| t.name.as_str()).collect())
+                    )),
+                )
+            }
+            Some(t) => {
+                if let (Some(allowed), Some(tier)) = (&t.tiers, &js.job.tier) {
+                    if !allowed.contains(tier) && program.tier(tier).is_some() {
+                        return Some(
+                            Reason::new(
+                                ReasonCode::InvalidJob,
+                                format!("team {team} may not use tier {tier}"),
+                            )
+                            .unblock(format!("use one of its tiers: {}", allowed.join(", "))),
+                        );
+                    }
+                }
+            }
+        }
+    }
+    if let Some(tier) = &js.job.tier {
+        if program.tier(tier).is_none() {
+            return Some(
+                Reason::new(
+                    ReasonCode::InvalidJob,
+                    format!(
+                        "job {}: field `tier`: tier `{tier}` is not defined in the policy",
+                        js.id()
+                    ),
+                )
+                .unblock(format!(
+                    "use one of: {}",
+                    names(program.tiers.iter().map(|t| t.name.as_str()).collect())
+                )),
+            );
+        }
+    }
+    None
+}
+
+fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Preemption>) -> Plan {
+    let fleet = &snapshot.fleet;
+    let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
+    let strategy = Strategy::from_policy(program.placement.packing);
+    let placer = Placer::new(fleet, strategy, &workload, &snapshot.mig, 0);
+    let capacity: Resources = [
+        fleet.gpu_milli_capacity() as f64,
+        fleet.nodes.iter().map(|n| n.cpu_milli as f64).sum(),
+        fleet.nodes.iter().map(|n| n.memory_mib as f64).sum(),
+    ];
+    let mut cycle = Cycle {
+        program,
+        snapshot,
+        now,
+        placer,
+        ledger: Ledger::new(program, fleet.gpu_milli_capacity()),
+        shares: FairShares::new(program, capacity, &snapshot.usage, now),
+        holders: Vec::new(),
+        reservation: None,
+        no_victims: std::collections::HashSet::new(),
+        lowest_victim_priority: None,
+        holders_on: vec![Vec::new(); fleet.nodes.len()],
+        cost_cache: HashMap::new(),
+        changed: Vec::new(),
+        released: 0,
+        unfit: HashMap::new(),
+        fleet_pools: {
+            let mut pools: Vec<Option<String>> = Vec::new();
+            for n in &fleet.nodes {
+                if !pools.contains(&n.pool) {
+                    pools.push(n.pool.clone());
+                }
+            }
+            pools
+        },
+        eta_memo: HashMap::new(),
+        eta_version: 0,
+        eta_estimates: 0,
+        preemptions: stops,
+    };
+    let mut plan = cycle.run();
+    if !program.autoscale.is_empty() || !program.warm.is_empty() {
+        let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
+        // A job the new nodes will hold says so.
+        for d in &mut plan.decisions {
+            let (Some(r), Some((pool, ready_at))) = (&mut d.reason, scaling.covered.get(&d.job))
+            else {
+                continue;
+            };
+            let eta = ready_at - now;
+            r.unblock = Some(format!(
+                "fits in pool {pool} after scale-up (nodes ready in about {})",
+                explain::human_duration(eta)
+            ));
+            r.eta_s = Some(r.eta_s.map_or(eta, |e| e.min(eta)));
+        }
+        plan.scale = scaling.scale;
+        plan.warm = scaling.warm;
+        plan.state = Some(scaling.state);
+    }
+    plan
+}
+
+impl<'a> Cycle<'a> {
+    fn run(&mut self) -> Plan {
+        let snapshot = self.snapshot;
+        // Running jobs first, committed in one batch.
+        self.placer.commit_all(snapshot.jobs.iter().flat_map(|js| {
+            js.running
+                .iter()
+                .flat_map(move |r| r.members.iter().map(move |c| (&js.job.shape.member, c)))
+        }));
+        for js in &snapshot.jobs {
+            if let Some(r) = &js.running {
+                self.hold_committed(js, r.members.clone());
+            }
+        }
+        let mut denied = Vec::new();
+        let mut queue: Vec<(usize, Admission, JobShape)> = Vec::new();
+        for (k, js) in snapshot.jobs.iter().enumerate() {
+            if js.running.is_some() {
+                continue;
+            }
+            if let Some(reason) = invalid_job(self.program, js) {
+                denied.push(self.decision(js, Action::Deny, Some(reason), &Admission::default()));
+                continue;
+            }
+            let admission = admit(self.program, js, self.now);
+            if let Some((rule, message)) = &admission.denied {
+                let mut reason = Reason::new(
+                    ReasonCode::DeniedByRule,
+                    format!("denied by rule {rule}: {message}"),
+                )
+                .unblock(format!("change the job so rule {rule} no longer matches"));
+                reason.rule = Some(rule.clone());
+                denied.push(self.decision(js, Action::Deny, Some(reason), &admission));
+                continue;
+            }
+            let mut shape = js.job.shape.clone();
+            if let Some((_, pool)) = &admission.routed {
+                shape.pools = vec![pool.clone()];
+            }
+            apply_policy_topology(&mut shape, &self.program.placement);
+            queue.push((k, admission, shape));
+        }
+        let order = self.order(&queue);
+        let mut decisions = Vec::new();
+        for q in order {
+            let Some((k, admission, shape)) = queue.get(q) else {
+                continue;
+            };
+            let Some(js) = snapshot.jobs.get(*k) else {
+                continue;
+            };
+            let outcome = self.place(js, shape);
+            let decision = match outcome {
+                Outcome::Placed {
+                    choices,
+                    victims,
+                    borrowing,
+                } => {
+                    let mut d = self.decision(js, Action::Place, None, admission);
+                    d.placement = self.assignments(&js.job.shape.member, &choices);
+                    d.victims = victims;
+                    d.borrowing = borrowing;
+                    d
+                }
+                Outcome::Blocked(reason) => {
+                    self.decision(js, Action::Queue, Some(reason), admission)
+                }
+            };
+            decisions.push(decision);
+        }
+        let mut position = 0;
+        for d in &mut decisions {
+            if let Some(r) = &mut d.reason {
+                position += 1;
+                r.position = Some(position);
+            }
+        }
+        decisions.extend(denied);
+        let reservation = self.reservation.as_ref().map(|r| Reservation {
+            job: r.job.clone(),
+            start_at: r.start_at,
+            nodes: r.nodes.iter().filter_map(|i| self.node_name(*i)).collect(),
+        });
+        Plan {
+            policy_revision: String::new(),
+            now: self.now,
+            decisions,
+            preemptions: std::mem::take(&mut self.preemptions),
+            reservation,
+            scale: Vec::new(),
+            warm: Vec::new(),
+            state: None,
+        }
+    }
+
+    fn node_name(&self, i: usize) -> Option<String> {
+        self.snapshot.fleet.nodes.get(i).map(|n| n.name.clone())
+    }
+
+    fn pool_of(&self, node: usize) -> Option<&'a str> {
+        self.snapshot
+            .fleet
+            .nodes
+            .get(node)
+            .and_then(|n| n.pool.as_deref())
+    }
+
+    fn tier(&self, js: &JobState) -> Option<&'a Tier> {
+        js.job.tier.as_deref().and_then(|t| self.program.tier(t))
+    }
+
+    fn priority(&self, js: &JobState) -> i64 {
+        self.tier(js).map_or(0, |t| t.priority)
+    }
+
+    fn decision(
+        &self,
+        js: &JobState,
+        action: Action,
+        reason: Option<Reason>,
+        admission: &Admission,
+    ) -> Decision {
+        Decision {
+            job: js.id().to_string(),
+            team: js.job.team.clone(),
+            tier: js.job.tier.clone(),
+            gpus: js.gpu_milli() as f64 / 1000.0,
+            action,
+            placement: Vec::new(),
+            victims: Vec::new(),
+            borrowing: false,
+            routed_to: admission.routed.as_ref().map(|(rule, pool)| Routed {
+                pool: pool.clone(),
+                rule: rule.clone(),
+            }),
+            annotations: admission.annotations.clone(),
+            warnings: admission.warnings.clone(),
+            reason,
+        }
+    }
+
+    fn assignments(&self, member: &Request, choices: &[Choice]) -> Vec<Assignment> {
+        choices
+            .iter()
+            .map(|c| Assignment {
+                node: self.node_name(c.node).unwrap_or_default(),
+                gpus: c
+                    .on
+                    .gpus
+                    .iter()
+                    .map(|g| {
+                        self.snapshot
+                            .fleet
+                            .nodes
+                            .get(c.node)
+                            .and_then(|n| n.gpus.get(*g))
+                            .map_or(*g as u32, |x| x.index)
+                    })
+                    .collect(),
+                gpu_milli: member.gpu_milli,
+                mig_starts: c.on.mig_starts.clone(),
+            })
+            .collect()
+    }
+
+    /// Charges per pool for a placement.
+    fn charges(&self, member_milli: u64, choices: &[Choice]) -> Vec<(Option<&'a str>, u64)> {
+        choices
+            .iter()
+            .map(|c| (self.pool_of(c.node), member_milli))
+            .collect()
+    }
+
+    fn resources(member: &Request, member_milli: u64, members: usize) -> Resources {
+        let n = members as f64;
+        [
+            member_milli as f64 * n,
+            member.cpu_milli as f64 * n,
+            member.memory_mib as f64 * n,
+        ]
+    }
+
+    /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
+    fn hold(&mut self, js: &JobState, choices: Vec<Choice>) {
+        for c in &choices {
+            self.placer.commit(&js.job.shape.member, c);
+        }
+        self.hold_committed(js, choices);
+    }
+
+    /// [`Cycle::hold`] for a placement already committed in the placer.
+    fn hold_committed(&mut self, js: &JobState, choices: Vec<Choice>) {
+        let member = js.job.shape.member.clone();
+        for c in &choices {
+            self.changed.push(c.node);
+        }
+        for (pool, milli) in self.charges(js.member_milli, &choices) {
+            self.ledger.charge(js.job.team.as_deref(), pool, milli);
+        }
+        self.shares.hold(
+            js.job.team.as_deref(),
+            Self::resources(&member, js.member_milli, choices.len()),
+        );
+        let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
+        let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
+        if victim.is_some() {
+            let h = self.holders.len();
+            let nodes: BTreeSet<usize> = choices.iter().map(|c| c.node).collect();
+            for n in nodes {
+                if let Some(list) = self.holders_on.get_mut(n) {
+                    list.push(h);
+                }
+            }
+        }
+        if let Some(v) = victim {
+            self.lowest_victim_priority = Some(
+                self.lowest_victim_priority
+                    .map_or(v.priority, |p| p.min(v.priority)),
+            );
+        }
+        self.holders.push(Holder {
+            member_milli: js.member_milli,
+            id: js.id().to_string(),
+            team: js.job.team.clone(),
+            member,
+            choices,
+            ends_at: js.job.runtime_s.map(|r| (started + r as i64).max(self.now)),
+            victim,
+            evicted: false,
+        });
+    }
+
+    fn release_holder(&mut self, h: usize) {
+        self.released += 1;
+        self.move_holder(h, false);
+    }
+
+    fn restore_holder(&mut self, h: usize) {
+        self.move_holder(h, true);
+    }
+
+    /// Takes a held job's GPUs back (`take`) or gives them up, in placer and quota.
+    fn move_holder(&mut self, h: usize, take: bool) {
+        let Some(holder) = self.holders.get(h) else {
+            return;
+        };
+        let fleet = &self.snapshot.fleet;
+        let milli = holder.member_milli;
+        for c in &holder.choices {
+            let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
+            if take {
+                self.placer.commit(&holder.member, c);
+                self.ledger.charge(holder.team.as_deref(), pool, milli);
+            } else {
+                self.placer.release(&holder.member, c);
+                self.ledger.uncharge(holder.team.as_deref(), pool, milli);
+            }
+            self.changed.push(c.node);
+        }
+    }
+
+    /// Queue order: tier priority (high first); within a priority, the team with the
+    /// lowest fair share goes next, with its oldest job; ties by submit time and id.
+    fn order(&mut self, queue: &[(usize, Admission, JobShape)]) -> Vec<usize> {
+        let jobs = &self.snapshot.jobs;
+        let job = |q: usize| queue.get(q).and_then(|(k, _, _)| jobs.get(*k));
+        let mut bands: BTreeMap<std::cmp::Reverse<i64>, BTreeMap<Option<String>, Vec<usize>>> =
+            BTreeMap::new();
+        for q in 0..queue.len() {
+            let Some(js) = job(q) else { continue };
+            bands
+                .entry(std::cmp::Reverse(self.priority(js)))
+                .or_default()
+                .entry(js.job.team.clone())
+                .or_default()
+                .push(q);
+        }
+        let key = |q: usize| job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id()));
+        let mut order = Vec::with_capacity(queue.len());
+        for (_, mut teams) in bands {
+            for list in teams.values_mut() {
+                list.sort_by_key(|q| key(*q));
+                list.reverse(); // pop from the back: oldest first
+            }
+            // Each team's next job in a heap keyed by (share, submit time, id); a team's
+            // share moves only when it gets a job, so only its entry is pushed again.
+            // Shares are non-negative, so their bit patterns order like the numbers.
+            let names: Vec<Option<String>> = teams.keys().cloned().collect();
+            let mut heap = std::collections::BinaryHeap::new();
+            for (t, name) in names.iter().enumerate() {
+                if let Some(q) = teams.get(name).and_then(|l| l.last().copied()) {
+                    let share = self.shares.share(name.as_deref()).max(0.0).to_bits();
+                    heap.push(std::cmp::Reverse((share, key(q), t)));
+                }
+            }
+            while let Some(std::cmp::Reverse((_, _, t))) = heap.pop() {
+                let Some(name) = names.get(t) else { continue };
+                let Some(q) = teams.get_mut(name).and_then(Vec::pop) else {
+                    continue;
+                };
+                order.push(q);
+                // Placing happens later; fair share within a band follows what this job
+                // would hold if placed, so one team's many jobs do not go first in a row.
+                if let Some(js) = job(q) {
+                    let r = Self::resources(
+                        &js.job.shape.member,
+                        js.member_milli,
+                        js.job.shape.members as usize,
+                    );
+                    self.shares.hold(js.job.team.as_deref(), r);
+                }
+                if let Some(next) = teams.get(name).and_then(|l| l.last().copied()) {
+                    let share = self.shares.share(name.as_deref()).max(0.0).to_bits();
+                    heap.push(std::cmp::Reverse((share, key(next), t)));
+                }
+            }
+        }
+        // Undo the provisional holds: `hold` adds them again for jobs that are placed.
+        for q in &order {
+            if let Some(js) = job(*q) {
+                let r = Self::resources(
+                    &js.job.shape.member,
+                    js.member_milli,
+                    js.job.shape.members as usize,
+                );
+                self.shares.hold(js.job.team.as_deref(), r.map(|x| -x));
+            }
+        }
+        order
+    }
+
+    /// Places one job: the quota gate first, then directly, or by preempting, or not
+    /// (with a reason).
+    fn place(&mut self, js: &JobState, shape: &JobShape) -> Outcome {
+        let ends_at = js.job.runtime_s.map(|r| self.now + r as i64);
+        let reservation = self.reservation.clone();
+        let interrupted = &self.snapshot.interrupted;
+        let respects = |r: &Option<Reserved>, node: usize| {
+            !interrupted.contains(&node)
+                && match r {
+                    Some(res) => {
+                        !res.nodes.contains(&node) || ends_at.is_some_and(|e| e <= res.start_at)
+                    }
+                    None => true,
+                }
+        };
+        let blocked = match self.quota_gate(js, shape) {
+            Err(Gate::Never(reason)) => {
+                return Outcome::Blocked(self.gang_timeout(js, shape, reason))
+            }
+            Err(Gate::Later(blocked)) => blocked,
+            Ok(()) => {
+                // Free capacity only grows when a running job is released; until then a
+                // shape that did not fit still does not.
+                let memo_key = (
+                    shape.clone(),
+                    reservation
+                        .as_ref()
+                        .map(|r| (r.start_at, ends_at.is_some_and(|e| e <= r.start_at))),
+                );
+                let attempt = match self.unfit.get(&memo_key) {
+                    Some((epoch, why)) if *epoch == self.released => {
+                        Err(Blocked::Capacity(why.clone()))
+                    }
+                    _ => self.try_place_keeping(js, shape, &|i| respects(&reservation, i), true),
+                };
+                if let Err(Blocked::Capacity(why)) = &attempt {
+                    self.unfit.insert(memo_key, (self.released, why.clone()));
+                }
+                match attempt {
+                    Ok((choices, borrowing)) => {
+                        self.hold_committed(js, choices.clone());
+                        return Outcome::Placed {
+                            choices,
+                            victims: Vec::new(),
+                            borrowing,
+                        };
+                    }
+                    Err(b) => self.reserved_for_another(js, shape, b),
+                }
+            }
+        };
+        if let Some(done) = self.preempt(js, shape, &blocked, &|i| respects(&reservation, i)) {
+            return done;
+        }
+        let reason = self.explain(js, shape, blocked);
+        Outcome::Blocked(self.gang_timeout(js, shape, reason))
+    }
+
+    /// Places without preemption: the team's guaranteed pools first (per-pool quotas),
+    /// then anywhere allowed; each placement must pass the quota check.
+    fn try_place(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Result<(Vec<Choice>, bool), Blocked> {
+        self.try_place_keeping(js, shape, within, false)
+    }
+
+    /// [`Cycle::try_place`]; with `keep`, a placement found stays committed in the placer
+    /// (the caller holds it with [`Cycle::hold_committed`]).
+    fn try_place_keeping(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        keep: bool,
+    ) -> Result<(Vec<Choice>, bool), Blocked> {
+        let team = js.job.team.as_deref();
+        let mut tries = vec![shape.clone()];
+        if shape.pools.is_empty() {
+            if let Some(t) = team.and_then(|t| self.program.team(t)) {
+                let mut pools: Vec<String> = t.guaranteed.per_pool_milli.keys().cloned().collect();
+                pools.retain(|p| {
+                    self.ledger
+                        .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                });
+                if !pools.is_empty() {
+                    tries.insert(
+                        0,
+                        JobShape {
+                            pools,
+                            ..shape.clone()
+                        },
+                    );
+                }
+            }
+        }
+        let mut last: Option<Blocked> = None;
+        for s in &tries {
+            match gang::place_job_within(&mut self.placer, s, within) {
+                Ok(choices) => match self.quota_allows(js, &choices) {
+                    Ok(borrowing) => {
+                        for c in &choices {
+                            if !keep {
+                                self.placer.release(&s.member, c);
+                            }
+                        }
+                        return Ok((choices, borrowing));
+                    }
+                    Err(q) => {
+                        for c in &choices {
+                            self.placer.release(&s.member, c);
+                        }
+                        last = Some(Blocked::Quota(q));
+                    }
+                },
+                Err(u) => {
+                    if last.is_none() || u.code != UnplacedCode::NoCapacity {
+                        last = Some(Blocked::Capacity(u));
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or(Blocked::Capacity(Unplaced {
+            code: UnplacedCode::NoCapacity,
+            message: "no capacity".into(),
+        })))
+    }
+
+    /// Whether the team's quotas allow `js` on `choices`; if so, whether it borrows.
+    fn quota_allows(&mut self, js: &JobState, choices: &[Choice]) -> Result<bool, QuotaBlock> {
+        let charges = self.charges(js.member_milli, choices);
+        self.quota_allows_charges(js, &charges)
+    }
+}
+
+enum Blocked {
+    Capacity(Unplaced),
+    Quota(QuotaBlock),
+    Reservation(Reserved),
+}
+
+/// Jobs without their own topology take the policy's required level, else its first
+/// preferred level that groups nodes.
+pub fn apply_policy_topology(shape: &mut JobShape, placement: &lang::ir::Placement) {
+    use lang::ir::TopologyLevel;
+    if shape.topology_required.is_none() && shape.topology_preferred.is_none() {
+        shape.topology_required = placement.topology_required;
+        shape.topology_preferred = placement
+            .topology_preferred
+            .iter()
+            .copied()
+            .find(|l| !matches!(l, TopologyLevel::NvlinkIsland | TopologyLevel::Any));
+    }
+}

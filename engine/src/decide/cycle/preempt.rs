@@ -1,0 +1,594 @@
+//! Who may be a victim, and which victims a waiting job takes. The rules, all enforced here:
+//!
+//! 1. A running job whose tier says `preempt = never`, that is inside its tier's
+//!    `min_runtime`, or (for `after_checkpoint`) has lost more than `max_lost` since its
+//!    last checkpoint, is never a victim.
+//! 2. Within a team, a job preempts jobs of lower tiers.
+//! 3. Across teams (Kueue's reclaimWithinCohort and borrowWithinCohort), a team's
+//!    guaranteed GPUs are its own. A job inside its team's guarantee reclaims from the
+//!    teams of its cohort that borrow, whatever their tier. A job of a higher tier preempts
+//!    another team's job only while that team borrows, and never takes it below its
+//!    guarantee. So a reclaim is never undone by priority, and no preemption loops.
+//! 4. Among the victim sets that free the room: the one that takes the fewest GPUs below a
+//!    guarantee (a reclaim goes below the borrower's guarantee only when no other set
+//!    suffices), then the least lost work (GPUs × seconds since the last checkpoint), then
+//!    the fewest victims.
+
+use super::{Blocked, Cycle, Outcome};
+use crate::core::alloc::Request;
+use crate::core::gang::{JobShape, UnplacedCode};
+use crate::core::placer::{give_on, take_on, Choice};
+use crate::decide::plan::Preemption;
+use crate::decide::snapshot::{JobState, Running};
+use lang::ir::PreemptMode;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// What a running job would lose if preempted now, when its tier allows it at all.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct VictimFacts {
+    pub priority: i64,
+    /// Milli-GPU-seconds of work since the last checkpoint (or start).
+    pub lost: i64,
+    pub grace_s: u64,
+}
+
+/// Why a running job may make way for the asking job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    /// Its team borrows the asker's guarantee (rule 3, reclaim).
+    Reclaim,
+    /// A lower tier of the asker's own team (rule 2).
+    OwnTeam,
+    /// A lower tier of a team that borrows (rule 3, priority).
+    Borrowed,
+}
+
+impl Cause {
+    fn label(self) -> &'static str {
+        match self {
+            Cause::Reclaim => "reclaim",
+            Cause::OwnTeam | Cause::Borrowed => "priority",
+        }
+    }
+}
+
+/// The asking job as far as victims are concerned; part of every memo key, since it
+/// decides who is eligible.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(super) struct Asker {
+    team: Option<String>,
+    priority: i64,
+    /// Borrowing teams of the asker's cohort, when the asker is inside its guarantee.
+    reclaimable: Vec<String>,
+    /// Teams using more than their guarantee: another team's higher tier may take what
+    /// they borrow.
+    borrowers: Vec<String>,
+}
+
+/// A victim team's cause and the charges its victims give up.
+type TeamCharges<'a> = (Cause, Vec<(Option<&'a str>, u64)>);
+
+/// One holder as a candidate: (GPUs it alone takes below a guarantee, lost work,
+/// priority, holder).
+type Rank = (u64, i64, i64, usize);
+
+/// A victim set's cost (milli-GPUs below guarantees, lost work, victims) and its holders.
+pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
+
+/// Each node's cheapest victim set for one kind of job, and the nodes ordered by it.
+#[derive(Debug)]
+pub(super) struct CostIndex {
+    costs: Vec<Option<Cost>>,
+    order: BTreeSet<((u64, i64, usize), usize)>,
+    /// How much of `Cycle::changed` this index has caught up with.
+    seen: usize,
+}
+
+/// A cost index is kept per (member, pools, asker).
+pub(super) type CostKey = (Request, Vec<String>, Asker);
+
+impl CostIndex {
+    fn new(nodes: usize) -> CostIndex {
+        CostIndex {
+            costs: vec![None; nodes],
+            order: BTreeSet::new(),
+            seen: 0,
+        }
+    }
+
+    fn set(&mut self, node: usize, cost: Option<Cost>) {
+        if let Some(slot) = self.costs.get_mut(node) {
+            if let Some((old, _)) = slot.take() {
+                self.order.remove(&(old, node));
+            }
+            if let Some((c, _)) = &cost {
+                self.order.insert((*c, node));
+            }
+            *slot = cost;
+        }
+    }
+}
+
+impl Cycle<'_> {
+    /// Rule 1: whether a running job may be preempted at all, and what it would lose.
+    pub(super) fn victim_facts(&self, js: &JobState, run: &Running) -> Option<VictimFacts> {
+        let tier = self.tier(js)?;
+        if tier.preempt == PreemptMode::Never
+            || self.now - run.started_at < tier.min_runtime_s as i64
+        {
+            return None;
+        }
+        let since = run
+            .last_checkpoint_at
+            .unwrap_or(run.started_at)
+            .max(run.started_at);
+        let lost_s = (self.now - since).max(0);
+        if tier.preempt == PreemptMode::AfterCheckpoint
+            && tier.max_lost_s.is_some_and(|m| lost_s > m as i64)
+        {
+            return None;
+        }
+        Some(VictimFacts {
+            priority: tier.priority,
+            lost: js.gpu_milli() as i64 * lost_s,
+            grace_s: tier.grace_s,
+        })
+    }
+
+    /// Preempts running jobs to place `js`, if the rules allow a set that works. Capacity:
+    /// victims are chosen node by node (see [`Cycle::node_cost`]), cheapest nodes first;
+    /// quota: the cohort's borrowers, cheapest first. Victims the placement turns out not
+    /// to need are spared.
+    pub(super) fn preempt(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        blocked: &Blocked,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Option<Outcome> {
+        match blocked {
+            Blocked::Capacity(u) if u.code == UnplacedCode::NoCapacity => {}
+            Blocked::Quota(_) => {}
+            _ => return None,
+        }
+        let team = js.job.team.as_deref();
+        let priority = self.priority(js);
+        let reclaimable = self.reclaimable(js);
+        if reclaimable.is_empty() && self.lowest_victim_priority.is_none_or(|p| p >= priority) {
+            return None;
+        }
+        let mut asker = Asker {
+            team: team.map(str::to_string),
+            priority,
+            reclaimable,
+            borrowers: self.ledger.borrowers(),
+        };
+        // Rule 3 over the whole set: victims on several nodes may together take a team
+        // below its guarantee; such a team is then left out and the search runs again.
+        for _ in 0..3 {
+            let memo = (shape.clone(), asker.clone());
+            if self.no_victims.contains(&memo) {
+                return None;
+            }
+            let found = match blocked {
+                Blocked::Quota(_) => self.victims_for_quota(js, shape, within, &asker),
+                _ => self.victims_by_node(js, shape, within, &asker),
+            };
+            let Some((needed, placed)) = found else {
+                self.no_victims.insert(memo);
+                return None;
+            };
+            let broken = self.teams_taken_below_guarantee(&needed, &asker);
+            if broken.is_empty() {
+                return Some(self.evict_for(js, &asker, needed, placed));
+            }
+            self.restore_all(&needed);
+            asker.borrowers.retain(|b| !broken.contains(b));
+        }
+        None
+    }
+
+    /// Borrowing teams of `js`'s cohort, when `js` fits inside its team's guarantee
+    /// (overall or in one of its guaranteed pools).
+    fn reclaimable(&self, js: &JobState) -> Vec<String> {
+        let team = js.job.team.as_deref();
+        let reclaiming = self
+            .ledger
+            .within_guarantee(team, &[(None, js.gpu_milli())])
+            || self.program.team(team.unwrap_or("")).is_some_and(|t| {
+                t.guaranteed.per_pool_milli.keys().any(|p| {
+                    self.ledger
+                        .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                })
+            });
+        let Some(cohort) = self.ledger.cohort(team).filter(|_| reclaiming) else {
+            return Vec::new();
+        };
+        self.program
+            .teams
+            .iter()
+            .filter(|t| t.cohort.as_deref() == Some(cohort) && Some(t.name.as_str()) != team)
+            .filter(|t| self.ledger.is_borrowing(Some(&t.name)))
+            .map(|t| t.name.clone())
+            .collect()
+    }
+
+    /// Teams that `victims` leave below their guarantee although only another team's
+    /// priority took them (the victims are released in the ledger at this point).
+    fn teams_taken_below_guarantee(&self, victims: &[usize], asker: &Asker) -> Vec<String> {
+        let mut broken = Vec::new();
+        for h in victims {
+            if self.cause_of(*h, asker) != Some(Cause::Borrowed) {
+                continue;
+            }
+            let Some(holder) = self.holders.get(*h) else {
+                continue;
+            };
+            let pools: Vec<Option<&str>> = holder
+                .choices
+                .iter()
+                .map(|c| self.pool_of(c.node))
+                .collect();
+            if let Some(t) = &holder.team {
+                if self.ledger.below_guarantee(Some(t), &pools) && !broken.contains(t) {
+                    broken.push(t.clone());
+                }
+            }
+        }
+        broken
+    }
+
+    /// Marks `needed` evicted for `js`, records the preemptions and holds `js`'s placement.
+    fn evict_for(
+        &mut self,
+        js: &JobState,
+        asker: &Asker,
+        needed: Vec<usize>,
+        placed: (Vec<Choice>, bool),
+    ) -> Outcome {
+        let mut victims = Vec::new();
+        for h in &needed {
+            let cause = self.cause_of(*h, asker).unwrap_or(Cause::OwnTeam);
+            let Some(holder) = self.holders.get_mut(*h) else {
+                continue;
+            };
+            holder.evicted = true;
+            let holder = holder.clone();
+            let (grace_s, lost) = holder.victim.map_or((0, 0), |v| (v.grace_s, v.lost));
+            self.shares.hold(
+                holder.team.as_deref(),
+                Self::resources(&holder.member, holder.member_milli, holder.choices.len())
+                    .map(|x| -x),
+            );
+            victims.push(holder.id.clone());
+            self.preemptions.push(Preemption {
+                job: holder.id.clone(),
+                for_job: js.id().to_string(),
+                grace_s,
+                lost_gpu_s: lost as f64 / 1000.0,
+                cause: cause.label().to_string(),
+            });
+        }
+        victims.sort();
+        let (choices, borrowing) = placed;
+        self.hold(js, choices.clone());
+        Outcome::Placed {
+            choices,
+            victims,
+            borrowing,
+        }
+    }
+
+    /// Rules 2 and 3 for holder `h` and its rank for rule 4; `None` when it may not make
+    /// way for `asker` (or is already evicted).
+    fn victim_rank(&self, h: usize, asker: &Asker) -> Option<(Rank, Cause)> {
+        let holder = self.holders.get(h)?;
+        if holder.evicted {
+            return None;
+        }
+        let v = holder.victim.as_ref()?;
+        let cause = self.cause_of(h, asker)?;
+        let breach = match cause {
+            Cause::OwnTeam => 0,
+            _ => self.ledger.breach(
+                holder.team.as_deref(),
+                &self.charges(holder.member_milli, &holder.choices),
+            ),
+        };
+        if cause == Cause::Borrowed && breach > 0 {
+            return None;
+        }
+        Some(((breach, v.lost, v.priority, h), cause))
+    }
+
+    /// Rules 1 to 3 without the guarantee floor: why holder `h` may make way for `asker`.
+    fn cause_of(&self, h: usize, asker: &Asker) -> Option<Cause> {
+        let holder = self.holders.get(h)?;
+        let v = holder.victim.as_ref()?;
+        let team = holder.team.as_deref();
+        let cause = if holder.team == asker.team {
+            Cause::OwnTeam
+        } else if team.is_some_and(|t| asker.reclaimable.iter().any(|r| r == t)) {
+            Cause::Reclaim
+        } else {
+            // A team the policy gives no guarantee has nothing of its own to protect.
+            let unguarded = team
+                .is_none_or(|t| !self.ledger.has_team(t) || asker.borrowers.iter().any(|b| b == t));
+            if !unguarded {
+                return None;
+            }
+            Cause::Borrowed
+        };
+        (cause == Cause::Reclaim || v.priority < asker.priority).then_some(cause)
+    }
+
+    /// Rule 4's cost of a victim set; `None` when it takes a team below its guarantee by
+    /// another team's priority (rule 3).
+    fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<(u64, i64, usize)> {
+        let mut by_team: BTreeMap<Option<&str>, TeamCharges<'_>> = BTreeMap::new();
+        let mut lost = 0i64;
+        for h in set {
+            let (rank, cause) = self.victim_rank(*h, asker)?;
+            lost += rank.1;
+            let holder = self.holders.get(*h)?;
+            if cause == Cause::OwnTeam {
+                continue;
+            }
+            let entry = by_team
+                .entry(holder.team.as_deref())
+                .or_insert((cause, Vec::new()));
+            entry
+                .1
+                .extend(self.charges(holder.member_milli, &holder.choices));
+        }
+        let mut breach = 0u64;
+        for (team, (cause, charges)) in &by_team {
+            let b = self.ledger.breach(*team, charges);
+            if *cause == Cause::Borrowed && b > 0 {
+                return None;
+            }
+            breach += b;
+        }
+        Some((breach, lost, set.len()))
+    }
+
+    /// The cheapest victims on `node` that free room for one member of `member`: eligible
+    /// holders in rank order until the member fits, then those it turns out not to need
+    /// given back. Memoised per node state; see [`Cycle::victims_by_node`].
+    fn node_cost(&self, node: usize, member: &Request, asker: &Asker) -> Option<Cost> {
+        let mut ranked: Vec<Rank> = self
+            .holders_on
+            .get(node)?
+            .iter()
+            .filter_map(|h| self.victim_rank(*h, asker).map(|(r, _)| r))
+            .collect();
+        if ranked.is_empty() {
+            return None;
+        }
+        ranked.sort_unstable();
+        let ctx = self.placer.context();
+        let n = self.snapshot.fleet.nodes.get(node)?;
+        let capacity = self.placer.empty_state().nodes.get(node)?;
+        let mut free = self.placer.state().nodes.get(node)?.clone();
+        let mut chosen: Vec<usize> = Vec::new();
+        let on_node = |h: usize| {
+            self.holders.get(h).into_iter().flat_map(move |x| {
+                x.choices
+                    .iter()
+                    .filter(move |c| c.node == node)
+                    .map(move |c| (&x.member, c))
+            })
+        };
+        for (_, _, _, h) in ranked {
+            chosen.push(h);
+            if self.set_cost(&chosen, asker).is_none() {
+                chosen.pop();
+                continue;
+            }
+            for (m, ch) in on_node(h) {
+                give_on(&ctx, n, &mut free, m, &ch.on, capacity);
+            }
+            if !crate::core::packing::feasible(&ctx, n, &free, member) {
+                continue;
+            }
+            // Take back each earlier victim the member does not need, latest first.
+            let last = chosen.pop()?;
+            let mut kept = vec![last];
+            for h in chosen.into_iter().rev() {
+                for (m, ch) in on_node(h) {
+                    take_on(&ctx, n, &mut free, m, &ch.on);
+                }
+                if !crate::core::packing::feasible(&ctx, n, &free, member) {
+                    for (m, ch) in on_node(h) {
+                        give_on(&ctx, n, &mut free, m, &ch.on, capacity);
+                    }
+                    kept.push(h);
+                }
+            }
+            kept.reverse();
+            let cost = self.set_cost(&kept, asker)?;
+            return Some((cost, kept));
+        }
+        None
+    }
+
+    /// Victims chosen node by node: each usable node's cheapest set ([`Cycle::node_cost`]),
+    /// kept in an index per member, pools and asker that is updated only for nodes that
+    /// changed since it was last read; nodes are then tried cheapest first until the job
+    /// fits (one node for a single member, more for a gang).
+    #[allow(clippy::type_complexity)]
+    fn victims_by_node(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+    ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
+        let fleet = &self.snapshot.fleet;
+        let usable = |node: usize| {
+            fleet.nodes.get(node).is_some_and(|n| {
+                (shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                    && shape.member.accepts_model(n.gpu_model())
+            })
+        };
+        let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
+        let mut index = match self.cost_cache.remove(&key) {
+            Some(mut index) => {
+                let changed: BTreeSet<usize> = self
+                    .changed
+                    .get(index.seen..)
+                    .unwrap_or(&[])
+                    .iter()
+                    .copied()
+                    .collect();
+                for node in changed.into_iter().filter(|n| usable(*n)) {
+                    let cost = self.node_cost(node, &shape.member, asker);
+                    index.set(node, cost);
+                }
+                index
+            }
+            None => {
+                let mut index = CostIndex::new(fleet.nodes.len());
+                for node in (0..fleet.nodes.len()).filter(|n| usable(*n)) {
+                    if self.holders_on.get(node).is_some_and(|h| !h.is_empty()) {
+                        let cost = self.node_cost(node, &shape.member, asker);
+                        index.set(node, cost);
+                    }
+                }
+                index
+            }
+        };
+        index.seen = self.changed.len();
+        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
+        let plans: Vec<(usize, Vec<usize>)> = index
+            .order
+            .iter()
+            .filter(|(_, node)| within(*node))
+            .take(attempts)
+            .filter_map(|(_, node)| {
+                let (_, victims) = index.costs.get(*node).cloned().flatten()?;
+                Some((*node, victims))
+            })
+            .collect();
+        self.cost_cache.insert(key, index);
+        let mut taken: Vec<usize> = Vec::new();
+        let mut placed = None;
+        let mut used = 0;
+        for (node, victims) in plans {
+            used += 1;
+            for h in victims {
+                if !taken.contains(&h) {
+                    self.release_holder(h);
+                    taken.push(h);
+                }
+            }
+            // A single member goes on the node its victims freed; a gang is placed anew.
+            let attempt = if shape.members == 1 {
+                self.try_place_on(js, shape, node)
+            } else {
+                self.try_place(js, shape, within).ok()
+            };
+            if let Some(done) = attempt {
+                placed = Some(done);
+                break;
+            }
+        }
+        let Some(placed) = placed else {
+            self.restore_all(&taken);
+            return None;
+        };
+        if shape.members == 1 && used == 1 {
+            // One node's set, already pruned to what the member needs.
+            return Some((taken, placed));
+        }
+        Some(self.spare(js, shape, within, taken, placed))
+    }
+
+    /// One member on `node`, if it fits there and the quotas allow it (not committed).
+    fn try_place_on(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        node: usize,
+    ) -> Option<(Vec<Choice>, bool)> {
+        let choice = self.placer.choose_among(&[node], &shape.member)?;
+        let choices = vec![choice];
+        let borrowing = self.quota_allows(js, &choices).ok()?;
+        Some((choices, borrowing))
+    }
+
+    /// Puts back victims tried and not needed, last released first.
+    fn restore_all(&mut self, taken: &[usize]) {
+        for h in taken.iter().rev() {
+            self.restore_holder(*h);
+        }
+    }
+
+    /// Victims when the team's quota holds the job: borrowers in the cohort when its
+    /// guarantee is lent out, or its own team's lower tiers when it is at its burst (or,
+    /// for a never-preempted tier, its guarantee); cheapest first (rule 4), until the job
+    /// is placed.
+    #[allow(clippy::type_complexity)]
+    fn victims_for_quota(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+    ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
+        let mut ranked: Vec<Rank> = (0..self.holders.len())
+            .filter_map(|h| match self.victim_rank(h, asker) {
+                Some((r, Cause::Reclaim | Cause::OwnTeam)) => Some(r),
+                _ => None,
+            })
+            .collect();
+        ranked.sort_unstable();
+        let mut taken = Vec::new();
+        let mut placed = None;
+        for (_, _, _, h) in ranked.into_iter().take(64) {
+            self.release_holder(h);
+            taken.push(h);
+            if let Ok(done) = self.try_place(js, shape, within) {
+                placed = Some(done);
+                break;
+            }
+        }
+        let Some(placed) = placed else {
+            self.restore_all(&taken);
+            return None;
+        };
+        Some(self.spare(js, shape, within, taken, placed))
+    }
+
+    /// Gives back victims the placement does not need (latest added first), then places
+    /// on the final set so the placement matches it.
+    fn spare(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        mut taken: Vec<usize>,
+        mut placed: (Vec<Choice>, bool),
+    ) -> (Vec<usize>, (Vec<Choice>, bool)) {
+        let mut needed: Vec<usize> = Vec::new();
+        let last = taken.pop();
+        if taken.len() > 16 {
+            needed.append(&mut taken);
+        }
+        for h in taken.into_iter().rev() {
+            self.restore_holder(h);
+            match self.try_place(js, shape, within) {
+                Ok(done) => placed = done,
+                Err(_) => {
+                    self.release_holder(h);
+                    needed.push(h);
+                }
+            }
+        }
+        needed.extend(last);
+        if let Ok(done) = self.try_place(js, shape, within) {
+            placed = done;
+        }
+        (needed, placed)
+    }
+}

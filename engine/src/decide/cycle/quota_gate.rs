@@ -1,0 +1,184 @@
+//! Quota before capacity. A job is judged against its team's quotas before any node is
+//! searched, so a job the quotas cannot admit never holds a reservation and never keeps
+//! other teams' jobs off idle GPUs:
+//! - a job larger than its team's `burst` never fits (fix: raise the burst or split it);
+//! - a job of a `preempt = never` tier runs only inside its team's guarantee, since a
+//!   lender could never reclaim it; one larger than the guarantee never fits;
+//! - a job over its team's burst (or guarantee) now waits as `quota_exhausted`, with an
+//!   ETA from its own team's running jobs.
+//!
+//! What the cohort can lend depends on where the job lands, so that check stays with the
+//! placement (`Cycle::quota_allows`).
+
+use super::{Blocked, Cycle};
+use crate::core::gang::JobShape;
+use crate::decide::plan::{Reason, ReasonCode};
+use crate::decide::quota::{gpus, QuotaBlock};
+use crate::decide::snapshot::JobState;
+use lang::ir::PreemptMode;
+
+impl Cycle<'_> {
+    /// `Ok` when the team's quotas could admit `js` in some pool it may use now; a reason
+    /// when they never can; `Blocked::Quota` when not now.
+    pub(super) fn quota_gate(&mut self, js: &JobState, shape: &JobShape) -> Result<(), Gate> {
+        let Some(team) = js.job.team.as_deref().filter(|t| self.ledger.has_team(t)) else {
+            return Ok(());
+        };
+        let need = js.gpu_milli();
+        if let Some(burst) = self.ledger.burst(Some(team)) {
+            if need > burst {
+                return Err(Gate::Never(
+                    Reason::new(
+                        ReasonCode::NeverFits,
+                        format!(
+                            "it needs {}, more than team {team} may ever use (burst {})",
+                            gpus(need),
+                            gpus(burst)
+                        ),
+                    )
+                    .unblock(format!(
+                        "raise {team}'s burst to {} or split the job",
+                        gpus(need)
+                    )),
+                ));
+            }
+        }
+        if self.inside_guarantee_only(js) {
+            let guaranteed = self.ledger.usage(team).map_or(0, |(_, g)| g);
+            if need > guaranteed {
+                let tier = js.job.tier.as_deref().unwrap_or("-");
+                return Err(Gate::Never(
+                    Reason::new(
+                        ReasonCode::NeverFits,
+                        format!(
+                            "tier {tier} is never preempted, so it runs only inside team {team}'s guarantee ({}); it needs {}",
+                            gpus(guaranteed),
+                            gpus(need)
+                        ),
+                    )
+                    .unblock(format!(
+                        "raise {team}'s guarantee to {} or split the job",
+                        gpus(need)
+                    )),
+                ));
+            }
+        }
+        // The team's own limits now; what the cohort can lend depends on where the job
+        // lands and is checked with the placement.
+        let (used, _) = self.ledger.usage(team).unwrap_or((0, 0));
+        if let Some(burst) = self.ledger.burst(Some(team)) {
+            if used + need > burst {
+                let free = used + need - burst;
+                return Err(Gate::Later(Blocked::Quota(QuotaBlock {
+                    message: format!(
+                        "team {team} uses {} and may burst to {}; this job needs {} more",
+                        gpus(used),
+                        gpus(burst),
+                        gpus(need)
+                    ),
+                    unblock: format!("fits when {team}'s running jobs free {}", gpus(free)),
+                    own_to_free: Some(free),
+                })));
+            }
+        }
+        if self.inside_guarantee_only(js) {
+            let pools = self.candidate_pools(shape);
+            let mut last = None;
+            for pool in &pools {
+                match self.quota_allows_charges(js, &[(pool.as_deref(), need)]) {
+                    Ok(_) => return Ok(()),
+                    Err(q) => last = Some(q),
+                }
+            }
+            if let Some(q) = last {
+                return Err(Gate::Later(Blocked::Quota(q)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `js` may only use its team's guarantee: its tier is never preempted.
+    pub(super) fn inside_guarantee_only(&self, js: &JobState) -> bool {
+        self.tier(js)
+            .is_some_and(|t| t.preempt == PreemptMode::Never)
+            && js
+                .job
+                .team
+                .as_deref()
+                .is_some_and(|t| self.ledger.has_team(t))
+    }
+
+    /// The quota check for `charges` (pool, milli), with the guarantee-only rule; whether
+    /// the job borrows.
+    pub(super) fn quota_allows_charges(
+        &mut self,
+        js: &JobState,
+        charges: &[(Option<&str>, u64)],
+    ) -> Result<bool, QuotaBlock> {
+        let team = js.job.team.as_deref();
+        let within = self.ledger.within_guarantee(team, charges);
+        if !within && self.inside_guarantee_only(js) {
+            let name = team.unwrap_or("-");
+            let (used, guaranteed) = self.ledger.usage(name).unwrap_or((0, 0));
+            let need: u64 = charges.iter().map(|c| c.1).sum();
+            return Err(QuotaBlock {
+                message: format!(
+                    "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
+                    js.job.tier.as_deref().unwrap_or("-"),
+                    gpus(used),
+                    gpus(guaranteed),
+                    gpus(need)
+                ),
+                unblock: format!(
+                    "fits when {name}'s running jobs free {}",
+                    gpus((used + need).saturating_sub(guaranteed))
+                ),
+                own_to_free: Some((used + need).saturating_sub(guaranteed)),
+            });
+        }
+        self.ledger.check(team, charges)?;
+        Ok(!within && self.ledger.has_team(team.unwrap_or("")))
+    }
+
+    /// The buckets a job's charge may land in: its pools, or every pool of the fleet.
+    fn candidate_pools(&self, shape: &JobShape) -> Vec<Option<String>> {
+        if shape.pools.is_empty() {
+            self.fleet_pools.clone()
+        } else {
+            shape.pools.iter().cloned().map(Some).collect()
+        }
+    }
+
+    /// Seconds until `team`'s own running jobs free `milli`, by their runtime estimates.
+    pub(super) fn own_release_eta(&self, team: Option<&str>, milli: u64) -> Option<i64> {
+        let mut ends: Vec<(i64, u64)> = self
+            .holders
+            .iter()
+            .filter(|h| !h.evicted && h.team.as_deref() == team)
+            .map(|h| {
+                let freed = h.member_milli * h.choices.len() as u64;
+                (h.ends_at.unwrap_or(i64::MAX), freed)
+            })
+            .collect();
+        ends.sort_unstable();
+        let mut freed = 0u64;
+        for (at, m) in ends {
+            if at == i64::MAX {
+                return None;
+            }
+            freed += m;
+            if freed >= milli {
+                return Some(at - self.now);
+            }
+        }
+        None
+    }
+}
+
+/// What the quota gate says about a job it does not let through.
+pub(super) enum Gate {
+    /// The quotas can never admit it.
+    Never(Reason),
+    /// Not now.
+    Later(Blocked),
+}
