@@ -1,7 +1,8 @@
 //! Property tests of the plan invariants in DESIGN.md over random policies, fleets and
 //! queues: no GPU (or share) given twice; gangs placed whole or not at all; quotas held
 //! (burst never exceeded, borrowing covered by what cohorts lend and what no team is
-//! guaranteed); non-preemptible jobs and jobs inside `min_runtime` never victims; every
+//! guaranteed); non-preemptible jobs and jobs inside `min_runtime` never victims; another
+//! team's priority never takes a team below its guarantee; every
 //! pending job placed or carrying a reason; the same inputs give the same plan.
 //!
 //! Each case runs two cycles: the first places a random queue on the empty fleet, its
@@ -263,6 +264,29 @@ fn check_case(case: &Case) -> Result<Option<Stats>, TestCaseError> {
             .decisions
             .iter()
             .any(|d| d.job == p.for_job && d.action == Action::Place));
+    }
+    // A team's guarantee is its own: another team's priority never takes it below it.
+    for p in &plan.preemptions {
+        let v = &running[&p.job];
+        let taker = jobs2.iter().find(|j| j.id == p.for_job).unwrap();
+        if p.cause == "priority" && v.team != taker.team {
+            let t = TEAMS
+                .iter()
+                .position(|n| Some(*n) == v.team.as_deref())
+                .unwrap();
+            let u = used.get(v.team.as_deref().unwrap()).copied().unwrap_or(0);
+            prop_assert!(
+                u >= u64::from(teams[t].guaranteed) * 1000,
+                "{} (team {:?}) preempted by {} of another team leaves it at {u} below its guarantee {}\n{text}",
+                p.job,
+                v.team,
+                p.for_job,
+                teams[t].guaranteed
+            );
+        }
+        if p.cause == "reclaim" {
+            prop_assert!(v.team != taker.team, "reclaim within one team: {}", p.job);
+        }
     }
     // Quotas: burst holds for every team; borrowing stays within what is lendable.
     let mut borrowed_in_cohort = 0u64;
