@@ -204,14 +204,8 @@ pub(super) fn parse_lines<T: serde::de::DeserializeOwned>(
         .collect()
 }
 
-pub(super) fn duration(s: i64) -> String {
-    match s {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 => format!("{}m", s / 60),
-        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
-    }
-}
+/// Durations in tables read like the reasons beside them.
+pub(super) use crate::decide::plan::human_duration as duration;
 
 fn table(plan: &Plan, io: &mut Io<'_>) {
     let _ = writeln!(

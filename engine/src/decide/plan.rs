@@ -195,3 +195,17 @@ pub struct WarmEntry {
     pub target_nodes: u64,
     pub reason: String,
 }
+
+/// A duration as people write it: `45s`, `8m20s`, `2h21m`, `3d04h`.
+pub fn human_duration(s: i64) -> String {
+    let s = s.max(0);
+    match s {
+        s if s < 60 => format!("{s}s"),
+        s if s < 3600 && s % 60 == 0 => format!("{}m", s / 60),
+        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
+        s if s < 86_400 && s % 3600 == 0 => format!("{}h", s / 3600),
+        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}

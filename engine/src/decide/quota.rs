@@ -74,6 +74,34 @@ pub struct QuotaBlock {
     pub own_to_free: Option<u64>,
 }
 
+impl QuotaBlock {
+    /// The team's own `limit` (its burst, or the guarantee a job must stay inside) holds
+    /// the job: its own running jobs must free the difference.
+    pub fn own_limit(message: String, team: &str, used: u64, limit: u64, need: u64) -> QuotaBlock {
+        let free = (used + need).saturating_sub(limit);
+        QuotaBlock {
+            message,
+            unblock: format!("fits when {team}'s running jobs free {}", gpus(free)),
+            own_to_free: Some(free),
+        }
+    }
+
+    fn over_burst(team: &str, used: u64, burst: u64, need: u64) -> QuotaBlock {
+        QuotaBlock::own_limit(
+            format!(
+                "team {team} uses {} and may burst to {}; this job needs {} more",
+                gpus(used),
+                gpus(burst),
+                gpus(need)
+            ),
+            team,
+            used,
+            burst,
+            need,
+        )
+    }
+}
+
 pub fn gpus(milli: u64) -> String {
     let g = milli as f64 / 1000.0;
     if g.fract() == 0.0 {
@@ -184,19 +212,7 @@ impl Ledger {
         if let Some(burst) = b.burst {
             if b.total_used() > burst {
                 let before = b.total_used() - need;
-                return Err(QuotaBlock {
-                    message: format!(
-                        "team {name} uses {} and may burst to {}; this job needs {} more",
-                        gpus(before),
-                        gpus(burst),
-                        gpus(need)
-                    ),
-                    unblock: format!(
-                        "fits when {name}'s running jobs free {}",
-                        gpus((before + need).saturating_sub(burst))
-                    ),
-                    own_to_free: Some((before + need).saturating_sub(burst)),
-                });
+                return Err(QuotaBlock::over_burst(name, before, burst, need));
             }
         }
         let excess = self.excess();
@@ -330,6 +346,14 @@ impl Ledger {
     /// A team's burst limit in milli-GPUs, if the policy sets one.
     pub fn burst(&self, team: Option<&str>) -> Option<u64> {
         team.and_then(|t| self.books.get(t)).and_then(|b| b.burst)
+    }
+
+    /// Why `need` more would take `team` past its burst now, if it would.
+    pub fn over_burst(&self, team: &str, need: u64) -> Option<QuotaBlock> {
+        let b = self.books.get(team)?;
+        let burst = b.burst?;
+        let used = b.total_used();
+        (used + need > burst).then(|| QuotaBlock::over_burst(team, used, burst, need))
     }
 
     /// Used and guaranteed milli-GPUs of a team, for reports.

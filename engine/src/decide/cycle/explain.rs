@@ -7,13 +7,14 @@
 use super::reserve::Reserved;
 use super::{Blocked, Cycle};
 use crate::core::gang::{JobShape, UnplacedCode};
-use crate::decide::plan::{Reason, ReasonCode};
+use crate::decide::plan::{human_duration, Reason, ReasonCode};
 use crate::decide::snapshot::JobState;
 
 /// Earliest-start estimates per cycle; beyond it `eta_s` is absent.
 const ETA_BUDGET: usize = 256;
 
-/// A shape, the reservation it waits behind (start, end), and the state version.
+/// A shape and the reservation it waits behind (start, end); the memo is cleared when
+/// the allocation state changes.
 pub(super) type EtaKey = (JobShape, Option<(i64, Option<i64>)>);
 
 impl Cycle<'_> {
@@ -164,23 +165,9 @@ impl Cycle<'_> {
     }
 }
 
-/// A duration as people write it: `45s`, `8m20s`, `2h21m`, `3d04h`.
-pub fn human_duration(s: i64) -> String {
-    let s = s.max(0);
-    match s {
-        s if s < 60 => format!("{s}s"),
-        s if s < 3600 && s % 60 == 0 => format!("{}m", s / 60),
-        s if s < 3600 => format!("{}m{:02}s", s / 60, s % 60),
-        s if s < 86_400 && s % 3600 == 0 => format!("{}h", s / 3600),
-        s if s < 86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
-        s if s % 86_400 == 0 => format!("{}d", s / 86_400),
-        s => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::human_duration;
+    use crate::decide::plan::human_duration;
 
     #[test]
     fn durations_read_like_people_write_them() {

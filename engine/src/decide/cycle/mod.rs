@@ -238,7 +238,7 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
             let eta = ready_at - now;
             r.unblock = Some(format!(
                 "fits in pool {pool} after scale-up (nodes ready in about {})",
-                explain::human_duration(eta)
+                super::plan::human_duration(eta)
             ));
             r.eta_s = Some(r.eta_s.map_or(eta, |e| e.min(eta)));
         }

@@ -328,9 +328,9 @@ impl Cycle<'_> {
         let mut by_team: BTreeMap<Option<&str>, TeamCharges<'_>> = BTreeMap::new();
         let mut lost = 0i64;
         for h in set {
-            let (rank, cause) = self.victim_rank(*h, asker)?;
-            lost += rank.1;
             let holder = self.holders.get(*h)?;
+            lost += holder.victim.as_ref()?.lost;
+            let cause = self.cause_of(*h, asker)?;
             if cause == Cause::OwnTeam {
                 continue;
             }
@@ -356,16 +356,16 @@ impl Cycle<'_> {
     /// holders in rank order until the member fits, then those it turns out not to need
     /// given back. Memoised per node state; see [`Cycle::victims_by_node`].
     fn node_cost(&self, node: usize, member: &Request, asker: &Asker) -> Option<Cost> {
-        let mut ranked: Vec<Rank> = self
+        let mut ranked: Vec<(Rank, Cause)> = self
             .holders_on
             .get(node)?
             .iter()
-            .filter_map(|h| self.victim_rank(*h, asker).map(|(r, _)| r))
+            .filter_map(|h| self.victim_rank(*h, asker))
             .collect();
         if ranked.is_empty() {
             return None;
         }
-        ranked.sort_unstable();
+        ranked.sort_unstable_by_key(|(rank, _)| *rank);
         let ctx = self.placer.context();
         let n = self.snapshot.fleet.nodes.get(node)?;
         let capacity = self.placer.empty_state().nodes.get(node)?;
@@ -379,9 +379,10 @@ impl Cycle<'_> {
                     .map(move |c| (&x.member, c))
             })
         };
-        for (_, _, _, h) in ranked {
+        for ((_, _, _, h), cause) in ranked {
             chosen.push(h);
-            if self.set_cost(&chosen, asker).is_none() {
+            // Only another borrowing team's victims can break rule 3 together.
+            if cause == Cause::Borrowed && self.set_cost(&chosen, asker).is_none() {
                 chosen.pop();
                 continue;
             }

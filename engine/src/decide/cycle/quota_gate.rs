@@ -65,21 +65,8 @@ impl Cycle<'_> {
         }
         // The team's own limits now; what the cohort can lend depends on where the job
         // lands and is checked with the placement.
-        let (used, _) = self.ledger.usage(team).unwrap_or((0, 0));
-        if let Some(burst) = self.ledger.burst(Some(team)) {
-            if used + need > burst {
-                let free = used + need - burst;
-                return Err(Gate::Later(Blocked::Quota(QuotaBlock {
-                    message: format!(
-                        "team {team} uses {} and may burst to {}; this job needs {} more",
-                        gpus(used),
-                        gpus(burst),
-                        gpus(need)
-                    ),
-                    unblock: format!("fits when {team}'s running jobs free {}", gpus(free)),
-                    own_to_free: Some(free),
-                })));
-            }
+        if let Some(q) = self.ledger.over_burst(team, need) {
+            return Err(Gate::Later(Blocked::Quota(q)));
         }
         if self.inside_guarantee_only(js) {
             let pools = self.candidate_pools(shape);
@@ -121,20 +108,14 @@ impl Cycle<'_> {
             let name = team.unwrap_or("-");
             let (used, guaranteed) = self.ledger.usage(name).unwrap_or((0, 0));
             let need: u64 = charges.iter().map(|c| c.1).sum();
-            return Err(QuotaBlock {
-                message: format!(
-                    "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
-                    js.job.tier.as_deref().unwrap_or("-"),
-                    gpus(used),
-                    gpus(guaranteed),
-                    gpus(need)
-                ),
-                unblock: format!(
-                    "fits when {name}'s running jobs free {}",
-                    gpus((used + need).saturating_sub(guaranteed))
-                ),
-                own_to_free: Some((used + need).saturating_sub(guaranteed)),
-            });
+            let message = format!(
+                "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
+                js.job.tier.as_deref().unwrap_or("-"),
+                gpus(used),
+                gpus(guaranteed),
+                gpus(need)
+            );
+            return Err(QuotaBlock::own_limit(message, name, used, guaranteed, need));
         }
         self.ledger.check(team, charges)?;
         Ok(!within && self.ledger.has_team(team.unwrap_or("")))
