@@ -334,15 +334,6 @@ impl Ledger {
         })
     }
 
-    /// Teams that use more than their guarantee, by name.
-    pub fn borrowers(&self) -> Vec<String> {
-        self.books
-            .iter()
-            .filter(|(_, b)| b.borrowed() > 0)
-            .map(|(n, _)| n.clone())
-            .collect()
-    }
-
     /// A team's burst limit in milli-GPUs, if the policy sets one.
     pub fn burst(&self, team: Option<&str>) -> Option<u64> {
         team.and_then(|t| self.books.get(t)).and_then(|b| b.burst)

@@ -11,7 +11,7 @@ use crate::decide::plan::{human_duration, Reason, ReasonCode};
 use crate::decide::snapshot::JobState;
 
 /// Earliest-start estimates per cycle; beyond it `eta_s` is absent.
-const ETA_BUDGET: usize = 256;
+const ETA_BUDGET: usize = 64;
 
 /// A shape and the reservation it waits behind (start, end); the memo is cleared when
 /// the allocation state changes.

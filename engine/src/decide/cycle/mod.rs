@@ -27,6 +27,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 struct Holder {
     id: String,
     team: Option<String>,
+    /// The team as an index into the policy's teams (see [`Cycle::team_ix`]).
+    team_ix: Option<usize>,
     member: Request,
     /// What one member counts for in quotas and fair share.
     member_milli: u64,
@@ -51,11 +53,20 @@ struct Cycle<'a> {
     no_victims: std::collections::HashSet<(JobShape, preempt::Asker)>,
     /// Running jobs (preemption candidates) by node.
     holders_on: Vec<Vec<usize>>,
+    /// Holders with a runtime estimate by expected end, for earliest-start estimates.
+    ends: BTreeSet<(i64, usize)>,
+    /// Running jobs (preemption candidates) by team index.
+    holders_of: BTreeMap<Option<usize>, Vec<usize>>,
+    /// Each policy team's index, by name.
+    team_index: BTreeMap<&'a str, usize>,
+    /// Whether each policy team (by index) uses more than its guarantee now.
+    borrowing: Vec<bool>,
     /// Per (member, pools, asker): each node's cheapest victim set.
     cost_cache: HashMap<preempt::CostKey, preempt::CostIndex>,
     /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
     changed: Vec<usize>,
-    /// Running jobs released so far (preempted or tried): free capacity grows only then.
+    /// Evictions so far: free capacity grows only then (a victim tried and put back
+    /// leaves the state as it was).
     released: u64,
     /// Shapes that did not fit, at which `released` count, and why.
     unfit: HashMap<UnfitKey, (u64, Unplaced)>,
@@ -208,6 +219,15 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
         no_victims: std::collections::HashSet::new(),
         lowest_victim_priority: None,
         holders_on: vec![Vec::new(); fleet.nodes.len()],
+        ends: BTreeSet::new(),
+        holders_of: BTreeMap::new(),
+        team_index: program
+            .teams
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.as_str(), i))
+            .collect(),
+        borrowing: vec![false; program.teams.len()],
         cost_cache: HashMap::new(),
         changed: Vec::new(),
         released: 0,
@@ -454,6 +474,8 @@ impl<'a> Cycle<'a> {
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
         let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
+        let team_ix = self.team_ix(js.job.team.as_deref());
+        self.note_usage(js.job.team.as_deref(), team_ix);
         if victim.is_some() {
             let h = self.holders.len();
             let nodes: BTreeSet<usize> = choices.iter().map(|c| c.node).collect();
@@ -462,6 +484,7 @@ impl<'a> Cycle<'a> {
                     list.push(h);
                 }
             }
+            self.holders_of.entry(team_ix).or_default().push(h);
         }
         if let Some(v) = victim {
             self.lowest_victim_priority = Some(
@@ -469,20 +492,30 @@ impl<'a> Cycle<'a> {
                     .map_or(v.priority, |p| p.min(v.priority)),
             );
         }
+        let ends_at = js.job.runtime_s.map(|r| (started + r as i64).max(self.now));
+        if let Some(end) = ends_at {
+            self.ends.insert((end, self.holders.len()));
+        }
         self.holders.push(Holder {
             member_milli: js.member_milli,
             id: js.id().to_string(),
             team: js.job.team.clone(),
+            team_ix,
             member,
             choices,
-            ends_at: js.job.runtime_s.map(|r| (started + r as i64).max(self.now)),
+            ends_at,
             victim,
             evicted: false,
         });
     }
 
+    /// A team as an index into the policy's teams: `None` for no team, `usize::MAX` for
+    /// a name the policy does not define (it has no quota to protect).
+    fn team_ix(&self, team: Option<&str>) -> Option<usize> {
+        team.map(|t| self.team_index.get(t).copied().unwrap_or(usize::MAX))
+    }
+
     fn release_holder(&mut self, h: usize) {
-        self.released += 1;
         self.move_holder(h, false);
     }
 
@@ -507,6 +540,16 @@ impl<'a> Cycle<'a> {
                 self.ledger.uncharge(holder.team.as_deref(), pool, milli);
             }
             self.changed.push(c.node);
+        }
+        let (team, ix) = (holder.team.clone(), holder.team_ix);
+        self.note_usage(team.as_deref(), ix);
+    }
+
+    /// Keeps `borrowing` in step with the ledger after `team`'s usage changed.
+    fn note_usage(&mut self, team: Option<&str>, ix: Option<usize>) {
+        let borrowing = self.ledger.is_borrowing(team);
+        if let Some(slot) = ix.and_then(|i| self.borrowing.get_mut(i)) {
+            *slot = borrowing;
         }
     }
 

@@ -56,17 +56,24 @@ impl Cause {
 /// decides who is eligible.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Asker {
-    team: Option<String>,
+    /// Teams are indexes into the policy's teams (see `Cycle::team_ix`).
+    team: Option<usize>,
     priority: i64,
     /// Borrowing teams of the asker's cohort, when the asker is inside its guarantee.
-    reclaimable: Vec<String>,
-    /// Teams using more than their guarantee: another team's higher tier may take what
-    /// they borrow.
-    borrowers: Vec<String>,
+    reclaimable: Vec<usize>,
+    /// Borrowing teams left out of rule 3's priority case for this job, because victims
+    /// on several nodes together took them below their guarantee.
+    spared: Vec<usize>,
 }
 
 /// A victim team's cause and the charges its victims give up.
 type TeamCharges<'a> = (Cause, Vec<(Option<&'a str>, u64)>);
+
+/// An asker team no running job belongs to (see `Cycle::own_victims_team`).
+const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
+
+/// Placements tried per quota victim search once the team's own limits pass.
+const QUOTA_PLACEMENT_TRIES: usize = 4;
 
 /// One holder as a candidate: (GPUs it alone takes below a guarantee, lost work,
 /// priority, holder).
@@ -151,17 +158,16 @@ impl Cycle<'_> {
             Blocked::Quota(_) => {}
             _ => return None,
         }
-        let team = js.job.team.as_deref();
         let priority = self.priority(js);
         let reclaimable = self.reclaimable(js);
         if reclaimable.is_empty() && self.lowest_victim_priority.is_none_or(|p| p >= priority) {
             return None;
         }
         let mut asker = Asker {
-            team: team.map(str::to_string),
+            team: self.own_victims_team(js, priority),
             priority,
             reclaimable,
-            borrowers: self.ledger.borrowers(),
+            spared: Vec::new(),
         };
         // Rule 3 over the whole set: victims on several nodes may together take a team
         // below its guarantee; such a team is then left out and the search runs again.
@@ -183,14 +189,33 @@ impl Cycle<'_> {
                 return Some(self.evict_for(js, &asker, needed, placed));
             }
             self.restore_all(&needed);
-            asker.borrowers.retain(|b| !broken.contains(b));
+            asker.spared.extend(broken);
         }
         None
     }
 
+    /// The asker's team for rule 2, or [`NO_OWN_VICTIMS`] when none of its running jobs
+    /// is of a lower tier: then rule 2 picks nobody, and askers of every such team share
+    /// their victim indexes.
+    fn own_victims_team(&self, js: &JobState, priority: i64) -> Option<usize> {
+        let team = self.team_ix(js.job.team.as_deref());
+        let lower = self.holders_of.get(&team).is_some_and(|hs| {
+            hs.iter().any(|h| {
+                self.holders
+                    .get(*h)
+                    .is_some_and(|x| !x.evicted && x.victim.is_some_and(|v| v.priority < priority))
+            })
+        });
+        if lower {
+            team
+        } else {
+            NO_OWN_VICTIMS
+        }
+    }
+
     /// Borrowing teams of `js`'s cohort, when `js` fits inside its team's guarantee
     /// (overall or in one of its guaranteed pools).
-    fn reclaimable(&self, js: &JobState) -> Vec<String> {
+    fn reclaimable(&self, js: &JobState) -> Vec<usize> {
         let team = js.job.team.as_deref();
         let reclaiming = self
             .ledger
@@ -207,15 +232,16 @@ impl Cycle<'_> {
         self.program
             .teams
             .iter()
-            .filter(|t| t.cohort.as_deref() == Some(cohort) && Some(t.name.as_str()) != team)
-            .filter(|t| self.ledger.is_borrowing(Some(&t.name)))
-            .map(|t| t.name.clone())
+            .enumerate()
+            .filter(|(_, t)| t.cohort.as_deref() == Some(cohort) && Some(t.name.as_str()) != team)
+            .filter(|(i, _)| self.borrowing.get(*i).copied().unwrap_or(false))
+            .map(|(i, _)| i)
             .collect()
     }
 
     /// Teams that `victims` leave below their guarantee although only another team's
     /// priority took them (the victims are released in the ledger at this point).
-    fn teams_taken_below_guarantee(&self, victims: &[usize], asker: &Asker) -> Vec<String> {
+    fn teams_taken_below_guarantee(&self, victims: &[usize], asker: &Asker) -> Vec<usize> {
         let mut broken = Vec::new();
         for h in victims {
             if self.cause_of(*h, asker) != Some(Cause::Borrowed) {
@@ -229,9 +255,11 @@ impl Cycle<'_> {
                 .iter()
                 .map(|c| self.pool_of(c.node))
                 .collect();
-            if let Some(t) = &holder.team {
-                if self.ledger.below_guarantee(Some(t), &pools) && !broken.contains(t) {
-                    broken.push(t.clone());
+            if let Some(t) = holder.team_ix {
+                if self.ledger.below_guarantee(holder.team.as_deref(), &pools)
+                    && !broken.contains(&t)
+                {
+                    broken.push(t);
                 }
             }
         }
@@ -246,6 +274,7 @@ impl Cycle<'_> {
         needed: Vec<usize>,
         placed: (Vec<Choice>, bool),
     ) -> Outcome {
+        self.released += 1;
         let mut victims = Vec::new();
         for h in &needed {
             let cause = self.cause_of(*h, asker).unwrap_or(Cause::OwnTeam);
@@ -305,15 +334,18 @@ impl Cycle<'_> {
     fn cause_of(&self, h: usize, asker: &Asker) -> Option<Cause> {
         let holder = self.holders.get(h)?;
         let v = holder.victim.as_ref()?;
-        let team = holder.team.as_deref();
-        let cause = if holder.team == asker.team {
+        let team = holder.team_ix;
+        let cause = if team == asker.team {
             Cause::OwnTeam
-        } else if team.is_some_and(|t| asker.reclaimable.iter().any(|r| r == t)) {
+        } else if team.is_some_and(|t| asker.reclaimable.contains(&t)) {
             Cause::Reclaim
         } else {
             // A team the policy gives no guarantee has nothing of its own to protect.
-            let unguarded = team
-                .is_none_or(|t| !self.ledger.has_team(t) || asker.borrowers.iter().any(|b| b == t));
+            let unguarded = team.is_none_or(|t| {
+                t >= self.program.teams.len()
+                    || (!asker.spared.contains(&t)
+                        && self.borrowing.get(t).copied().unwrap_or(false))
+            });
             if !unguarded {
                 return None;
             }
@@ -537,7 +569,14 @@ impl Cycle<'_> {
         within: &dyn Fn(usize) -> bool,
         asker: &Asker,
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
-        let mut ranked: Vec<Rank> = (0..self.holders.len())
+        let teams = std::iter::once(asker.team).chain(asker.reclaimable.iter().map(|t| Some(*t)));
+        let candidates: Vec<usize> = teams
+            .filter_map(|t| self.holders_of.get(&t))
+            .flatten()
+            .copied()
+            .collect();
+        let mut ranked: Vec<Rank> = candidates
+            .into_iter()
             .filter_map(|h| match self.victim_rank(h, asker) {
                 Some((r, Cause::Reclaim | Cause::OwnTeam)) => Some(r),
                 _ => None,
@@ -546,9 +585,20 @@ impl Cycle<'_> {
         ranked.sort_unstable();
         let mut taken = Vec::new();
         let mut placed = None;
+        let mut tries = 0;
         for (_, _, _, h) in ranked.into_iter().take(64) {
             self.release_holder(h);
             taken.push(h);
+            // The team's own limits first: no placement is tried until they pass. Past
+            // them, a few more victims at most: room for the job is the node-by-node
+            // search's work, not this one's.
+            if self.quota_gate(js, shape).is_err() {
+                continue;
+            }
+            if tries == QUOTA_PLACEMENT_TRIES {
+                break;
+            }
+            tries += 1;
             if let Ok(done) = self.try_place(js, shape, within) {
                 placed = Some(done);
                 break;
@@ -561,8 +611,9 @@ impl Cycle<'_> {
         Some(self.spare(js, shape, within, taken, placed))
     }
 
-    /// Gives back victims the placement does not need (latest added first), then places
-    /// on the final set so the placement matches it.
+    /// Gives back victims the placement does not need (latest added first). `placed`
+    /// always matches the current state: a victim given back is kept back only when the
+    /// job still fits, and taken again (the state as before) when it does not.
     fn spare(
         &mut self,
         js: &JobState,
@@ -587,9 +638,6 @@ impl Cycle<'_> {
             }
         }
         needed.extend(last);
-        if let Ok(done) = self.try_place(js, shape, within) {
-            placed = done;
-        }
         (needed, placed)
     }
 }

@@ -69,16 +69,15 @@ impl Cycle<'_> {
             return Err(Gate::Later(Blocked::Quota(q)));
         }
         if self.inside_guarantee_only(js) {
-            let pools = self.candidate_pools(shape);
-            let mut last = None;
-            for pool in &pools {
-                match self.quota_allows_charges(js, &[(pool.as_deref(), need)]) {
-                    Ok(_) => return Ok(()),
-                    Err(q) => last = Some(q),
-                }
-            }
-            if let Some(q) = last {
-                return Err(Gate::Later(Blocked::Quota(q)));
+            let within =
+                |pool: Option<&str>| self.ledger.within_guarantee(Some(team), &[(pool, need)]);
+            let fits = if shape.pools.is_empty() {
+                self.fleet_pools.iter().any(|p| within(p.as_deref()))
+            } else {
+                shape.pools.iter().any(|p| within(Some(p)))
+            };
+            if !fits {
+                return Err(Gate::Later(Blocked::Quota(self.guarantee_block(js, need))));
             }
         }
         Ok(())
@@ -105,29 +104,24 @@ impl Cycle<'_> {
         let team = js.job.team.as_deref();
         let within = self.ledger.within_guarantee(team, charges);
         if !within && self.inside_guarantee_only(js) {
-            let name = team.unwrap_or("-");
-            let (used, guaranteed) = self.ledger.usage(name).unwrap_or((0, 0));
-            let need: u64 = charges.iter().map(|c| c.1).sum();
-            let message = format!(
-                "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
-                js.job.tier.as_deref().unwrap_or("-"),
-                gpus(used),
-                gpus(guaranteed),
-                gpus(need)
-            );
-            return Err(QuotaBlock::own_limit(message, name, used, guaranteed, need));
+            return Err(self.guarantee_block(js, charges.iter().map(|c| c.1).sum()));
         }
         self.ledger.check(team, charges)?;
         Ok(!within && self.ledger.has_team(team.unwrap_or("")))
     }
 
-    /// The buckets a job's charge may land in: its pools, or every pool of the fleet.
-    fn candidate_pools(&self, shape: &JobShape) -> Vec<Option<String>> {
-        if shape.pools.is_empty() {
-            self.fleet_pools.clone()
-        } else {
-            shape.pools.iter().cloned().map(Some).collect()
-        }
+    /// Why a job of a never-preempted tier needing `need` waits for its own team.
+    fn guarantee_block(&self, js: &JobState, need: u64) -> QuotaBlock {
+        let name = js.job.team.as_deref().unwrap_or("-");
+        let (used, guaranteed) = self.ledger.usage(name).unwrap_or((0, 0));
+        let message = format!(
+            "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
+            js.job.tier.as_deref().unwrap_or("-"),
+            gpus(used),
+            gpus(guaranteed),
+            gpus(need)
+        );
+        QuotaBlock::own_limit(message, name, used, guaranteed, need)
     }
 
     /// Seconds until `team`'s own running jobs free `milli`, by their runtime estimates.

@@ -5,11 +5,12 @@
 //! required topology group.
 
 use super::{Blocked, Cycle};
+use crate::core::alloc::NodeFree;
 use crate::core::gang::{self, JobShape};
 use crate::core::placer::give_on;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The head blocked job's reservation.
 #[derive(Debug, Clone)]
@@ -121,15 +122,19 @@ impl Cycle<'_> {
             }
             None => group_of.iter_mut().for_each(|g| *g = Some(0)),
         }
-        let mut free = self.placer.state().nodes.clone();
+        // Free resources as running jobs end: the current state, with the nodes whose
+        // jobs ended so far copied into `free` (most nodes are never touched).
+        let now_free = &self.placer.state().nodes;
+        let mut free: BTreeMap<usize, NodeFree> = BTreeMap::new();
         let empty = &self.placer.empty_state().nodes;
         let held_until = held.map_or(i64::MIN, |(_, t)| t);
         let is_held = |n: usize| held.is_some_and(|(nodes, _)| nodes.contains(&n));
-        let slots = |free: &[crate::core::alloc::NodeFree], n: usize, at: i64| -> u64 {
+        let slots = |free: &BTreeMap<usize, NodeFree>, n: usize, at: i64| -> u64 {
             if at < held_until && is_held(n) {
                 return 0;
             }
-            match (usable.get(n), fleet.nodes.get(n), free.get(n)) {
+            let f = free.get(&n).or_else(|| now_free.get(n));
+            match (usable.get(n), fleet.nodes.get(n), f) {
                 (Some(true), Some(node), Some(f)) => {
                     gang::member_slots(&ctx, node, f, &shape.member)
                 }
@@ -146,20 +151,22 @@ impl Cycle<'_> {
         }
         let members = u64::from(shape.members);
         let winner = |room: &[u64]| room.iter().position(|r| *r >= members);
-        let mut ends: Vec<(i64, usize)> = self
-            .holders
-            .iter()
-            .enumerate()
-            .filter(|(_, h)| !h.evicted)
-            .filter_map(|(i, h)| Some((h.ends_at?, i)))
-            .collect();
         // The held nodes come free at `held_until` (`usize::MAX` marks that event).
-        if let Some((_, until)) = held {
-            if until < i64::MAX {
-                ends.push((until.max(self.now), usize::MAX));
-            }
-        }
-        ends.sort();
+        let held_event = held
+            .map(|(_, until)| (until.max(self.now), usize::MAX))
+            .filter(|(until, _)| *until < i64::MAX);
+        let mut ends = self
+            .ends
+            .iter()
+            .copied()
+            .filter(|(_, h)| self.holders.get(*h).is_some_and(|x| !x.evicted))
+            .peekable();
+        let mut held_event = held_event.into_iter().peekable();
+        let events = std::iter::from_fn(|| match (ends.peek(), held_event.peek()) {
+            (Some(e), Some(h)) if h < e => held_event.next(),
+            (Some(_), _) => ends.next(),
+            (None, _) => held_event.next(),
+        });
         let mut found = winner(&room).map(|g| (self.now, g));
         let add = |room: &mut Vec<u64>, node: usize, grown: u64| {
             if let Some(Some(g)) = group_of.get(node) {
@@ -168,7 +175,7 @@ impl Cycle<'_> {
                 }
             }
         };
-        for (end, h) in ends {
+        for (end, h) in events {
             if found.is_some() {
                 break;
             }
@@ -183,11 +190,12 @@ impl Cycle<'_> {
             };
             for c in &holder.choices {
                 let before = slots(&free, c.node, end);
-                if let (Some(node), Some(f), Some(cap)) = (
+                if let (Some(node), Some(cap), Some(current)) = (
                     fleet.nodes.get(c.node),
-                    free.get_mut(c.node),
                     empty.get(c.node),
+                    now_free.get(c.node),
                 ) {
+                    let f = free.entry(c.node).or_insert_with(|| current.clone());
                     give_on(&ctx, node, f, &holder.member, &c.on, cap);
                 }
                 let after = slots(&free, c.node, end);
