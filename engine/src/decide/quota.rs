@@ -334,6 +334,12 @@ impl Ledger {
         })
     }
 
+    /// Whether `team`'s guarantee is counted per pool (rather than overall).
+    pub fn is_per_pool(&self, team: Option<&str>) -> bool {
+        team.and_then(|t| self.books.get(t))
+            .is_some_and(|b| b.per_pool)
+    }
+
     /// A team's burst limit in milli-GPUs, if the policy sets one.
     pub fn burst(&self, team: Option<&str>) -> Option<u64> {
         team.and_then(|t| self.books.get(t)).and_then(|b| b.burst)

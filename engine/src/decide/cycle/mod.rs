@@ -59,8 +59,8 @@ struct Cycle<'a> {
     holders_of: BTreeMap<Option<usize>, Vec<usize>>,
     /// Each policy team's index, by name.
     team_index: BTreeMap<&'a str, usize>,
-    /// Whether each policy team (by index) uses more than its guarantee now.
-    borrowing: Vec<bool>,
+    /// Each policy team's usage (by index), kept in step with the ledger.
+    standing: Vec<Standing>,
     /// Per (member, pools, asker): each node's cheapest victim set.
     cost_cache: HashMap<preempt::CostKey, preempt::CostIndex>,
     /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
@@ -80,6 +80,17 @@ struct Cycle<'a> {
     eta_version: usize,
     eta_estimates: usize,
     preemptions: Vec<Preemption>,
+}
+
+/// A policy team's usage as the victim rules read it (a copy of the ledger's, so the hot
+/// path needs no lookup by name).
+#[derive(Debug, Clone, Copy, Default)]
+struct Standing {
+    borrowing: bool,
+    used: u64,
+    guaranteed: u64,
+    /// Guarantees per pool: breaches need the ledger's buckets.
+    per_pool: bool,
 }
 
 /// A shape and how it stands to the reservation (its start, whether the job ends first).
@@ -227,7 +238,7 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
             .enumerate()
             .map(|(i, t)| (t.name.as_str(), i))
             .collect(),
-        borrowing: vec![false; program.teams.len()],
+        standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::new(),
         changed: Vec::new(),
         released: 0,
@@ -545,12 +556,18 @@ impl<'a> Cycle<'a> {
         self.note_usage(team.as_deref(), ix);
     }
 
-    /// Keeps `borrowing` in step with the ledger after `team`'s usage changed.
+    /// Keeps `standing` in step with the ledger after `team`'s usage changed.
     fn note_usage(&mut self, team: Option<&str>, ix: Option<usize>) {
-        let borrowing = self.ledger.is_borrowing(team);
-        if let Some(slot) = ix.and_then(|i| self.borrowing.get_mut(i)) {
-            *slot = borrowing;
-        }
+        let Some(slot) = ix.and_then(|i| self.standing.get_mut(i)) else {
+            return;
+        };
+        let (used, guaranteed) = team.and_then(|t| self.ledger.usage(t)).unwrap_or((0, 0));
+        *slot = Standing {
+            borrowing: self.ledger.is_borrowing(team),
+            used,
+            guaranteed,
+            per_pool: self.ledger.is_per_pool(team),
+        };
     }
 
     /// Queue order: tier priority (high first); within a priority, the team with the

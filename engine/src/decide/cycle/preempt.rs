@@ -66,9 +66,6 @@ pub(super) struct Asker {
     spared: Vec<usize>,
 }
 
-/// A victim team's cause and the charges its victims give up.
-type TeamCharges<'a> = (Cause, Vec<(Option<&'a str>, u64)>);
-
 /// An asker team no running job belongs to (see `Cycle::own_victims_team`).
 const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
 
@@ -234,7 +231,7 @@ impl Cycle<'_> {
             .iter()
             .enumerate()
             .filter(|(_, t)| t.cohort.as_deref() == Some(cohort) && Some(t.name.as_str()) != team)
-            .filter(|(i, _)| self.borrowing.get(*i).copied().unwrap_or(false))
+            .filter(|(i, _)| self.standing.get(*i).is_some_and(|st| st.borrowing))
             .map(|(i, _)| i)
             .collect()
     }
@@ -319,10 +316,7 @@ impl Cycle<'_> {
         let cause = self.cause_of(h, asker)?;
         let breach = match cause {
             Cause::OwnTeam => 0,
-            _ => self.ledger.breach(
-                holder.team.as_deref(),
-                &self.charges(holder.member_milli, &holder.choices),
-            ),
+            _ => self.breach(&[h]),
         };
         if cause == Cause::Borrowed && breach > 0 {
             return None;
@@ -344,7 +338,7 @@ impl Cycle<'_> {
             let unguarded = team.is_none_or(|t| {
                 t >= self.program.teams.len()
                     || (!asker.spared.contains(&t)
-                        && self.borrowing.get(t).copied().unwrap_or(false))
+                        && self.standing.get(t).is_some_and(|st| st.borrowing))
             });
             if !unguarded {
                 return None;
@@ -354,10 +348,41 @@ impl Cycle<'_> {
         (cause == Cause::Reclaim || v.priority < asker.priority).then_some(cause)
     }
 
+    /// Milli-GPUs by which evicting `holders` (all of one team) would take their team
+    /// further below its guarantee; from `standing` unless the team's guarantee is per
+    /// pool.
+    fn breach(&self, holders: &[usize]) -> u64 {
+        let Some(first) = holders.first().and_then(|h| self.holders.get(*h)) else {
+            return 0;
+        };
+        let Some(st) = first.team_ix.and_then(|i| self.standing.get(i)) else {
+            return 0;
+        };
+        let of = |h: &usize| self.holders.get(*h);
+        if !st.per_pool {
+            let removed: u64 = holders
+                .iter()
+                .filter_map(of)
+                .map(|x| x.member_milli * x.choices.len() as u64)
+                .sum();
+            let short_before = st.guaranteed.saturating_sub(st.used);
+            let short_after = st
+                .guaranteed
+                .saturating_sub(st.used.saturating_sub(removed));
+            return short_after - short_before.min(short_after);
+        }
+        let charges: Vec<(Option<&str>, u64)> = holders
+            .iter()
+            .filter_map(of)
+            .flat_map(|x| self.charges(x.member_milli, &x.choices))
+            .collect();
+        self.ledger.breach(first.team.as_deref(), &charges)
+    }
+
     /// Rule 4's cost of a victim set; `None` when it takes a team below its guarantee by
     /// another team's priority (rule 3).
     fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<(u64, i64, usize)> {
-        let mut by_team: BTreeMap<Option<&str>, TeamCharges<'_>> = BTreeMap::new();
+        let mut by_team: BTreeMap<Option<usize>, (Cause, Vec<usize>)> = BTreeMap::new();
         let mut lost = 0i64;
         for h in set {
             let holder = self.holders.get(*h)?;
@@ -366,16 +391,15 @@ impl Cycle<'_> {
             if cause == Cause::OwnTeam {
                 continue;
             }
-            let entry = by_team
-                .entry(holder.team.as_deref())
-                .or_insert((cause, Vec::new()));
-            entry
+            by_team
+                .entry(holder.team_ix)
+                .or_insert((cause, Vec::new()))
                 .1
-                .extend(self.charges(holder.member_milli, &holder.choices));
+                .push(*h);
         }
         let mut breach = 0u64;
-        for (team, (cause, charges)) in &by_team {
-            let b = self.ledger.breach(*team, charges);
+        for (cause, holders) in by_team.values() {
+            let b = self.breach(holders);
             if *cause == Cause::Borrowed && b > 0 {
                 return None;
             }
