@@ -53,7 +53,7 @@ impl FairShares {
         }
         FairShares {
             capacity,
-            held: BTreeMap::new(),
+            held: weight.keys().map(|t| (t.clone(), [0.0; 3])).collect(),
             history,
             weight,
         }
@@ -61,13 +61,8 @@ impl FairShares {
 
     /// `team` now holds `r` more (a running job, or one placed this cycle).
     pub fn hold(&mut self, team: Option<&str>, r: Resources) {
-        let Some(t) = team.filter(|t| self.weight.contains_key(*t)) else {
-            return;
-        };
-        if !self.held.contains_key(t) {
-            self.held.insert(t.to_string(), [0.0; 3]);
-        }
-        if let Some(e) = self.held.get_mut(t) {
+        // `held` has an entry for every team in fair share, and only those.
+        if let Some(e) = team.and_then(|t| self.held.get_mut(t)) {
             for (a, b) in e.iter_mut().zip(r) {
                 *a += b;
             }

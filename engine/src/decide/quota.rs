@@ -6,6 +6,9 @@
 //!
 //! A team without `burst` may borrow as much as is idle (Kueue's unset borrowing limit).
 //! Lending is counted in GPUs, not per pool: a cohort lends idle guarantees in any pool.
+//!
+//! Teams are named by their index in the policy's teams (`TeamIx`): the ledger is read
+//! for every placement tried, and an index beats a lookup by name there.
 
 use lang::ir::{Program, Team};
 use std::collections::BTreeMap;
@@ -14,9 +17,16 @@ use std::collections::BTreeMap;
 /// in, or its overall guarantee (`None`).
 type Bucket = Option<String>;
 
+/// A team as its index into the policy's teams; an index past them is no team the
+/// ledger counts.
+pub type TeamIx = usize;
+
 #[derive(Debug, Clone)]
 struct Book {
+    name: String,
     cohort: Option<String>,
+    /// The cohort as an index into the policy's cohort names, in order of appearance.
+    cohort_ix: Option<usize>,
     guaranteed: BTreeMap<Bucket, u64>,
     per_pool: bool,
     burst: Option<u64>,
@@ -59,7 +69,9 @@ impl Book {
 /// Quota accounting for one decision cycle.
 #[derive(Debug, Clone)]
 pub struct Ledger {
-    books: BTreeMap<String, Book>,
+    /// In the policy's team order.
+    books: Vec<Book>,
+    cohorts: usize,
     /// Fleet GPUs no team is guaranteed, in milli-GPUs.
     unguaranteed: u64,
 }
@@ -113,31 +125,50 @@ pub fn gpus(milli: u64) -> String {
 
 impl Ledger {
     pub fn new(program: &Program, fleet_gpu_milli: u64) -> Ledger {
-        let books: BTreeMap<String, Book> = program
+        let mut cohorts: Vec<&str> = Vec::new();
+        let books: Vec<Book> = program
             .teams
             .iter()
-            .map(|t| (t.name.clone(), book(t)))
+            .map(|t| {
+                let cohort_ix = t.cohort.as_deref().map(|c| {
+                    cohorts.iter().position(|x| *x == c).unwrap_or_else(|| {
+                        cohorts.push(c);
+                        cohorts.len() - 1
+                    })
+                });
+                book(t, cohort_ix)
+            })
             .collect();
-        let guaranteed: u64 = books.values().map(Book::total_guaranteed).sum();
+        let guaranteed: u64 = books.iter().map(Book::total_guaranteed).sum();
         Ledger {
             books,
+            cohorts: cohorts.len(),
             unguaranteed: fleet_gpu_milli.saturating_sub(guaranteed),
         }
     }
 
-    pub fn has_team(&self, team: &str) -> bool {
-        self.books.contains_key(team)
+    fn book(&self, team: Option<TeamIx>) -> Option<&Book> {
+        team.and_then(|t| self.books.get(t))
+    }
+
+    pub fn has_team(&self, team: Option<TeamIx>) -> bool {
+        self.book(team).is_some()
+    }
+
+    /// The team's name, for messages.
+    pub fn name(&self, team: Option<TeamIx>) -> &str {
+        self.book(team).map_or("-", |b| b.name.as_str())
     }
 
     /// Counts `milli` of `team`'s usage in `pool` (uncounted teams are ignored).
-    pub fn charge(&mut self, team: Option<&str>, pool: Option<&str>, milli: u64) {
+    pub fn charge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             let bucket = b.bucket(pool);
             *b.used.entry(bucket).or_insert(0) += milli;
         }
     }
 
-    pub fn uncharge(&mut self, team: Option<&str>, pool: Option<&str>, milli: u64) {
+    pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             let bucket = b.bucket(pool);
             if let Some(u) = b.used.get_mut(&bucket) {
@@ -147,19 +178,18 @@ impl Ledger {
     }
 
     /// Whether `team` uses more than its guarantee (it is borrowing).
-    pub fn is_borrowing(&self, team: Option<&str>) -> bool {
-        team.and_then(|t| self.books.get(t))
-            .is_some_and(|b| b.borrowed() > 0)
+    pub fn is_borrowing(&self, team: Option<TeamIx>) -> bool {
+        self.book(team).is_some_and(|b| b.borrowed() > 0)
     }
 
-    pub fn cohort(&self, team: Option<&str>) -> Option<&str> {
-        team.and_then(|t| self.books.get(t))
-            .and_then(|b| b.cohort.as_deref())
+    /// The team's cohort, as an index (teams of one cohort share it).
+    pub fn cohort(&self, team: Option<TeamIx>) -> Option<usize> {
+        self.book(team).and_then(|b| b.cohort_ix)
     }
 
     /// Whether `charges` (pool, milli) stay inside `team`'s own guarantee.
-    pub fn within_guarantee(&self, team: Option<&str>, charges: &[(Option<&str>, u64)]) -> bool {
-        let Some(b) = team.and_then(|t| self.books.get(t)) else {
+    pub fn within_guarantee(&self, team: Option<TeamIx>, charges: &[(Option<&str>, u64)]) -> bool {
+        let Some(b) = self.book(team) else {
             return false;
         };
         // Usage per bucket after the charges, without copying the book: buckets the
@@ -186,29 +216,30 @@ impl Ledger {
     /// unblock it.
     pub fn check(
         &mut self,
-        team: Option<&str>,
+        team: Option<TeamIx>,
         charges: &[(Option<&str>, u64)],
     ) -> Result<(), QuotaBlock> {
-        let Some(name) = team.filter(|t| self.books.contains_key(*t)) else {
+        let Some(t) = team.filter(|t| *t < self.books.len()) else {
             return Ok(());
         };
         let before = self.excess();
         for (pool, milli) in charges {
-            self.charge(Some(name), *pool, *milli);
+            self.charge(Some(t), *pool, *milli);
         }
-        let verdict = self.verdict(name, charges.iter().map(|c| c.1).sum(), before);
+        let verdict = self.verdict(t, charges.iter().map(|c| c.1).sum(), before);
         for (pool, milli) in charges {
-            self.uncharge(Some(name), *pool, *milli);
+            self.uncharge(Some(t), *pool, *milli);
         }
         verdict
     }
 
     /// Quotas hold for the current usage; `name` just grew by `need`. Borrowing that was
     /// already over the limit before (a policy change) blocks only charges that add to it.
-    fn verdict(&self, name: &str, need: u64, excess_before: u64) -> Result<(), QuotaBlock> {
-        let Some(b) = self.books.get(name) else {
+    fn verdict(&self, t: TeamIx, need: u64, excess_before: u64) -> Result<(), QuotaBlock> {
+        let Some(b) = self.books.get(t) else {
             return Ok(());
         };
+        let name = b.name.as_str();
         if let Some(burst) = b.burst {
             if b.total_used() > burst {
                 let before = b.total_used() - need;
@@ -220,17 +251,18 @@ impl Ledger {
             let short = excess - self.unguaranteed.max(excess_before);
             let cohort = b.cohort.clone();
             // A peer with idle guarantee it does not lend could cover the shortfall.
-            let lender = cohort.as_ref().and_then(|c| {
+            let lender = b.cohort_ix.and_then(|c| {
                 self.books
                     .iter()
-                    .filter(|(n, p)| n.as_str() != name && p.cohort.as_ref() == Some(c))
-                    .map(|(n, p)| {
+                    .enumerate()
+                    .filter(|(i, p)| *i != t && p.cohort_ix == Some(c))
+                    .map(|(_, p)| {
                         let idle: u64 = p
                             .guaranteed
                             .iter()
                             .map(|(k, g)| g.saturating_sub(p.used.get(k).copied().unwrap_or(0)))
                             .sum();
-                        (n.clone(), idle.saturating_sub(p.lendable()))
+                        (p.name.clone(), idle.saturating_sub(p.lendable()))
                     })
                     .filter(|(_, withheld)| *withheld >= short)
                     .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
@@ -271,20 +303,14 @@ impl Ledger {
     /// Borrowing not covered by the lenders of the borrower's own cohort, summed over the
     /// fleet: it must fit in the unguaranteed capacity.
     fn excess(&self) -> u64 {
-        // Few cohorts: a small list beats a map here (this runs for every placement).
-        let mut by_cohort: Vec<(&str, u64, u64)> = Vec::new();
+        // (borrowed, lent) per cohort; this runs for every placement tried.
+        let mut by_cohort: Vec<(u64, u64)> = vec![(0, 0); self.cohorts];
         let mut alone = 0u64;
-        for b in self.books.values() {
-            match &b.cohort {
-                Some(c) => {
-                    let (borrowed, lent) = (b.borrowed(), b.lendable());
-                    match by_cohort.iter_mut().find(|e| e.0 == c.as_str()) {
-                        Some(e) => {
-                            e.1 += borrowed;
-                            e.2 += lent;
-                        }
-                        None => by_cohort.push((c.as_str(), borrowed, lent)),
-                    }
+        for b in &self.books {
+            match b.cohort_ix.and_then(|c| by_cohort.get_mut(c)) {
+                Some(e) => {
+                    e.0 += b.borrowed();
+                    e.1 += b.lendable();
                 }
                 None => alone += b.borrowed(),
             }
@@ -292,15 +318,15 @@ impl Ledger {
         alone
             + by_cohort
                 .iter()
-                .map(|(_, borrowed, lent)| borrowed.saturating_sub(*lent))
+                .map(|(borrowed, lent)| borrowed.saturating_sub(*lent))
                 .sum::<u64>()
     }
 
     /// Milli-GPUs by which giving up `removed` (pool, milli) would take `team` further
     /// below its guarantee, bucket by bucket: 0 when the team keeps its guarantee (or has
     /// none the policy knows).
-    pub fn breach(&self, team: Option<&str>, removed: &[(Option<&str>, u64)]) -> u64 {
-        let Some(b) = team.and_then(|t| self.books.get(t)) else {
+    pub fn breach(&self, team: Option<TeamIx>, removed: &[(Option<&str>, u64)]) -> u64 {
+        let Some(b) = self.book(team) else {
             return 0;
         };
         let mut by_bucket: Vec<(Bucket, u64)> = Vec::new();
@@ -324,8 +350,8 @@ impl Ledger {
     }
 
     /// Whether `team` now uses less than its guarantee in any bucket of `pools`.
-    pub fn below_guarantee(&self, team: Option<&str>, pools: &[Option<&str>]) -> bool {
-        let Some(b) = team.and_then(|t| self.books.get(t)) else {
+    pub fn below_guarantee(&self, team: Option<TeamIx>, pools: &[Option<&str>]) -> bool {
+        let Some(b) = self.book(team) else {
             return false;
         };
         pools.iter().any(|p| {
@@ -335,33 +361,37 @@ impl Ledger {
     }
 
     /// Whether `team`'s guarantee is counted per pool (rather than overall).
-    pub fn is_per_pool(&self, team: Option<&str>) -> bool {
-        team.and_then(|t| self.books.get(t))
-            .is_some_and(|b| b.per_pool)
+    pub fn is_per_pool(&self, team: Option<TeamIx>) -> bool {
+        self.book(team).is_some_and(|b| b.per_pool)
     }
 
     /// A team's burst limit in milli-GPUs, if the policy sets one.
-    pub fn burst(&self, team: Option<&str>) -> Option<u64> {
-        team.and_then(|t| self.books.get(t)).and_then(|b| b.burst)
+    pub fn burst(&self, team: Option<TeamIx>) -> Option<u64> {
+        self.book(team).and_then(|b| b.burst)
+    }
+
+    /// Whether `need` more would take `team` past its burst now.
+    pub fn is_over_burst(&self, team: Option<TeamIx>, need: u64) -> bool {
+        self.book(team)
+            .is_some_and(|b| b.burst.is_some_and(|burst| b.total_used() + need > burst))
     }
 
     /// Why `need` more would take `team` past its burst now, if it would.
-    pub fn over_burst(&self, team: &str, need: u64) -> Option<QuotaBlock> {
-        let b = self.books.get(team)?;
+    pub fn over_burst(&self, team: Option<TeamIx>, need: u64) -> Option<QuotaBlock> {
+        let b = self.book(team)?;
         let burst = b.burst?;
         let used = b.total_used();
-        (used + need > burst).then(|| QuotaBlock::over_burst(team, used, burst, need))
+        (used + need > burst).then(|| QuotaBlock::over_burst(&b.name, used, burst, need))
     }
 
     /// Used and guaranteed milli-GPUs of a team, for reports.
-    pub fn usage(&self, team: &str) -> Option<(u64, u64)> {
-        self.books
-            .get(team)
+    pub fn usage(&self, team: Option<TeamIx>) -> Option<(u64, u64)> {
+        self.book(team)
             .map(|b| (b.total_used(), b.total_guaranteed()))
     }
 }
 
-fn book(t: &Team) -> Book {
+fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
     let per_pool = t.guaranteed.total_milli.is_none() && !t.guaranteed.per_pool_milli.is_empty();
     let guaranteed: BTreeMap<Bucket, u64> = if per_pool {
         t.guaranteed
@@ -375,7 +405,9 @@ fn book(t: &Team) -> Book {
             .collect()
     };
     Book {
+        name: t.name.clone(),
         cohort: t.cohort.clone(),
+        cohort_ix,
         guaranteed,
         per_pool,
         burst: t.burst.as_ref().map(|q| q.effective_total_milli()),

@@ -33,8 +33,6 @@ struct Holder {
     /// What one member counts for in quotas and fair share.
     member_milli: u64,
     choices: Vec<Choice>,
-    /// Expected end (seconds since the epoch); `None` when the job gave no runtime.
-    ends_at: Option<i64>,
     /// Set when the job may be preempted at all (tier, `min_runtime`, `max_lost`).
     victim: Option<preempt::VictimFacts>,
     evicted: bool,
@@ -57,6 +55,8 @@ struct Cycle<'a> {
     ends: BTreeSet<(i64, usize)>,
     /// Running jobs (preemption candidates) by team index.
     holders_of: BTreeMap<Option<usize>, Vec<usize>>,
+    /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
+    team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
     /// Each policy team's index, by name.
     team_index: BTreeMap<&'a str, usize>,
     /// Each policy team's usage (by index), kept in step with the ledger.
@@ -76,6 +76,8 @@ struct Cycle<'a> {
     /// The fleet's pools, once each, in fleet order.
     fleet_pools: Vec<Option<String>>,
     eta_memo: HashMap<explain::EtaKey, Option<i64>>,
+    /// Room per shape for earliest-start estimates, kept up to date node by node.
+    room_cache: HashMap<reserve::RoomKey, reserve::RoomIndex>,
     /// The allocation state (`changed.len()`) the memo was filled at.
     eta_version: usize,
     eta_estimates: usize,
@@ -232,6 +234,7 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
         holders_on: vec![Vec::new(); fleet.nodes.len()],
         ends: BTreeSet::new(),
         holders_of: BTreeMap::new(),
+        team_ends: BTreeMap::new(),
         team_index: program
             .teams
             .iter()
@@ -253,6 +256,7 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
             pools
         },
         eta_memo: HashMap::new(),
+        room_cache: HashMap::new(),
         eta_version: 0,
         eta_estimates: 0,
         preemptions: stops,
@@ -476,8 +480,9 @@ impl<'a> Cycle<'a> {
         for c in &choices {
             self.changed.push(c.node);
         }
+        let team_ix = self.team_ix(js.job.team.as_deref());
         for (pool, milli) in self.charges(js.member_milli, &choices) {
-            self.ledger.charge(js.job.team.as_deref(), pool, milli);
+            self.ledger.charge(team_ix, pool, milli);
         }
         self.shares.hold(
             js.job.team.as_deref(),
@@ -485,8 +490,7 @@ impl<'a> Cycle<'a> {
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
         let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
-        let team_ix = self.team_ix(js.job.team.as_deref());
-        self.note_usage(js.job.team.as_deref(), team_ix);
+        self.note_usage(team_ix);
         if victim.is_some() {
             let h = self.holders.len();
             let nodes: BTreeSet<usize> = choices.iter().map(|c| c.node).collect();
@@ -507,6 +511,10 @@ impl<'a> Cycle<'a> {
         if let Some(end) = ends_at {
             self.ends.insert((end, self.holders.len()));
         }
+        self.team_ends
+            .entry(team_ix)
+            .or_default()
+            .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         self.holders.push(Holder {
             member_milli: js.member_milli,
             id: js.id().to_string(),
@@ -514,7 +522,6 @@ impl<'a> Cycle<'a> {
             team_ix,
             member,
             choices,
-            ends_at,
             victim,
             evicted: false,
         });
@@ -545,29 +552,29 @@ impl<'a> Cycle<'a> {
             let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
             if take {
                 self.placer.commit(&holder.member, c);
-                self.ledger.charge(holder.team.as_deref(), pool, milli);
+                self.ledger.charge(holder.team_ix, pool, milli);
             } else {
                 self.placer.release(&holder.member, c);
-                self.ledger.uncharge(holder.team.as_deref(), pool, milli);
+                self.ledger.uncharge(holder.team_ix, pool, milli);
             }
             self.changed.push(c.node);
         }
-        let (team, ix) = (holder.team.clone(), holder.team_ix);
-        self.note_usage(team.as_deref(), ix);
+        let ix = holder.team_ix;
+        self.note_usage(ix);
     }
 
-    /// Keeps `standing` in step with the ledger after `team`'s usage changed.
-    fn note_usage(&mut self, team: Option<&str>, ix: Option<usize>) {
-        let Some(slot) = ix.and_then(|i| self.standing.get_mut(i)) else {
-            return;
-        };
-        let (used, guaranteed) = team.and_then(|t| self.ledger.usage(t)).unwrap_or((0, 0));
-        *slot = Standing {
-            borrowing: self.ledger.is_borrowing(team),
+    /// Keeps `standing` in step with the ledger after team `ix`'s usage changed.
+    fn note_usage(&mut self, ix: Option<usize>) {
+        let (used, guaranteed) = self.ledger.usage(ix).unwrap_or((0, 0));
+        let standing = Standing {
+            borrowing: self.ledger.is_borrowing(ix),
             used,
             guaranteed,
-            per_pool: self.ledger.is_per_pool(team),
+            per_pool: self.ledger.is_per_pool(ix),
         };
+        if let Some(slot) = ix.and_then(|i| self.standing.get_mut(i)) {
+            *slot = standing;
+        }
     }
 
     /// Queue order: tier priority (high first); within a priority, the team with the
@@ -718,10 +725,10 @@ impl<'a> Cycle<'a> {
         within: &dyn Fn(usize) -> bool,
         keep: bool,
     ) -> Result<(Vec<Choice>, bool), Blocked> {
-        let team = js.job.team.as_deref();
+        let team = self.team_ix(js.job.team.as_deref());
         let mut tries = vec![shape.clone()];
         if shape.pools.is_empty() {
-            if let Some(t) = team.and_then(|t| self.program.team(t)) {
+            if let Some(t) = team.and_then(|t| self.program.teams.get(t)) {
                 let mut pools: Vec<String> = t.guaranteed.per_pool_milli.keys().cloned().collect();
                 pools.retain(|p| {
                     self.ledger

@@ -14,6 +14,7 @@
 //!    suffices), then the least lost work (GPUs × seconds since the last checkpoint), then
 //!    the fewest victims.
 
+use super::quota_gate::Limits;
 use super::{Blocked, Cycle, Outcome};
 use crate::core::alloc::Request;
 use crate::core::gang::{JobShape, UnplacedCode};
@@ -213,26 +214,27 @@ impl Cycle<'_> {
     /// Borrowing teams of `js`'s cohort, when `js` fits inside its team's guarantee
     /// (overall or in one of its guaranteed pools).
     fn reclaimable(&self, js: &JobState) -> Vec<usize> {
-        let team = js.job.team.as_deref();
+        let team = self.team_ix(js.job.team.as_deref());
+        let Some(cohort) = self.ledger.cohort(team) else {
+            return Vec::new();
+        };
         let reclaiming = self
             .ledger
             .within_guarantee(team, &[(None, js.gpu_milli())])
-            || self.program.team(team.unwrap_or("")).is_some_and(|t| {
-                t.guaranteed.per_pool_milli.keys().any(|p| {
-                    self.ledger
-                        .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
-                })
-            });
-        let Some(cohort) = self.ledger.cohort(team).filter(|_| reclaiming) else {
+            || team
+                .and_then(|t| self.program.teams.get(t))
+                .is_some_and(|t| {
+                    t.guaranteed.per_pool_milli.keys().any(|p| {
+                        self.ledger
+                            .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                    })
+                });
+        if !reclaiming {
             return Vec::new();
-        };
-        self.program
-            .teams
-            .iter()
-            .enumerate()
-            .filter(|(_, t)| t.cohort.as_deref() == Some(cohort) && Some(t.name.as_str()) != team)
-            .filter(|(i, _)| self.standing.get(*i).is_some_and(|st| st.borrowing))
-            .map(|(i, _)| i)
+        }
+        (0..self.program.teams.len())
+            .filter(|i| Some(*i) != team && self.ledger.cohort(Some(*i)) == Some(cohort))
+            .filter(|i| self.standing.get(*i).is_some_and(|st| st.borrowing))
             .collect()
     }
 
@@ -253,9 +255,7 @@ impl Cycle<'_> {
                 .map(|c| self.pool_of(c.node))
                 .collect();
             if let Some(t) = holder.team_ix {
-                if self.ledger.below_guarantee(holder.team.as_deref(), &pools)
-                    && !broken.contains(&t)
-                {
+                if self.ledger.below_guarantee(Some(t), &pools) && !broken.contains(&t) {
                     broken.push(t);
                 }
             }
@@ -376,7 +376,7 @@ impl Cycle<'_> {
             .filter_map(of)
             .flat_map(|x| self.charges(x.member_milli, &x.choices))
             .collect();
-        self.ledger.breach(first.team.as_deref(), &charges)
+        self.ledger.breach(first.team_ix, &charges)
     }
 
     /// Rule 4's cost of a victim set; `None` when it takes a team below its guarantee by
@@ -616,7 +616,7 @@ impl Cycle<'_> {
             // The team's own limits first: no placement is tried until they pass. Past
             // them, a few more victims at most: room for the job is the node-by-node
             // search's work, not this one's.
-            if self.quota_gate(js, shape).is_err() {
+            if self.own_limits(js, shape) != Limits::Pass {
                 continue;
             }
             if tries == QUOTA_PLACEMENT_TRIES {

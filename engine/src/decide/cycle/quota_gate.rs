@@ -21,33 +21,28 @@ impl Cycle<'_> {
     /// `Ok` when the team's quotas could admit `js` in some pool it may use now; a reason
     /// when they never can; `Blocked::Quota` when not now.
     pub(super) fn quota_gate(&mut self, js: &JobState, shape: &JobShape) -> Result<(), Gate> {
-        let Some(team) = js.job.team.as_deref().filter(|t| self.ledger.has_team(t)) else {
-            return Ok(());
-        };
+        let ix = self.team_ix(js.job.team.as_deref());
+        let team = self.ledger.name(ix);
         let need = js.gpu_milli();
-        if let Some(burst) = self.ledger.burst(Some(team)) {
-            if need > burst {
-                return Err(Gate::Never(
-                    Reason::new(
-                        ReasonCode::NeverFits,
-                        format!(
-                            "it needs {}, more than team {team} may ever use (burst {})",
-                            gpus(need),
-                            gpus(burst)
-                        ),
-                    )
-                    .unblock(format!(
-                        "raise {team}'s burst to {} or split the job",
-                        gpus(need)
-                    )),
-                ));
-            }
-        }
-        if self.inside_guarantee_only(js) {
-            let guaranteed = self.ledger.usage(team).map_or(0, |(_, g)| g);
-            if need > guaranteed {
+        match self.own_limits(js, shape) {
+            Limits::Pass => Ok(()),
+            Limits::OverBurstEver(burst) => Err(Gate::Never(
+                Reason::new(
+                    ReasonCode::NeverFits,
+                    format!(
+                        "it needs {}, more than team {team} may ever use (burst {})",
+                        gpus(need),
+                        gpus(burst)
+                    ),
+                )
+                .unblock(format!(
+                    "raise {team}'s burst to {} or split the job",
+                    gpus(need)
+                )),
+            )),
+            Limits::OverGuaranteeEver(guaranteed) => {
                 let tier = js.job.tier.as_deref().unwrap_or("-");
-                return Err(Gate::Never(
+                Err(Gate::Never(
                     Reason::new(
                         ReasonCode::NeverFits,
                         format!(
@@ -60,38 +55,60 @@ impl Cycle<'_> {
                         "raise {team}'s guarantee to {} or split the job",
                         gpus(need)
                     )),
-                ));
+                ))
+            }
+            Limits::OverBurstNow => match self.ledger.over_burst(ix, need) {
+                Some(q) => Err(Gate::Later(Blocked::Quota(q))),
+                None => Ok(()),
+            },
+            Limits::OutsideGuaranteeNow => {
+                Err(Gate::Later(Blocked::Quota(self.guarantee_block(js, need))))
+            }
+        }
+    }
+
+    /// The team's own limits for `js` now, without messages (victim searches ask this
+    /// after every victim they add).
+    pub(super) fn own_limits(&self, js: &JobState, shape: &JobShape) -> Limits {
+        let ix = self.team_ix(js.job.team.as_deref());
+        if !self.ledger.has_team(ix) {
+            return Limits::Pass;
+        }
+        let need = js.gpu_milli();
+        if let Some(burst) = self.ledger.burst(ix).filter(|b| need > *b) {
+            return Limits::OverBurstEver(burst);
+        }
+        let guarantee_only = self.inside_guarantee_only(js);
+        if guarantee_only {
+            let guaranteed = self.ledger.usage(ix).map_or(0, |(_, g)| g);
+            if need > guaranteed {
+                return Limits::OverGuaranteeEver(guaranteed);
             }
         }
         // The team's own limits now; what the cohort can lend depends on where the job
         // lands and is checked with the placement.
-        if let Some(q) = self.ledger.over_burst(team, need) {
-            return Err(Gate::Later(Blocked::Quota(q)));
+        if self.ledger.is_over_burst(ix, need) {
+            return Limits::OverBurstNow;
         }
-        if self.inside_guarantee_only(js) {
-            let within =
-                |pool: Option<&str>| self.ledger.within_guarantee(Some(team), &[(pool, need)]);
+        if guarantee_only {
+            let within = |pool: Option<&str>| self.ledger.within_guarantee(ix, &[(pool, need)]);
             let fits = if shape.pools.is_empty() {
                 self.fleet_pools.iter().any(|p| within(p.as_deref()))
             } else {
                 shape.pools.iter().any(|p| within(Some(p)))
             };
             if !fits {
-                return Err(Gate::Later(Blocked::Quota(self.guarantee_block(js, need))));
+                return Limits::OutsideGuaranteeNow;
             }
         }
-        Ok(())
+        Limits::Pass
     }
 
     /// Whether `js` may only use its team's guarantee: its tier is never preempted.
     pub(super) fn inside_guarantee_only(&self, js: &JobState) -> bool {
         self.tier(js)
             .is_some_and(|t| t.preempt == PreemptMode::Never)
-            && js
-                .job
-                .team
-                .as_deref()
-                .is_some_and(|t| self.ledger.has_team(t))
+            && self.ledger.has_team(self.team_ix(js.job.team.as_deref()))
     }
 
     /// The quota check for `charges` (pool, milli), with the guarantee-only rule; whether
@@ -101,19 +118,20 @@ impl Cycle<'_> {
         js: &JobState,
         charges: &[(Option<&str>, u64)],
     ) -> Result<bool, QuotaBlock> {
-        let team = js.job.team.as_deref();
+        let team = self.team_ix(js.job.team.as_deref());
         let within = self.ledger.within_guarantee(team, charges);
         if !within && self.inside_guarantee_only(js) {
             return Err(self.guarantee_block(js, charges.iter().map(|c| c.1).sum()));
         }
         self.ledger.check(team, charges)?;
-        Ok(!within && self.ledger.has_team(team.unwrap_or("")))
+        Ok(!within && self.ledger.has_team(team))
     }
 
     /// Why a job of a never-preempted tier needing `need` waits for its own team.
     fn guarantee_block(&self, js: &JobState, need: u64) -> QuotaBlock {
-        let name = js.job.team.as_deref().unwrap_or("-");
-        let (used, guaranteed) = self.ledger.usage(name).unwrap_or((0, 0));
+        let ix = self.team_ix(js.job.team.as_deref());
+        let name = self.ledger.name(ix);
+        let (used, guaranteed) = self.ledger.usage(ix).unwrap_or((0, 0));
         let message = format!(
             "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
             js.job.tier.as_deref().unwrap_or("-"),
@@ -126,28 +144,34 @@ impl Cycle<'_> {
 
     /// Seconds until `team`'s own running jobs free `milli`, by their runtime estimates.
     pub(super) fn own_release_eta(&self, team: Option<&str>, milli: u64) -> Option<i64> {
-        let mut ends: Vec<(i64, u64)> = self
-            .holders
-            .iter()
-            .filter(|h| !h.evicted && h.team.as_deref() == team)
-            .map(|h| {
-                let freed = h.member_milli * h.choices.len() as u64;
-                (h.ends_at.unwrap_or(i64::MAX), freed)
-            })
-            .collect();
-        ends.sort_unstable();
+        let ends = self.team_ends.get(&self.team_ix(team))?;
         let mut freed = 0u64;
-        for (at, m) in ends {
-            if at == i64::MAX {
+        for (at, h) in ends {
+            let Some(holder) = self.holders.get(*h).filter(|x| !x.evicted) else {
+                continue;
+            };
+            if *at == i64::MAX {
                 return None;
             }
-            freed += m;
+            freed += holder.member_milli * holder.choices.len() as u64;
             if freed >= milli {
                 return Some(at - self.now);
             }
         }
         None
     }
+}
+
+/// How a job stands to its team's own limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Limits {
+    Pass,
+    /// Larger than the team's burst (milli-GPUs).
+    OverBurstEver(u64),
+    /// A never-preempted tier larger than the team's guarantee (milli-GPUs).
+    OverGuaranteeEver(u64),
+    OverBurstNow,
+    OutsideGuaranteeNow,
 }
 
 /// What the quota gate says about a job it does not let through.

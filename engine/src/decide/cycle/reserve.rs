@@ -5,12 +5,27 @@
 //! required topology group.
 
 use super::{Blocked, Cycle};
-use crate::core::alloc::NodeFree;
+use crate::core::alloc::{NodeFree, Request};
 use crate::core::gang::{self, JobShape};
 use crate::core::placer::give_on;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// Earliest-start room is kept per (member, pools, required topology level).
+pub(super) type RoomKey = (Request, Vec<String>, Option<TopologyLevel>);
+
+/// Member slots per node on the current state, and their sum per topology group
+/// (`None`: a node the shape may not use); updated only for nodes that changed since it
+/// was last read.
+#[derive(Debug)]
+pub(super) struct RoomIndex {
+    slots: Vec<u64>,
+    group_of: Vec<Option<usize>>,
+    room: Vec<u64>,
+    /// How much of `Cycle::changed` this index has caught up with.
+    seen: usize,
+}
 
 /// The head blocked job's reservation.
 #[derive(Debug, Clone)]
@@ -89,29 +104,39 @@ impl Cycle<'_> {
     /// alike), as in gang placement. `held` nodes count only from the given time (a
     /// reservation's end). Quotas are not considered: the gate judged them already.
     pub(super) fn earliest_start(
-        &self,
+        &mut self,
         shape: &JobShape,
         held: Option<(&BTreeSet<usize>, i64)>,
     ) -> Option<(i64, BTreeSet<usize>)> {
-        let ctx = self.placer.context();
+        let key: RoomKey = (
+            shape.member.clone(),
+            shape.pools.clone(),
+            shape
+                .topology_required
+                .filter(|l| !matches!(l, TopologyLevel::Any | TopologyLevel::NvlinkIsland)),
+        );
+        let mut index = match self.room_cache.remove(&key) {
+            Some(index) => index,
+            None => self.room_index(&key),
+        };
+        self.catch_up(&mut index, &key.0);
+        let found = self.walk_ends(&index, &key.0, u64::from(shape.members), held);
+        self.room_cache.insert(key, index);
+        found
+    }
+
+    /// Member slots per usable node and room per group on the current state.
+    fn room_index(&self, key: &RoomKey) -> RoomIndex {
+        let (member, pools, level) = key;
         let fleet = &self.snapshot.fleet;
-        let usable: Vec<bool> = fleet
-            .nodes
-            .iter()
-            .map(|n| {
-                shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p))
-            })
-            .collect();
-        let level = shape
-            .topology_required
-            .filter(|l| !matches!(l, TopologyLevel::Any | TopologyLevel::NvlinkIsland));
-        // Group of each node (one group for all when no topology is required).
+        let ctx = self.placer.context();
+        let now_free = &self.placer.state().nodes;
         let mut group_of: Vec<Option<usize>> = vec![None; fleet.nodes.len()];
         let mut groups = 1;
         match level {
             Some(l) => {
                 groups = 0;
-                for (g, (_, nodes)) in self.placer.groups(l).iter().enumerate() {
+                for (g, (_, nodes)) in self.placer.groups(*l).iter().enumerate() {
                     for n in nodes {
                         if let Some(slot) = group_of.get_mut(*n) {
                             *slot = Some(g);
@@ -122,39 +147,109 @@ impl Cycle<'_> {
             }
             None => group_of.iter_mut().for_each(|g| *g = Some(0)),
         }
-        // Free resources as running jobs end: the current state, with the nodes whose
-        // jobs ended so far copied into `free` (most nodes are never touched).
-        let now_free = &self.placer.state().nodes;
-        let mut free: BTreeMap<usize, NodeFree> = BTreeMap::new();
-        let empty = &self.placer.empty_state().nodes;
-        let held_until = held.map_or(i64::MIN, |(_, t)| t);
-        let is_held = |n: usize| held.is_some_and(|(nodes, _)| nodes.contains(&n));
-        let slots = |free: &BTreeMap<usize, NodeFree>, n: usize, at: i64| -> u64 {
-            if at < held_until && is_held(n) {
-                return 0;
-            }
-            let f = free.get(&n).or_else(|| now_free.get(n));
-            match (usable.get(n), fleet.nodes.get(n), f) {
-                (Some(true), Some(node), Some(f)) => {
-                    gang::member_slots(&ctx, node, f, &shape.member)
-                }
-                _ => 0,
-            }
-        };
-        let mut room = vec![0u64; groups];
-        for n in 0..fleet.nodes.len() {
-            if let Some(Some(g)) = group_of.get(n) {
-                if let Some(r) = room.get_mut(*g) {
-                    *r = r.saturating_add(slots(&free, n, self.now));
+        for (n, node) in fleet.nodes.iter().enumerate() {
+            let usable = pools.is_empty() || node.pool.as_ref().is_some_and(|p| pools.contains(p));
+            if !usable {
+                if let Some(g) = group_of.get_mut(n) {
+                    *g = None;
                 }
             }
         }
-        let members = u64::from(shape.members);
+        let mut slots = vec![0u64; fleet.nodes.len()];
+        let mut room = vec![0u64; groups];
+        for (n, node) in fleet.nodes.iter().enumerate() {
+            let (Some(Some(g)), Some(f)) = (group_of.get(n), now_free.get(n)) else {
+                continue;
+            };
+            let s = gang::member_slots(&ctx, node, f, member);
+            if let (Some(slot), Some(r)) = (slots.get_mut(n), room.get_mut(*g)) {
+                *slot = s;
+                *r += s;
+            }
+        }
+        RoomIndex {
+            slots,
+            group_of,
+            room,
+            seen: self.changed.len(),
+        }
+    }
+
+    /// Brings `index` up to the current state: only nodes changed since it was last read.
+    fn catch_up(&self, index: &mut RoomIndex, member: &Request) {
+        let ctx = self.placer.context();
+        let fleet = &self.snapshot.fleet;
+        let now_free = &self.placer.state().nodes;
+        let changed: BTreeSet<usize> = self
+            .changed
+            .get(index.seen..)
+            .unwrap_or(&[])
+            .iter()
+            .copied()
+            .collect();
+        for n in changed {
+            let (Some(Some(g)), Some(node), Some(f)) = (
+                index.group_of.get(n).copied(),
+                fleet.nodes.get(n),
+                now_free.get(n),
+            ) else {
+                continue;
+            };
+            let s = gang::member_slots(&ctx, node, f, member);
+            if let (Some(slot), Some(r)) = (index.slots.get_mut(n), index.room.get_mut(g)) {
+                *r = (*r + s).saturating_sub(*slot);
+                *slot = s;
+            }
+        }
+        index.seen = self.changed.len();
+    }
+
+    /// The walk over expected ends from the current room in `index`.
+    fn walk_ends(
+        &self,
+        index: &RoomIndex,
+        member: &Request,
+        members: u64,
+        held: Option<(&BTreeSet<usize>, i64)>,
+    ) -> Option<(i64, BTreeSet<usize>)> {
+        let ctx = self.placer.context();
+        let fleet = &self.snapshot.fleet;
+        let now_free = &self.placer.state().nodes;
+        let empty = &self.placer.empty_state().nodes;
+        let group_of = &index.group_of;
+        // Nodes whose jobs ended so far, copied (most nodes are never touched), with
+        // their member slots then.
+        let mut free: BTreeMap<usize, (NodeFree, u64)> = BTreeMap::new();
+        let held_until = held.map_or(i64::MIN, |(_, t)| t);
+        let is_held = |n: usize| held.is_some_and(|(nodes, _)| nodes.contains(&n));
+        let slots = |free: &BTreeMap<usize, (NodeFree, u64)>, n: usize, at: i64| -> u64 {
+            if at < held_until && is_held(n) {
+                return 0;
+            }
+            match free.get(&n) {
+                Some((_, s)) => *s,
+                None => index.slots.get(n).copied().unwrap_or(0),
+            }
+        };
+        let mut room = index.room.clone();
+        // Adds to the node's group; whether that group now holds every member.
+        let add = |room: &mut Vec<u64>, node: usize, grown: u64, shrunk: u64| -> Option<usize> {
+            let g = group_of.get(node).copied().flatten()?;
+            let r = room.get_mut(g)?;
+            *r = (*r + grown).saturating_sub(shrunk);
+            (*r >= members).then_some(g)
+        };
+        // Held nodes count nothing until the reservation's job ends.
+        if self.now < held_until {
+            for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
+                add(&mut room, *n, 0, index.slots.get(*n).copied().unwrap_or(0));
+            }
+        }
         let winner = |room: &[u64]| room.iter().position(|r| *r >= members);
         // The held nodes come free at `held_until` (`usize::MAX` marks that event).
         let held_event = held
-            .map(|(_, until)| (until.max(self.now), usize::MAX))
-            .filter(|(until, _)| *until < i64::MAX);
+            .map(|(_, until)| (until, usize::MAX))
+            .filter(|(until, _)| *until > self.now && *until < i64::MAX);
         let mut ends = self
             .ends
             .iter()
@@ -168,40 +263,40 @@ impl Cycle<'_> {
             (None, _) => held_event.next(),
         });
         let mut found = winner(&room).map(|g| (self.now, g));
-        let add = |room: &mut Vec<u64>, node: usize, grown: u64| {
-            if let Some(Some(g)) = group_of.get(node) {
-                if let Some(r) = room.get_mut(*g) {
-                    *r = r.saturating_add(grown);
-                }
-            }
-        };
         for (end, h) in events {
             if found.is_some() {
                 break;
             }
             if h == usize::MAX {
                 for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
-                    add(&mut room, *n, slots(&free, *n, end));
+                    if let Some(g) = add(&mut room, *n, slots(&free, *n, end), 0) {
+                        found = found.or(Some((end, g)));
+                    }
                 }
             }
             let Some(holder) = self.holders.get(h) else {
-                found = winner(&room).map(|g| (end, g));
                 continue;
             };
             for c in &holder.choices {
+                if group_of.get(c.node).copied().flatten().is_none() {
+                    continue;
+                }
                 let before = slots(&free, c.node, end);
                 if let (Some(node), Some(cap), Some(current)) = (
                     fleet.nodes.get(c.node),
                     empty.get(c.node),
                     now_free.get(c.node),
                 ) {
-                    let f = free.entry(c.node).or_insert_with(|| current.clone());
-                    give_on(&ctx, node, f, &holder.member, &c.on, cap);
+                    let entry = free.entry(c.node).or_insert_with(|| (current.clone(), 0));
+                    give_on(&ctx, node, &mut entry.0, &holder.member, &c.on, cap);
+                    entry.1 = gang::member_slots(&ctx, node, &entry.0, member);
                 }
                 let after = slots(&free, c.node, end);
-                add(&mut room, c.node, after.saturating_sub(before));
+                if let Some(g) = add(&mut room, c.node, after, before) {
+                    // Members of one event may grow several groups: the first wins.
+                    found = found.or(Some((end, g)));
+                }
             }
-            found = winner(&room).map(|g| (end, g));
         }
         let (start, g) = found?;
         // The nodes that hold the members, roomiest first.
