@@ -305,3 +305,22 @@ fn jobs_waiting_behind_a_reservation_wait_for_its_end() {
     // `big` starts at 7200 on n-0 and runs an hour; n-1 frees at 21600; now is 3600.
     assert_eq!(decision(&p, "long")["reason"]["eta_s"], 7200);
 }
+
+#[test]
+fn a_victim_protected_until_its_next_checkpoint_gives_the_eta() {
+    let p = plan("checkpoint_wait");
+    assert_eq!(action(&p, "urgent"), "queue");
+    let reason = &decision(&p, "urgent")["reason"];
+    assert_eq!(reason["eta_s"], 1680, "{reason}");
+    assert!(
+        reason["message"]
+            .as_str()
+            .unwrap()
+            .contains("preemptible after their next checkpoint in 28m"),
+        "{reason}"
+    );
+    assert_eq!(
+        reason["unblock"],
+        "preempts them on n-0 after their next checkpoint in 28m"
+    );
+}

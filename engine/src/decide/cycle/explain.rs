@@ -4,6 +4,7 @@
 //! is expected to end, is never "now" for a job that was not placed, and for a job held
 //! by its own team's quota comes from that team's running jobs.
 
+use super::preempt::Protection;
 use super::reserve::Reserved;
 use super::{Blocked, Cycle};
 use crate::core::gang::{JobShape, UnplacedCode};
@@ -46,14 +47,20 @@ impl Cycle<'_> {
                     .own_to_free
                     .and_then(|m| self.own_release_eta(js.job.team.as_deref(), m));
                 let eta = r.eta_s;
-                r.unblock(match eta {
+                let own_limit = q.own_to_free.is_some();
+                let r = r.unblock(match eta {
                     Some(eta) => format!(
                         "{} (in about {}, by their runtime estimates)",
                         q.unblock,
                         human_duration(eta)
                     ),
                     None => q.unblock,
-                })
+                });
+                if own_limit {
+                    self.protected_reason(js, shape, r, true)
+                } else {
+                    r
+                }
             }
             Blocked::Reservation(res) => {
                 let until = res.start_at - self.now;
@@ -112,6 +119,39 @@ impl Cycle<'_> {
             ),
             None => "fits when running jobs free capacity of this shape (no estimate: some of them give no runtime, or too many shapes wait)".to_string(),
         });
+        self.protected_reason(js, shape, r, false)
+    }
+
+    /// Says why preemption was not used when lower-priority jobs it may take are
+    /// protected for a while (rule 1), and takes the earlier ETA.
+    fn protected_reason(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        mut r: Reason,
+        own_only: bool,
+    ) -> Reason {
+        if self.eta_estimates >= ETA_BUDGET {
+            return r;
+        }
+        let Some((at, node, why)) = self.protected_wait(js, shape, own_only) else {
+            return r;
+        };
+        self.eta_estimates += 1;
+        let wait = at - self.now;
+        let node = self.node_name(node).unwrap_or_default();
+        let until = match why {
+            Protection::Checkpoint => format!("after their next checkpoint in {}", human_duration(wait)),
+            Protection::MinRuntime => format!("once past their tier's min_runtime in {}", human_duration(wait)),
+        };
+        r.message = format!(
+            "{}; the lower-priority jobs on {node} it may preempt are protected now and become preemptible {until}",
+            r.message
+        );
+        if r.eta_s.is_none_or(|e| wait < e) {
+            r.eta_s = Some(wait);
+            r.unblock = Some(format!("preempts them on {node} {until}"));
+        }
         r
     }
 

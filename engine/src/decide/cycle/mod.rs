@@ -35,6 +35,8 @@ struct Holder {
     choices: Vec<Choice>,
     /// Set when the job may be preempted at all (tier, `min_runtime`, `max_lost`).
     victim: Option<preempt::VictimFacts>,
+    /// Set when rule 1 protects the job now but not for ever.
+    protected: Option<preempt::Protected>,
     evicted: bool,
 }
 
@@ -51,6 +53,8 @@ struct Cycle<'a> {
     no_victims: std::collections::HashSet<(JobShape, preempt::Asker)>,
     /// Running jobs (preemption candidates) by node.
     holders_on: Vec<Vec<usize>>,
+    /// Running jobs rule 1 protects for a while, by node.
+    protected_on: Vec<Vec<usize>>,
     /// Holders with a runtime estimate by expected end, for earliest-start estimates.
     ends: BTreeSet<(i64, usize)>,
     /// Running jobs (preemption candidates) by team index.
@@ -232,6 +236,7 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
         no_victims: std::collections::HashSet::new(),
         lowest_victim_priority: None,
         holders_on: vec![Vec::new(); fleet.nodes.len()],
+        protected_on: vec![Vec::new(); fleet.nodes.len()],
         ends: BTreeSet::new(),
         holders_of: BTreeMap::new(),
         team_ends: BTreeMap::new(),
@@ -490,16 +495,27 @@ impl<'a> Cycle<'a> {
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
         let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
+        let protected = match (&js.running, victim) {
+            (Some(r), None) => self.protection(js, r),
+            _ => None,
+        };
         self.note_usage(team_ix);
+        let h = self.holders.len();
+        let nodes: BTreeSet<usize> = choices.iter().map(|c| c.node).collect();
         if victim.is_some() {
-            let h = self.holders.len();
-            let nodes: BTreeSet<usize> = choices.iter().map(|c| c.node).collect();
-            for n in nodes {
-                if let Some(list) = self.holders_on.get_mut(n) {
+            for n in &nodes {
+                if let Some(list) = self.holders_on.get_mut(*n) {
                     list.push(h);
                 }
             }
             self.holders_of.entry(team_ix).or_default().push(h);
+        }
+        if protected.is_some() {
+            for n in &nodes {
+                if let Some(list) = self.protected_on.get_mut(*n) {
+                    list.push(h);
+                }
+            }
         }
         if let Some(v) = victim {
             self.lowest_victim_priority = Some(
@@ -523,6 +539,7 @@ impl<'a> Cycle<'a> {
             member,
             choices,
             victim,
+            protected,
             evicted: false,
         });
     }

@@ -33,6 +33,22 @@ pub(super) struct VictimFacts {
     pub grace_s: u64,
 }
 
+/// A running job rule 1 protects now but not for ever: from when, and why.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Protected {
+    pub priority: i64,
+    pub from: i64,
+    pub why: Protection,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Protection {
+    /// Inside its tier's `min_runtime`.
+    MinRuntime,
+    /// It has lost more than `max_lost` since its last checkpoint; its next one is due.
+    Checkpoint,
+}
+
 /// Why a running job may make way for the asking job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Cause {
@@ -138,6 +154,121 @@ impl Cycle<'_> {
             lost: js.gpu_milli() as i64 * lost_s,
             grace_s: tier.grace_s,
         })
+    }
+
+    /// For a job rule 1 protects now: when it stops (its tier's `min_runtime` ends, or,
+    /// having lost more than `max_lost`, it takes its next checkpoint, due every
+    /// `checkpoint_interval_s`). `None` when it is never a victim or the time is unknown.
+    pub(super) fn protection(&self, js: &JobState, run: &Running) -> Option<Protected> {
+        let tier = self.tier(js)?;
+        if tier.preempt == PreemptMode::Never {
+            return None;
+        }
+        let min_end = run.started_at + tier.min_runtime_s as i64;
+        let last = run
+            .last_checkpoint_at
+            .unwrap_or(run.started_at)
+            .max(run.started_at);
+        let lost_too_much = tier.preempt == PreemptMode::AfterCheckpoint
+            && tier.max_lost_s.is_some_and(|m| self.now - last > m as i64);
+        let (from, why) = if lost_too_much {
+            let every = js.job.checkpoint_interval_s.filter(|i| *i > 0)? as i64;
+            let next = last + ((self.now - last) / every + 1) * every;
+            if next >= min_end {
+                (next, Protection::Checkpoint)
+            } else {
+                (min_end, Protection::MinRuntime)
+            }
+        } else {
+            (min_end, Protection::MinRuntime)
+        };
+        (from > self.now).then_some(Protected {
+            priority: tier.priority,
+            from,
+            why,
+        })
+    }
+
+    /// For a single-member job that preemption could not place now: the earliest time
+    /// jobs it may preempt (rules 2 and 3) free room for it on one node, counting jobs
+    /// rule 1 protects from when that protection ends. The time, the node, and why the
+    /// last of those victims is protected until then.
+    /// With `own_only`, only the job's own team's jobs count (its own quota holds it).
+    pub(super) fn protected_wait(
+        &self,
+        js: &JobState,
+        shape: &JobShape,
+        own_only: bool,
+    ) -> Option<(i64, usize, Protection)> {
+        if shape.members != 1 || self.protected_on.iter().all(Vec::is_empty) {
+            return None;
+        }
+        let priority = self.priority(js);
+        let asker = Asker {
+            team: self.team_ix(js.job.team.as_deref()),
+            priority,
+            reclaimable: self.reclaimable(js),
+            spared: Vec::new(),
+        };
+        let fleet = &self.snapshot.fleet;
+        let ctx = self.placer.context();
+        let reserved = |n: usize| self.reservation.as_ref().is_some_and(|r| r.nodes.contains(&n));
+        let mut best: Option<(i64, usize, Protection)> = None;
+        for (n, protected) in self.protected_on.iter().enumerate() {
+            let Some(node) = fleet.nodes.get(n) else {
+                continue;
+            };
+            let usable = (shape.pools.is_empty()
+                || node.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                && shape.member.accepts_model(node.gpu_model())
+                && !self.snapshot.interrupted.contains(&n)
+                && !reserved(n);
+            if protected.is_empty() || !usable {
+                continue;
+            }
+            // Victims now, then the protected ones as their protection ends.
+            let mut order: Vec<(i64, usize, Option<Protection>)> = Vec::new();
+            let counts = |h: usize| {
+                !own_only || self.holders.get(h).is_some_and(|x| x.team_ix == asker.team)
+            };
+            for h in self.holders_on.get(n).into_iter().flatten() {
+                if counts(*h) && self.victim_rank(*h, &asker).is_some() {
+                    order.push((self.now, *h, None));
+                }
+            }
+            for h in protected {
+                let Some(p) = self.holders.get(*h).and_then(|x| x.protected) else {
+                    continue;
+                };
+                let team = self.holders.get(*h).and_then(|x| x.team_ix);
+                if counts(*h) && self.may_make_way(team, p.priority, &asker).is_some() {
+                    order.push((p.from, *h, Some(p.why)));
+                }
+            }
+            order.sort_unstable_by_key(|(from, h, _)| (*from, *h));
+            let (Some(capacity), Some(now_free)) = (
+                self.placer.empty_state().nodes.get(n),
+                self.placer.state().nodes.get(n),
+            ) else {
+                continue;
+            };
+            let mut free = now_free.clone();
+            for (from, h, why) in order {
+                let Some(holder) = self.holders.get(h) else {
+                    continue;
+                };
+                for c in holder.choices.iter().filter(|c| c.node == n) {
+                    give_on(&ctx, node, &mut free, &holder.member, &c.on, capacity);
+                }
+                if crate::core::packing::feasible(&ctx, node, &free, &shape.member) {
+                    if let Some(why) = why.filter(|_| best.is_none_or(|b| from < b.0)) {
+                        best = Some((from, n, why));
+                    }
+                    break;
+                }
+            }
+        }
+        best
     }
 
     /// Preempts running jobs to place `js`, if the rules allow a set that works. Capacity:
@@ -328,7 +459,11 @@ impl Cycle<'_> {
     fn cause_of(&self, h: usize, asker: &Asker) -> Option<Cause> {
         let holder = self.holders.get(h)?;
         let v = holder.victim.as_ref()?;
-        let team = holder.team_ix;
+        self.may_make_way(holder.team_ix, v.priority, asker)
+    }
+
+    /// Rules 2 and 3 for a holder of `team` at `priority`, the guarantee floor aside.
+    fn may_make_way(&self, team: Option<usize>, priority: i64, asker: &Asker) -> Option<Cause> {
         let cause = if team == asker.team {
             Cause::OwnTeam
         } else if team.is_some_and(|t| asker.reclaimable.contains(&t)) {
@@ -345,7 +480,7 @@ impl Cycle<'_> {
             }
             Cause::Borrowed
         };
-        (cause == Cause::Reclaim || v.priority < asker.priority).then_some(cause)
+        (cause == Cause::Reclaim || priority < asker.priority).then_some(cause)
     }
 
     /// Milli-GPUs by which evicting `holders` (all of one team) would take their team
