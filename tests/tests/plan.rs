@@ -246,6 +246,16 @@ fn quota_and_gang_timeout_reasons() {
         true
     );
     assert!(decision(&p, "new-gang")["reason"]["gang_timeout_exceeded"].is_null());
+    assert_eq!(code(&p, "half-arrived"), "gang_incomplete");
+    assert_eq!(
+        decision(&p, "half-arrived")["reason"]["gang_timeout_exceeded"],
+        true
+    );
+    let requeued = decision(&p, "half-arrived")["reason"]["message"].as_str().unwrap().to_string();
+    assert!(requeued.starts_with("requeued: only 1 of its 2 members has arrived"), "{requeued}");
+    assert_eq!(action(&p, "arriving"), "queue");
+    assert_eq!(code(&p, "arriving"), "gang_incomplete");
+    assert!(decision(&p, "arriving")["reason"]["gang_timeout_exceeded"].is_null());
 }
 
 #[test]

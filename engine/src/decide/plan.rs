@@ -123,6 +123,9 @@ pub enum ReasonCode {
     /// It would fit, but only on GPUs reserved for an earlier job and it would not end
     /// before that job starts.
     WaitingForReservation,
+    /// A gang not all of whose members have arrived; past the policy's `gang_timeout` it
+    /// is requeued (it says so) and waits for the rest.
+    GangIncomplete,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -44,6 +44,9 @@ pub struct Job {
     pub submitted_at: Option<i64>,
     pub runtime_s: Option<u64>,
     pub checkpoint_interval_s: Option<u64>,
+    /// For a gang whose members arrive one by one (pods of a gang label): how many have
+    /// arrived; `None` when all have.
+    pub members_present: Option<u32>,
     pub interactive: bool,
     pub preemptions: u32,
     pub spot_interruptions: u32,
@@ -83,6 +86,7 @@ struct Entry {
     tier: Option<String>,
     #[serde(default = "one")]
     members: u32,
+    members_present: Option<u32>,
     #[serde(default)]
     gpus_per_member: u32,
     gpu_milli: Option<u32>,
@@ -247,6 +251,23 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
             format!("{} is out of range; give 1 to {MAX_MEMBERS}", e.members),
         ));
     }
+    if let Some(present) = e.members_present {
+        if present > e.members {
+            return Err(err(
+                "members_present",
+                format!(
+                    "{present} members present for a gang of {}; give 0 to {}",
+                    e.members, e.members
+                ),
+            ));
+        }
+        if !e.placement.is_empty() && present < e.members {
+            return Err(err(
+                "members_present",
+                "a running job has all its members; drop `members_present`".into(),
+            ));
+        }
+    }
     if e.gpus_per_member > MAX_GPUS_PER_MEMBER {
         return Err(err(
             "gpus_per_member",
@@ -332,6 +353,7 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
         submitted_at,
         runtime_s: e.runtime_s,
         checkpoint_interval_s: e.checkpoint_interval_s,
+        members_present: e.members_present.filter(|p| *p < e.members),
         interactive: e.interactive,
         preemptions: e.preemptions,
         spot_interruptions: e.spot_interruptions,

@@ -48,7 +48,10 @@ pub(crate) fn waiting<'s>(
             d.reason.as_ref().is_some_and(|r| {
                 !matches!(
                     r.code,
-                    ReasonCode::QuotaExhausted | ReasonCode::InvalidJob | ReasonCode::DeniedByRule
+                    ReasonCode::QuotaExhausted
+                        | ReasonCode::InvalidJob
+                        | ReasonCode::DeniedByRule
+                        | ReasonCode::GangIncomplete
                 )
             })
         })

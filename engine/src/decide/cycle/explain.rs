@@ -181,6 +181,42 @@ impl Cycle<'_> {
         eta
     }
 
+    /// A gang not all of whose members have arrived waits for them without a place in
+    /// the queue; past the policy's `gang_timeout` (from its submit time) it is requeued,
+    /// as Kueue requeues a workload whose pods are not ready in time: the reason says so.
+    pub(super) fn gang_incomplete(&self, js: &JobState) -> Option<Reason> {
+        let present = js.job.members_present?;
+        let members = js.job.shape.members;
+        let waited = js.job.submitted_at.map(|s| self.now - s);
+        let timeout = self.program.placement.gang_timeout_s;
+        let verb = if present == 1 { "has" } else { "have" };
+        let arrived = format!("{present} of its {members} members {verb} arrived");
+        let mut r = match (waited, timeout) {
+            (Some(w), Some(t)) if w > t as i64 => {
+                let mut r = Reason::new(
+                    ReasonCode::GangIncomplete,
+                    format!(
+                        "requeued: only {arrived} after {}, past the {} gang timeout",
+                        human_duration(w),
+                        human_duration(t as i64)
+                    ),
+                );
+                r.gang_timeout_exceeded = true;
+                r
+            }
+            _ => Reason::new(
+                ReasonCode::GangIncomplete,
+                format!("{arrived}; a gang is placed only whole"),
+            ),
+        };
+        let missing = members - present;
+        r.unblock = Some(format!(
+            "submit the other {missing} member{}, or shrink the gang",
+            if missing == 1 { "" } else { "s" }
+        ));
+        Some(r)
+    }
+
     /// Marks a gang that has waited past the policy's `gang_timeout`.
     pub(super) fn gang_timeout(&self, js: &JobState, shape: &JobShape, mut r: Reason) -> Reason {
         if shape.members <= 1 {

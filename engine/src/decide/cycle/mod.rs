@@ -304,6 +304,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let mut denied = Vec::new();
+        let mut incomplete = Vec::new();
         let mut queue: Vec<(usize, Admission, JobShape)> = Vec::new();
         for (k, js) in snapshot.jobs.iter().enumerate() {
             if js.running.is_some() {
@@ -322,6 +323,10 @@ impl<'a> Cycle<'a> {
                 .unblock(format!("change the job so rule {rule} no longer matches"));
                 reason.rule = Some(rule.clone());
                 denied.push(self.decision(js, Action::Deny, Some(reason), &admission));
+                continue;
+            }
+            if let Some(reason) = self.gang_incomplete(js) {
+                incomplete.push(self.decision(js, Action::Queue, Some(reason), &admission));
                 continue;
             }
             let mut shape = js.job.shape.clone();
@@ -359,6 +364,8 @@ impl<'a> Cycle<'a> {
             };
             decisions.push(decision);
         }
+        // Gangs still waiting for members queue behind every job that could run.
+        decisions.extend(incomplete);
         let mut position = 0;
         for d in &mut decisions {
             if let Some(r) = &mut d.reason {
