@@ -334,3 +334,15 @@ fn a_victim_protected_until_its_next_checkpoint_gives_the_eta() {
         "preempts them on n-0 after their next checkpoint in 28m"
     );
 }
+
+#[test]
+fn mig_jobs_get_reservations_and_etas_like_whole_gpus() {
+    let p = plan("mig_backfill");
+    assert_eq!(code(&p, "big-7g"), "reserved");
+    assert_eq!(decision(&p, "big-7g")["reason"]["eta_s"], 500);
+    assert_eq!(p["reservation"]["job"], "big-7g");
+    assert_eq!(code(&p, "long-1g"), "waiting_for_reservation");
+    // The reserved job's 500 s plus its 3,600 s run.
+    assert_eq!(decision(&p, "long-1g")["reason"]["eta_s"], 4100);
+    assert_eq!(action(&p, "quick-1g"), "place");
+}
