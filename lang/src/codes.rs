@@ -128,6 +128,7 @@ pub const BAD_MIG_PROFILE: &str = "E0409";
 pub const POOL_CANNOT_HOLD_GANG: &str = "E0410";
 pub const WARM_ABOVE_MAX: &str = "E0411";
 pub const SPEND_CAP_BELOW_NODE: &str = "E0412";
+pub const TWO_DEFAULTS: &str = "E0413";
 
 pub const CODES: &[CodeInfo] = &[
     CodeInfo {
@@ -497,6 +498,16 @@ below the price of one node (or of the pool's minimum nodes) means the autoscale
 Raise the cap or pick a cheaper node shape.",
         example: "use std.nodes\npool spot { capacity = spot; node = p5_48xlarge; nodes = 0..4; cost = 39.80 $/h }\nautoscale spot { up when pending_nodes(fits = spot) > 0 nodes for 1m => add 1 nodes; max_spend = 20 $/h }\n",
         fix: "use std.nodes\npool spot { capacity = spot; node = p5_48xlarge; nodes = 0..4; cost = 39.80 $/h }\nautoscale spot { up when pending_nodes(fits = spot) > 0 nodes for 1m => add 1 nodes; max_spend = 160 $/h }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: TWO_DEFAULTS,
+        title: "more than one default tier or team",
+        explanation: "`default = true` names the tier (or team) a job gets when it names none, as Kubernetes' \
+PriorityClass `globalDefault` does. Only one tier and one team may be the default, or a job without a tier \
+(team) would have two. Keep `default = true` on one of them.",
+        example: "tier low { priority = 100; preempt = immediately; default = true }\ntier lower { priority = 50; preempt = immediately; default = true }\n",
+        fix: "tier low { priority = 100; preempt = immediately; default = true }\ntier lower { priority = 50; preempt = immediately }\n",
         illustration: "",
     },
 ];

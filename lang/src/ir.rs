@@ -31,6 +31,14 @@ impl Program {
     pub fn team(&self, name: &str) -> Option<&Team> {
         self.teams.iter().find(|t| t.name == name)
     }
+    /// The tier of jobs that name none (`default = true`).
+    pub fn default_tier(&self) -> Option<&Tier> {
+        self.tiers.iter().find(|t| t.default)
+    }
+    /// The team charged for jobs that name none (`default = true`).
+    pub fn default_team(&self) -> Option<&Team> {
+        self.teams.iter().find(|t| t.default)
+    }
     pub fn node_shape(&self, name: &str) -> Option<&NodeShape> {
         self.node_shapes.iter().find(|n| n.name == name)
     }
@@ -120,6 +128,11 @@ pub struct Tier {
     pub min_runtime_s: u64,
     /// Time a victim gets to checkpoint before it is stopped.
     pub grace_s: u64,
+    /// The tier of jobs that name none (Kubernetes' PriorityClass `globalDefault`).
+    pub default: bool,
+    /// For a `preempt = never` tier: whether its jobs may borrow beyond their team's
+    /// guarantee (a lender then cannot reclaim those GPUs). Off unless the policy says.
+    pub borrow: bool,
 }
 
 /// GPUs overall and per pool, in milli-GPUs.
@@ -147,6 +160,8 @@ pub struct Team {
     /// Tiers the team may use; `None` means all.
     pub tiers: Option<Vec<String>>,
     pub weight: f64,
+    /// The team charged for jobs that name none.
+    pub default: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -251,8 +251,14 @@ fn quota_and_gang_timeout_reasons() {
         decision(&p, "half-arrived")["reason"]["gang_timeout_exceeded"],
         true
     );
-    let requeued = decision(&p, "half-arrived")["reason"]["message"].as_str().unwrap().to_string();
-    assert!(requeued.starts_with("requeued: only 1 of its 2 members has arrived"), "{requeued}");
+    let requeued = decision(&p, "half-arrived")["reason"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        requeued.starts_with("requeued: only 1 of its 2 members has arrived"),
+        "{requeued}"
+    );
     assert_eq!(action(&p, "arriving"), "queue");
     assert_eq!(code(&p, "arriving"), "gang_incomplete");
     assert!(decision(&p, "arriving")["reason"]["gang_timeout_exceeded"].is_null());
@@ -345,4 +351,28 @@ fn mig_jobs_get_reservations_and_etas_like_whole_gpus() {
     // The reserved job's 500 s plus its 3,600 s run.
     assert_eq!(decision(&p, "long-1g")["reason"]["eta_s"], 4100);
     assert_eq!(action(&p, "quick-1g"), "place");
+}
+
+#[test]
+fn jobs_without_team_or_tier_get_the_policy_defaults() {
+    let p = plan("defaults");
+    assert_eq!(victims(&p, "a-critical"), ["anon-running"]);
+    assert_eq!(p["preemptions"][0]["cause"], "priority");
+    // A never-preempted tier with `borrow = true` may run beyond its team's guarantee.
+    assert_eq!(action(&p, "b-serving"), "place");
+    assert_eq!(decision(&p, "b-serving")["borrowing"], true);
+}
+
+#[test]
+fn jobs_without_team_or_tier_are_denied_when_the_policy_has_no_default() {
+    let p = plan("no_defaults");
+    assert_eq!(code(&p, "no-team"), "invalid_job");
+    assert!(decision(&p, "no-team")["reason"]["unblock"]
+        .as_str()
+        .unwrap()
+        .contains("mark one team `default = true`"));
+    assert_eq!(code(&p, "no-tier"), "invalid_job");
+    // The policy's own rule speaks first.
+    assert_eq!(code(&p, "legacy-1"), "denied_by_rule");
+    assert_eq!(action(&p, "fine"), "place");
 }

@@ -11,4 +11,4 @@ pub mod plan;
 pub mod quota;
 pub mod snapshot;
 
-pub use cycle::{apply_policy_topology, decide, invalid_job};
+pub use cycle::{apply_policy_topology, decide, default_job, invalid_job, unassigned_job};

@@ -115,21 +115,26 @@ pub fn review(
             ));
         }
     };
+    let mut job = job;
+    crate::decide::default_job(ctx.program, &mut job);
     let js = JobState {
         member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
         job,
         running: None,
     };
-    if let Some(reason) = crate::decide::invalid_job(ctx.program, &js) {
+    let refuse = |reason: crate::decide::plan::Reason| {
         let mut message = format!("gantry: {}", reason.message);
         if let Some(u) = &reason.unblock {
             message.push_str(&format!(" ({u})"));
         }
         let status = Status { code: 403, message };
-        return Ok((
+        Ok((
             respond(false, Some(status), Vec::new(), None),
             outcome("deny", "invalid_job"),
-        ));
+        ))
+    };
+    if let Some(reason) = crate::decide::invalid_job(ctx.program, &js) {
+        return refuse(reason);
     }
     let verdict = admit(ctx.program, &js, ctx.now);
     if let Some((rule, message)) = &verdict.denied {
@@ -141,6 +146,9 @@ pub fn review(
             respond(false, Some(status), Vec::new(), None),
             outcome("deny", rule),
         ));
+    }
+    if let Some(reason) = crate::decide::unassigned_job(ctx.program, &js) {
+        return refuse(reason);
     }
     let warnings: Vec<String> = verdict.warnings.iter().map(|w| cut(w)).collect();
     let reason = verdict

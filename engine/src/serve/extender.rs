@@ -78,9 +78,10 @@ enum Verdict {
 /// The job a pod stands for, with the policy's route applied; `Ok(None)` for a pod with
 /// no GPUs (every node passes); `Err` for a pod the policy refuses outright.
 fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<JobShape>, String> {
-    let Some(job) = pod::job(pod, None, ctx.now)? else {
+    let Some(mut job) = pod::job(pod, None, ctx.now)? else {
         return Ok(None);
     };
+    crate::decide::default_job(ctx.program, &mut job);
     let js = JobState {
         member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
         job,
@@ -92,6 +93,9 @@ fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<JobShape>, String> {
     let verdict = admit(ctx.program, &js, ctx.now);
     if let Some((rule, message)) = verdict.denied {
         return Err(format!("denied by rule {rule}: {message}"));
+    }
+    if let Some(reason) = crate::decide::unassigned_job(ctx.program, &js) {
+        return Err(reason.message);
     }
     let mut shape = js.job.shape;
     if let Some((_, pool)) = verdict.routed {

@@ -17,6 +17,43 @@ pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
     gangs(c, p);
     mig(c, p);
     scaling_limits(c, p);
+    defaults(c, p);
+}
+
+/// At most one default tier and one default team.
+fn defaults(c: &mut Checker<'_>, p: &Program) {
+    let tiers: Vec<&str> = p
+        .tiers
+        .iter()
+        .filter(|t| t.default)
+        .map(|t| t.name.as_str())
+        .collect();
+    let teams: Vec<&str> = p
+        .teams
+        .iter()
+        .filter(|t| t.default)
+        .map(|t| t.name.as_str())
+        .collect();
+    for (kind, names) in [("tier", tiers), ("team", teams)] {
+        let Some((first, rest)) = names.split_first() else {
+            continue;
+        };
+        for name in rest {
+            let Some(at) = span(c, &[format!("{kind}/{name}/default")]) else {
+                continue;
+            };
+            let mut d = Diagnostic::new(
+                codes::TWO_DEFAULTS,
+                format!("{kind} `{name}` is a second default {kind}"),
+            )
+            .with_label(at, format!("`{first}` is already the default {kind}"))
+            .with_help(format!("keep `default = true` on one {kind} only"));
+            if let Some(other) = span(c, &[format!("{kind}/{first}/default")]) {
+                d = d.with_label(other, "the first default");
+            }
+            c.error(d);
+        }
+    }
 }
 
 fn span(c: &Checker<'_>, keys: &[String]) -> Option<Span> {

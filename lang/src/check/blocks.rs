@@ -30,6 +30,8 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("max_lost", false),
             ("min_runtime", false),
             ("grace", false),
+            ("default", false),
+            ("borrow", false),
         ],
         BlockKind::Cohort => &[("fair_share", false), ("half_life", false)],
         BlockKind::Team => &[
@@ -39,6 +41,7 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("tiers", false),
             ("weight", false),
             ("cohort", false),
+            ("default", false),
         ],
         BlockKind::Placement => &[
             ("gang", false),
@@ -504,6 +507,8 @@ impl<'a> Checker<'a> {
         let max_lost_s = self.seconds(&f, "max_lost");
         let min_runtime_s = self.seconds(&f, "min_runtime").unwrap_or(0);
         let grace_s = self.seconds(&f, "grace").unwrap_or(120);
+        let default = self.flag(&f, "default", &format!("tier/{name}/default"));
+        let borrow = self.flag(&f, "borrow", &format!("tier/{name}/borrow"));
         self.remember(format!("tier/{name}"), f.header);
         if b.template {
             return None;
@@ -515,6 +520,8 @@ impl<'a> Checker<'a> {
             max_lost_s,
             min_runtime_s,
             grace_s,
+            default,
+            borrow,
         })
     }
 
@@ -570,6 +577,7 @@ impl<'a> Checker<'a> {
             Some(c) => Some(c.to_string()),
             None => self.reference(&f, "cohort", DefKind::Cohort),
         };
+        let default = self.flag(&f, "default", &format!("team/{name}/default"));
         self.remember(format!("team/{name}"), f.header);
         if b.template {
             return None;
@@ -582,7 +590,31 @@ impl<'a> Checker<'a> {
             lend,
             tiers,
             weight,
+            default,
         })
+    }
+
+    /// A `true`/`false` field (absent: false); its span is remembered under `key`.
+    fn flag(&mut self, f: &Fields<'a>, field: &str, key: &str) -> bool {
+        let Some((e, m)) = self.field_expr(f, field) else {
+            return false;
+        };
+        self.remember(key.to_string(), e.span);
+        match self.expr(e, Some(&Ty::Bool), &Ctx::plain(m)).map(|t| t.ir) {
+            Some(ir::Expr::Const(Value::Bool(b))) => b,
+            Some(_) => {
+                self.error(
+                    Diagnostic::new(
+                        codes::TYPE_MISMATCH,
+                        format!("`{field}` must be a constant"),
+                    )
+                    .with_label(e.span, "not `true` or `false`")
+                    .with_help(format!("write `{field} = true`")),
+                );
+                false
+            }
+            None => false,
+        }
     }
 
     /// `16 gpu`, `8 gpu in dgx`, or a list of those.

@@ -141,8 +141,13 @@ impl Cycle<'_> {
         let wait = at - self.now;
         let node = self.node_name(node).unwrap_or_default();
         let until = match why {
-            Protection::Checkpoint => format!("after their next checkpoint in {}", human_duration(wait)),
-            Protection::MinRuntime => format!("once past their tier's min_runtime in {}", human_duration(wait)),
+            Protection::Checkpoint => {
+                format!("after their next checkpoint in {}", human_duration(wait))
+            }
+            Protection::MinRuntime => format!(
+                "once past their tier's min_runtime in {}",
+                human_duration(wait)
+            ),
         };
         r.message = format!(
             "{}; the lower-priority jobs on {node} it may preempt are protected now and become preemptible {until}",

@@ -113,6 +113,31 @@ enum Outcome {
 }
 
 pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+    match with_defaults(program, snapshot) {
+        Some(defaulted) => decide_defaulted(program, &defaulted, now),
+        None => decide_defaulted(program, snapshot, now),
+    }
+}
+
+/// Jobs that name no team or tier get the policy's default ones (`default = true`), before
+/// admission rules; `None` when no job needs one (nothing is copied then).
+fn with_defaults(program: &Program, snapshot: &Snapshot) -> Option<Snapshot> {
+    let team = program.default_team().map(|t| t.name.clone());
+    let tier = program.default_tier().map(|t| t.name.clone());
+    let needs = |js: &JobState| {
+        (team.is_some() && js.job.team.is_none()) || (tier.is_some() && js.job.tier.is_none())
+    };
+    if !snapshot.jobs.iter().any(needs) {
+        return None;
+    }
+    let mut defaulted = snapshot.clone();
+    for js in &mut defaulted.jobs {
+        default_job(program, &mut js.job);
+    }
+    Some(defaulted)
+}
+
+fn decide_defaulted(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
     if snapshot.interrupted.is_empty() {
         return decide_cycle(program, snapshot, now, Vec::new());
     }
@@ -212,6 +237,54 @@ pub fn invalid_job(program: &Program, js: &JobState) -> Option<Reason> {
         }
     }
     None
+}
+
+/// No team (or tier) where the policy has teams (tiers) and no default one: such a job
+/// would skip every quota (or never be preempted). Checked after the admission rules, so
+/// a policy's own rule for it speaks first.
+pub fn unassigned_job(program: &Program, js: &JobState) -> Option<Reason> {
+    let names = |v: Vec<&str>| v.join(", ");
+    if js.job.team.is_none() && !program.teams.is_empty() && program.default_team().is_none() {
+        return Some(
+            Reason::new(
+                ReasonCode::InvalidJob,
+                format!(
+                    "job {}: no `team`, and the policy's teams have quotas that every job counts against",
+                    js.id()
+                ),
+            )
+            .unblock(format!(
+                "set `team` to one of: {}; or mark one team `default = true`",
+                names(program.teams.iter().map(|t| t.name.as_str()).collect())
+            )),
+        );
+    }
+    if js.job.tier.is_none() && !program.tiers.is_empty() && program.default_tier().is_none() {
+        return Some(
+            Reason::new(
+                ReasonCode::InvalidJob,
+                format!(
+                    "job {}: no `tier`, and the policy has tiers but no default one",
+                    js.id()
+                ),
+            )
+            .unblock(format!(
+                "set `tier` to one of: {}; or mark one tier `default = true`",
+                names(program.tiers.iter().map(|t| t.name.as_str()).collect())
+            )),
+        );
+    }
+    None
+}
+
+/// Gives a job that names no team or tier the policy's default ones (`default = true`).
+pub fn default_job(program: &Program, job: &mut crate::inventory::jobs_file::Job) {
+    if job.team.is_none() {
+        job.team = program.default_team().map(|t| t.name.clone());
+    }
+    if job.tier.is_none() {
+        job.tier = program.default_tier().map(|t| t.name.clone());
+    }
 }
 
 fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Preemption>) -> Plan {
@@ -322,6 +395,10 @@ impl<'a> Cycle<'a> {
                 )
                 .unblock(format!("change the job so rule {rule} no longer matches"));
                 reason.rule = Some(rule.clone());
+                denied.push(self.decision(js, Action::Deny, Some(reason), &admission));
+                continue;
+            }
+            if let Some(reason) = unassigned_job(self.program, js) {
                 denied.push(self.decision(js, Action::Deny, Some(reason), &admission));
                 continue;
             }

@@ -212,7 +212,11 @@ impl Cycle<'_> {
         };
         let fleet = &self.snapshot.fleet;
         let ctx = self.placer.context();
-        let reserved = |n: usize| self.reservation.as_ref().is_some_and(|r| r.nodes.contains(&n));
+        let reserved = |n: usize| {
+            self.reservation
+                .as_ref()
+                .is_some_and(|r| r.nodes.contains(&n))
+        };
         let mut best: Option<(i64, usize, Protection)> = None;
         for (n, protected) in self.protected_on.iter().enumerate() {
             let Some(node) = fleet.nodes.get(n) else {

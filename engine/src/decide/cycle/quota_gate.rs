@@ -3,7 +3,8 @@
 //! other teams' jobs off idle GPUs:
 //! - a job larger than its team's `burst` never fits (fix: raise the burst or split it);
 //! - a job of a `preempt = never` tier runs only inside its team's guarantee, since a
-//!   lender could never reclaim it; one larger than the guarantee never fits;
+//!   lender could never reclaim it (unless the tier says `borrow = true`); one larger
+//!   than the guarantee never fits;
 //! - a job over its team's burst (or guarantee) now waits as `quota_exhausted`, with an
 //!   ETA from its own team's running jobs.
 //!
@@ -104,10 +105,11 @@ impl Cycle<'_> {
         Limits::Pass
     }
 
-    /// Whether `js` may only use its team's guarantee: its tier is never preempted.
+    /// Whether `js` may only use its team's guarantee: its tier is never preempted and
+    /// the policy does not let it borrow (`borrow = true`).
     pub(super) fn inside_guarantee_only(&self, js: &JobState) -> bool {
         self.tier(js)
-            .is_some_and(|t| t.preempt == PreemptMode::Never)
+            .is_some_and(|t| t.preempt == PreemptMode::Never && !t.borrow)
             && self.ledger.has_team(self.team_ix(js.job.team.as_deref()))
     }
 
