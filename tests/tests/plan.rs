@@ -29,6 +29,11 @@ fn cases() -> Vec<String> {
 }
 
 fn plan_text(case: &str) -> String {
+    plan_text_with(case, &[])
+}
+
+/// `gantry plan --format json` on a case, with extra arguments.
+fn plan_text_with(case: &str, extra: &[&str]) -> String {
     let dir = root().join(case);
     let now = std::fs::read_to_string(dir.join("now")).unwrap();
     let mut args: Vec<String> = vec![
@@ -49,6 +54,7 @@ fn plan_text(case: &str) -> String {
         args.push("--usage".into());
         args.push(dir.join("usage.jsonl").display().to_string());
     }
+    args.extend(extra.iter().map(|a| a.to_string()));
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = {
         let mut io = engine::cli::Io::captured(&mut out, &mut err);
@@ -375,4 +381,67 @@ fn jobs_without_team_or_tier_are_denied_when_the_policy_has_no_default() {
     // The policy's own rule speaks first.
     assert_eq!(code(&p, "legacy-1"), "denied_by_rule");
     assert_eq!(action(&p, "fine"), "place");
+}
+
+fn story(case: &str, job: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(&plan_text_with(case, &["--job", job])).unwrap();
+    v["story"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn one_jobs_story_tells_rules_quota_victims_and_outcome() {
+    let lines = story("lost_work_before_count", "urgent");
+    let text = lines.join("\n");
+    assert!(lines[0].starts_with("job urgent: team prod, tier standard"), "{text}");
+    assert!(text.contains("quota: team prod uses 16 gpu of its 16 gpu guarantee"), "{text}");
+    assert!(text.contains("placement: needs 8 GPUs; none is free now"), "{text}");
+    assert!(
+        text.contains("victims on n-1: small-1, small-2 (480 GPU-s of work lost, 0 gpu below a guarantee)"),
+        "{text}"
+    );
+    assert_eq!(
+        lines.last().unwrap(),
+        "outcome: placed on n-1, preempting small-1, small-2"
+    );
+    // Why preemption was not used: the victim is protected until its next checkpoint.
+    let text = story("checkpoint_wait", "urgent").join("\n");
+    assert!(text.contains("preemptible after their next checkpoint in 28m"), "{text}");
+    // Rules, and the defaults a job was given.
+    let text = story("no_defaults", "legacy-1").join("\n");
+    assert!(text.contains("rule named_jobs: matches"), "{text}");
+    assert!(text.contains("outcome: denied_by_rule"), "{text}");
+    let text = story("defaults", "anon-running").join("\n");
+    assert!(text.contains("defaults: team a, tier low"), "{text}");
+}
+
+#[test]
+fn a_story_for_a_job_that_is_not_there_is_an_error() {
+    let dir = root().join("defaults");
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let args: Vec<String> = [
+        "gantry",
+        "plan",
+        "--policy",
+        &dir.join("policy.gantry").display().to_string(),
+        "--fleet",
+        &dir.join("fleet.toml").display().to_string(),
+        "--jobs",
+        &dir.join("jobs.jsonl").display().to_string(),
+        "--job",
+        "nope",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let code = {
+        let mut io = engine::cli::Io::captured(&mut out, &mut err);
+        engine::cli::run(args, &mut io)
+    };
+    assert_eq!(code, 2);
+    assert!(String::from_utf8_lossy(&err).contains("no job `nope`"));
 }

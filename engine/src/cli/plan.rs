@@ -50,6 +50,10 @@ pub struct PlanArgs {
     pub now: Option<String>,
     #[arg(long, value_enum, default_value_t = PlanFormat::Table)]
     pub format: PlanFormat,
+    /// Tell one job's story instead of the whole plan: the rules, its place in the queue,
+    /// the quota arithmetic, the placement and victim sets considered, and the outcome.
+    #[arg(long, value_name = "ID")]
+    pub job: Option<String>,
 }
 
 pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
@@ -162,6 +166,9 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
             return EXIT_USAGE;
         }
     };
+    if let Some(id) = &args.job {
+        return story(&program, &snapshot, now, id, args.format, io);
+    }
     let mut plan = crate::decide::decide(&program, &snapshot, now);
     plan.policy_revision = revision;
     if let (Some(out), Some(state)) = (&args.state_out, &plan.state) {
@@ -178,6 +185,53 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
             Err(e) => return fail(io, format!("cannot write the plan: {e}")),
         },
         PlanFormat::Table => table(&plan, io),
+    }
+    EXIT_OK
+}
+
+/// `--job ID`: one job's story, as lines or as JSON (`{job, story, decision}`).
+fn story(
+    program: &lang::ir::Program,
+    snapshot: &Snapshot,
+    now: i64,
+    id: &str,
+    format: PlanFormat,
+    io: &mut Io<'_>,
+) -> u8 {
+    let Some((plan, lines)) = crate::decide::job_story(program, snapshot, now, id) else {
+        let _ = writeln!(
+            io.stderr,
+            "error: no job `{id}` in the jobs file; give the `id` of a pending or running job"
+        );
+        return EXIT_USAGE;
+    };
+    let decision = plan.decisions.iter().find(|d| d.job == id);
+    match format {
+        PlanFormat::Table => {
+            for line in &lines {
+                let _ = writeln!(io.stdout, "{line}");
+            }
+            if decision.is_none() {
+                let _ = writeln!(io.stdout, "outcome: running (not decided in this cycle)");
+            }
+            for p in plan.preemptions.iter().filter(|p| p.job == id) {
+                let _ = writeln!(
+                    io.stdout,
+                    "preempted for {} ({}; grace {})",
+                    p.for_job,
+                    p.cause,
+                    duration(p.grace_s as i64)
+                );
+            }
+        }
+        PlanFormat::Json => {
+            let value = serde_json::json!({ "job": id, "story": lines, "decision": decision });
+            let _ = writeln!(
+                io.stdout,
+                "{}",
+                serde_json::to_string_pretty(&value).unwrap_or_default()
+            );
+        }
     }
     EXIT_OK
 }

@@ -45,6 +45,21 @@ pub fn admit(program: &Program, job: &JobState, now: i64) -> Admission {
     out
 }
 
+/// Each rule in order and whether it matched, up to the first `deny` that did (the rules
+/// `admit` reads), for a job's story.
+pub fn rule_results(program: &Program, job: &JobState, now: i64) -> Vec<(String, bool)> {
+    let env = Env { program, job, now };
+    let mut out = Vec::new();
+    for rule in &program.rules {
+        let matched = matches!(env.eval(&rule.condition), Some(Val::Bool(true)));
+        out.push((rule.name.clone(), matched));
+        if matched && matches!(rule.action, RuleAction::Deny { .. }) {
+            break;
+        }
+    }
+    out
+}
+
 /// A value during evaluation; quantities are in the IR's base units.
 #[derive(Debug, Clone, PartialEq)]
 enum Val {

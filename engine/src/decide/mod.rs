@@ -11,4 +11,6 @@ pub mod plan;
 pub mod quota;
 pub mod snapshot;
 
-pub use cycle::{apply_policy_topology, decide, default_job, invalid_job, unassigned_job};
+pub use cycle::{
+    apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job,
+};

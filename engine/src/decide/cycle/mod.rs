@@ -4,6 +4,9 @@ mod explain;
 mod preempt;
 mod quota_gate;
 mod reserve;
+mod story;
+
+pub use story::job_story;
 
 use super::admission::{admit, Admission};
 use super::fairshare::{FairShares, Resources};
@@ -86,6 +89,8 @@ struct Cycle<'a> {
     eta_version: usize,
     eta_estimates: usize,
     preemptions: Vec<Preemption>,
+    /// The story of one job, when asked for (`gantry plan --job`).
+    story: Option<story::Story>,
 }
 
 /// A policy team's usage as the victim rules read it (a copy of the ledger's, so the hot
@@ -113,9 +118,19 @@ enum Outcome {
 }
 
 pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+    decide_with_story(program, snapshot, now, None).0
+}
+
+/// [`decide`], telling `story`'s job's story as it goes.
+fn decide_with_story(
+    program: &Program,
+    snapshot: &Snapshot,
+    now: i64,
+    story: Option<story::Story>,
+) -> (Plan, Option<story::Story>) {
     match with_defaults(program, snapshot) {
-        Some(defaulted) => decide_defaulted(program, &defaulted, now),
-        None => decide_defaulted(program, snapshot, now),
+        Some(defaulted) => decide_defaulted(program, &defaulted, now, story),
+        None => decide_defaulted(program, snapshot, now, story),
     }
 }
 
@@ -137,9 +152,14 @@ fn with_defaults(program: &Program, snapshot: &Snapshot) -> Option<Snapshot> {
     Some(defaulted)
 }
 
-fn decide_defaulted(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+fn decide_defaulted(
+    program: &Program,
+    snapshot: &Snapshot,
+    now: i64,
+    story: Option<story::Story>,
+) -> (Plan, Option<story::Story>) {
     if snapshot.interrupted.is_empty() {
-        return decide_cycle(program, snapshot, now, Vec::new());
+        return decide_cycle(program, snapshot, now, Vec::new(), story);
     }
     // Spot interruptions: jobs on noticed nodes stop (after the pool's notice) and are
     // queued again from their last checkpoint, one interruption and preemption more, so
@@ -181,7 +201,7 @@ fn decide_defaulted(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
         js.job.spot_interruptions += 1;
         js.job.preemptions += 1;
     }
-    decide_cycle(program, &requeued, now, stops)
+    decide_cycle(program, &requeued, now, stops, story)
 }
 
 /// A team or tier the policy does not know, or a tier the team may not use.
@@ -287,7 +307,13 @@ pub fn default_job(program: &Program, job: &mut crate::inventory::jobs_file::Job
     }
 }
 
-fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Preemption>) -> Plan {
+fn decide_cycle(
+    program: &Program,
+    snapshot: &Snapshot,
+    now: i64,
+    stops: Vec<Preemption>,
+    story: Option<story::Story>,
+) -> (Plan, Option<story::Story>) {
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
@@ -338,8 +364,10 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
         eta_version: 0,
         eta_estimates: 0,
         preemptions: stops,
+        story,
     };
     let mut plan = cycle.run();
+    let story = cycle.story.take();
     if !program.autoscale.is_empty() || !program.warm.is_empty() {
         let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
         // A job the new nodes will hold says so.
@@ -359,7 +387,7 @@ fn decide_cycle(program: &Program, snapshot: &Snapshot, now: i64, stops: Vec<Pre
         plan.warm = scaling.warm;
         plan.state = Some(scaling.state);
     }
-    plan
+    (plan, story)
 }
 
 impl<'a> Cycle<'a> {
@@ -384,9 +412,11 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             if let Some(reason) = invalid_job(self.program, js) {
+                self.tell(js, |_| format!("invalid: {}", reason.message));
                 denied.push(self.decision(js, Action::Deny, Some(reason), &Admission::default()));
                 continue;
             }
+            self.tell_rules(js);
             let admission = admit(self.program, js, self.now);
             if let Some((rule, message)) = &admission.denied {
                 let mut reason = Reason::new(
@@ -399,10 +429,12 @@ impl<'a> Cycle<'a> {
                 continue;
             }
             if let Some(reason) = unassigned_job(self.program, js) {
+                self.tell(js, |_| format!("invalid: {}", reason.message));
                 denied.push(self.decision(js, Action::Deny, Some(reason), &admission));
                 continue;
             }
             if let Some(reason) = self.gang_incomplete(js) {
+                self.tell(js, |_| format!("gang: {}", reason.message));
                 incomplete.push(self.decision(js, Action::Queue, Some(reason), &admission));
                 continue;
             }
@@ -414,6 +446,22 @@ impl<'a> Cycle<'a> {
             queue.push((k, admission, shape));
         }
         let order = self.order(&queue);
+        if let Some(at) = self.story.as_ref().and_then(|st| {
+            order.iter().position(|q| {
+                queue
+                    .get(*q)
+                    .and_then(|(k, _, _)| snapshot.jobs.get(*k))
+                    .is_some_and(|js| js.id() == st.job)
+            })
+        }) {
+            let n = order.len();
+            if let Some(st) = &mut self.story {
+                st.lines.push(format!(
+                    "queue: considered {} of {n} (tier priority, then the team with the lowest fair share, then submit time)",
+                    at + 1
+                ));
+            }
+        }
         let mut decisions = Vec::new();
         for q in order {
             let Some((k, admission, shape)) = queue.get(q) else {
@@ -451,6 +499,12 @@ impl<'a> Cycle<'a> {
             }
         }
         decisions.extend(denied);
+        if let Some(st) = &mut self.story {
+            let told = st.lines.last().is_some_and(|l| l.starts_with("outcome:"));
+            if let Some(d) = decisions.iter().find(|d| d.job == st.job).filter(|_| !told) {
+                st.lines.push(story::outcome(d));
+            }
+        }
         let reservation = self.reservation.as_ref().map(|r| Reservation {
             job: r.job.clone(),
             start_at: r.start_at,
@@ -763,11 +817,18 @@ impl<'a> Cycle<'a> {
                     None => true,
                 }
         };
+        self.tell_quota(js);
         let blocked = match self.quota_gate(js, shape) {
             Err(Gate::Never(reason)) => {
-                return Outcome::Blocked(self.gang_timeout(js, shape, reason))
+                self.tell(js, |_| format!("quota gate: never: {}", reason.message));
+                return Outcome::Blocked(self.gang_timeout(js, shape, reason));
             }
-            Err(Gate::Later(blocked)) => blocked,
+            Err(Gate::Later(blocked)) => {
+                if let Blocked::Quota(q) = &blocked {
+                    self.tell(js, |_| format!("quota gate: not now: {}", q.message));
+                }
+                blocked
+            }
             Ok(()) => {
                 // Free capacity only grows when a running job is released; until then a
                 // shape that did not fit still does not.
@@ -786,6 +847,7 @@ impl<'a> Cycle<'a> {
                 if let Err(Blocked::Capacity(why)) = &attempt {
                     self.unfit.insert(memo_key, (self.released, why.clone()));
                 }
+                self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {
                     Ok((choices, borrowing)) => {
                         self.hold_committed(js, choices.clone());

@@ -289,13 +289,39 @@ impl Cycle<'_> {
         match blocked {
             Blocked::Capacity(u) if u.code == UnplacedCode::NoCapacity => {}
             Blocked::Quota(_) => {}
-            _ => return None,
+            Blocked::Reservation(_) => {
+                self.tell(js, |_| {
+                    "preemption: not tried (it fits once the reservation's job is done)".into()
+                });
+                return None;
+            }
+            Blocked::Capacity(_) => {
+                self.tell(js, |_| "preemption: not tried (no node could ever hold it)".into());
+                return None;
+            }
         }
         let priority = self.priority(js);
         let reclaimable = self.reclaimable(js);
         if reclaimable.is_empty() && self.lowest_victim_priority.is_none_or(|p| p >= priority) {
+            self.tell(js, |_| {
+                format!("preemption: not tried: no running job of a tier below priority {priority} may be preempted now, and no team of its cohort borrows its guarantee")
+            });
             return None;
         }
+        self.tell(js, |c| {
+            let names: Vec<&str> = reclaimable
+                .iter()
+                .map(|t| c.ledger.name(Some(*t)))
+                .collect();
+            if names.is_empty() {
+                format!("preemption: looking for victims of a tier below priority {priority}")
+            } else {
+                format!(
+                    "preemption: looking for victims below priority {priority}, and borrowers to reclaim from: {}",
+                    names.join(", ")
+                )
+            }
+        });
         let mut asker = Asker {
             team: self.own_victims_team(js, priority),
             priority,
@@ -307,6 +333,9 @@ impl Cycle<'_> {
         for _ in 0..3 {
             let memo = (shape.clone(), asker.clone());
             if self.no_victims.contains(&memo) {
+                self.tell(js, |_| {
+                    "preemption: no victim set (none was found for this shape earlier in the cycle)".into()
+                });
                 return None;
             }
             let found = match blocked {
@@ -314,6 +343,7 @@ impl Cycle<'_> {
                 _ => self.victims_by_node(js, shape, within, &asker),
             };
             let Some((needed, placed)) = found else {
+                self.tell(js, |_| "preemption: no victim set the rules allow frees room".into());
                 self.no_victims.insert(memo);
                 return None;
             };
@@ -321,6 +351,13 @@ impl Cycle<'_> {
             if broken.is_empty() {
                 return Some(self.evict_for(js, &asker, needed, placed));
             }
+            self.tell(js, |c| {
+                let names: Vec<&str> = broken.iter().map(|t| c.ledger.name(Some(*t))).collect();
+                format!(
+                    "preemption: that set would take {} below its guarantee by priority; searching again without them",
+                    names.join(", ")
+                )
+            });
             self.restore_all(&needed);
             asker.spared.extend(broken);
         }
@@ -656,22 +693,25 @@ impl Cycle<'_> {
         };
         index.seen = self.changed.len();
         let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
-        let plans: Vec<(usize, Vec<usize>)> = index
+        let plans: Vec<(usize, Cost)> = index
             .order
             .iter()
             .filter(|(_, node)| within(*node))
             .take(attempts)
-            .filter_map(|(_, node)| {
-                let (_, victims) = index.costs.get(*node).cloned().flatten()?;
-                Some((*node, victims))
-            })
+            .filter_map(|(_, node)| Some((*node, index.costs.get(*node).cloned().flatten()?)))
             .collect();
         self.cost_cache.insert(key, index);
+        if plans.is_empty() {
+            self.tell(js, |_| {
+                "preemption: no node has victims the rules allow that would free room for a member".into()
+            });
+        }
         let mut taken: Vec<usize> = Vec::new();
         let mut placed = None;
         let mut used = 0;
-        for (node, victims) in plans {
+        for (node, (cost, victims)) in plans {
             used += 1;
+            self.tell(js, |c| c.victim_set_line(node, cost, &victims));
             for h in victims {
                 if !taken.contains(&h) {
                     self.release_holder(h);
@@ -698,6 +738,22 @@ impl Cycle<'_> {
             return Some((taken, placed));
         }
         Some(self.spare(js, shape, within, taken, placed))
+    }
+
+    /// A victim set considered on `node`, for the story.
+    fn victim_set_line(&self, node: usize, cost: (u64, i64, usize), victims: &[usize]) -> String {
+        let (breach, lost, _) = cost;
+        let names: Vec<&str> = victims
+            .iter()
+            .filter_map(|h| self.holders.get(*h).map(|x| x.id.as_str()))
+            .collect();
+        format!(
+            "victims on {}: {} ({} GPU-s of work lost, {} below a guarantee)",
+            self.node_name(node).unwrap_or_default(),
+            names.join(", "),
+            lost / 1000,
+            crate::decide::quota::gpus(breach)
+        )
     }
 
     /// One member on `node`, if it fits there and the quotas allow it (not committed).
@@ -746,6 +802,18 @@ impl Cycle<'_> {
             })
             .collect();
         ranked.sort_unstable();
+        self.tell(js, |c| {
+            let names: Vec<String> = ranked
+                .iter()
+                .take(8)
+                .filter_map(|(_, _, _, h)| c.holders.get(*h).map(|x| x.id.clone()))
+                .collect();
+            format!(
+                "preemption for quota: {} candidate(s) of its own lower tiers or borrowing teams, cheapest first: {}",
+                ranked.len(),
+                names.join(", ")
+            )
+        });
         let mut taken = Vec::new();
         let mut placed = None;
         let mut tries = 0;
