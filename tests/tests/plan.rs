@@ -397,11 +397,22 @@ fn story(case: &str, job: &str) -> Vec<String> {
 fn one_jobs_story_tells_rules_quota_victims_and_outcome() {
     let lines = story("lost_work_before_count", "urgent");
     let text = lines.join("\n");
-    assert!(lines[0].starts_with("job urgent: team prod, tier standard"), "{text}");
-    assert!(text.contains("quota: team prod uses 16 gpu of its 16 gpu guarantee"), "{text}");
-    assert!(text.contains("placement: needs 8 GPUs; none is free now"), "{text}");
     assert!(
-        text.contains("victims on n-1: small-1, small-2 (480 GPU-s of work lost, 0 gpu below a guarantee)"),
+        lines[0].starts_with("job urgent: team prod, tier standard"),
+        "{text}"
+    );
+    assert!(
+        text.contains("quota: team prod uses 16 gpu of its 16 gpu guarantee"),
+        "{text}"
+    );
+    assert!(
+        text.contains("placement: needs 8 GPUs; none is free now"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "victims on n-1: small-1, small-2 (480 GPU-s of work lost, 0 gpu below a guarantee)"
+        ),
         "{text}"
     );
     assert_eq!(
@@ -410,7 +421,10 @@ fn one_jobs_story_tells_rules_quota_victims_and_outcome() {
     );
     // Why preemption was not used: the victim is protected until its next checkpoint.
     let text = story("checkpoint_wait", "urgent").join("\n");
-    assert!(text.contains("preemptible after their next checkpoint in 28m"), "{text}");
+    assert!(
+        text.contains("preemptible after their next checkpoint in 28m"),
+        "{text}"
+    );
     // Rules, and the defaults a job was given.
     let text = story("no_defaults", "legacy-1").join("\n");
     assert!(text.contains("rule named_jobs: matches"), "{text}");

@@ -150,6 +150,9 @@ fn preempted_job_resumes_from_its_checkpoint() {
     assert!(close(&be["lost_gpu_s"], 80.0));
     assert_eq!(be["queue_wait_s"], 80);
     assert_eq!(be["preemptions"], 1);
+    // The main reason it waited is kept after it ran again: it held the reservation.
+    assert_eq!(be["main_wait"], "reserved (1m20s of 1m20s waited)");
+    assert!(outcome(&m, "crit")["main_wait"].is_null());
     assert_eq!(m["end"], 1090);
     assert_eq!(m["preemptions"]["by_cause"]["priority"], 1);
     assert!(close(&m["preemptions"]["lost_gpu_hours"], 80.0 / 3600.0));

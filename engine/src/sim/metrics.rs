@@ -169,6 +169,10 @@ pub struct JobOutcome {
     /// For a job still waiting: its last reason code and message.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The reason code it waited under longest, with how long of its whole wait, also
+    /// for jobs that later ran (`no_capacity (2h10m of 2h30m waited)`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub main_wait: Option<String>,
 }
 
 impl JobOutcome {

@@ -296,7 +296,9 @@ impl Cycle<'_> {
                 return None;
             }
             Blocked::Capacity(_) => {
-                self.tell(js, |_| "preemption: not tried (no node could ever hold it)".into());
+                self.tell(js, |_| {
+                    "preemption: not tried (no node could ever hold it)".into()
+                });
                 return None;
             }
         }
@@ -334,7 +336,8 @@ impl Cycle<'_> {
             let memo = (shape.clone(), asker.clone());
             if self.no_victims.contains(&memo) {
                 self.tell(js, |_| {
-                    "preemption: no victim set (none was found for this shape earlier in the cycle)".into()
+                    "preemption: no victim set (none was found for this shape earlier in the cycle)"
+                        .into()
                 });
                 return None;
             }
@@ -343,7 +346,9 @@ impl Cycle<'_> {
                 _ => self.victims_by_node(js, shape, within, &asker),
             };
             let Some((needed, placed)) = found else {
-                self.tell(js, |_| "preemption: no victim set the rules allow frees room".into());
+                self.tell(js, |_| {
+                    "preemption: no victim set the rules allow frees room".into()
+                });
                 self.no_victims.insert(memo);
                 return None;
             };
@@ -703,7 +708,8 @@ impl Cycle<'_> {
         self.cost_cache.insert(key, index);
         if plans.is_empty() {
             self.tell(js, |_| {
-                "preemption: no node has victims the rules allow that would free room for a member".into()
+                "preemption: no node has victims the rules allow that would free room for a member"
+                    .into()
             });
         }
         let mut taken: Vec<usize> = Vec::new();

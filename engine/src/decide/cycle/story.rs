@@ -4,9 +4,9 @@
 
 use super::{Blocked, Cycle};
 use crate::core::placer::Choice;
-use crate::decide::plan::{Action, Decision};
 use crate::decide::admission::rule_results;
 use crate::decide::plan::{human_duration, Plan};
+use crate::decide::plan::{Action, Decision};
 use crate::decide::quota::gpus;
 use crate::decide::snapshot::{JobState, Snapshot};
 use lang::ir::Program;
@@ -39,7 +39,11 @@ pub fn job_story(
         named("tier", &original.job.tier),
         original.job.shape.members,
         original.job.shape.member.num_gpu,
-        if original.job.shape.member.num_gpu == 1 { "" } else { "s" },
+        if original.job.shape.member.num_gpu == 1 {
+            ""
+        } else {
+            "s"
+        },
         original
             .job
             .submitted_at

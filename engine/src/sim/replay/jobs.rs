@@ -7,11 +7,11 @@ use crate::core::fleet::{Fleet, MILLI};
 use crate::core::mig::MigTable;
 use crate::core::packing::OnNode;
 use crate::core::placer::Choice;
-use crate::decide::plan::{Decision, Reason};
+use crate::decide::plan::{human_duration, Decision, Reason};
 use crate::decide::snapshot::{self, JobState, Running};
 use crate::inventory::jobs_file::{Job, PlacedMember};
 use crate::sim::metrics::JobOutcome;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Phase {
@@ -48,6 +48,9 @@ pub(super) struct SimJob {
     rule: Option<String>,
     routed_to: Option<String>,
     reason: Option<Reason>,
+    /// Seconds waited under each reason code, and the code waited under since when.
+    waited_by: BTreeMap<String, i64>,
+    waiting_under: Option<(String, i64)>,
     pub generation: u64,
 }
 
@@ -69,7 +72,16 @@ impl SimJob {
             rule: None,
             routed_to: None,
             reason: None,
+            waited_by: BTreeMap::new(),
+            waiting_under: None,
             generation: 0,
+        }
+    }
+
+    /// Closes the current stretch of waiting at `now`, counting it for its reason.
+    fn close_wait(&mut self, now: i64) {
+        if let Some((code, since)) = self.waiting_under.take() {
+            *self.waited_by.entry(code).or_insert(0) += (now - since).max(0);
         }
     }
 
@@ -176,6 +188,7 @@ impl SimJob {
             self.routed_to = Some(r.pool.clone());
             self.rule = Some(r.rule.clone());
         }
+        self.close_wait(free_at);
         self.queue_wait_s += free_at - self.queued_since;
         self.first_start.get_or_insert(free_at);
         self.generation += 1;
@@ -231,8 +244,41 @@ impl SimJob {
         self.reason = d.reason.clone();
     }
 
-    pub fn wait(&mut self, d: &Decision) {
+    /// The job waits from `now` for the decision's reason; the time since it was queued
+    /// (or since its last reason) counts for the reason it waited under until now.
+    pub fn wait(&mut self, d: &Decision, now: i64) {
+        let code = d
+            .reason
+            .as_ref()
+            .map_or(String::from("queued"), |r| code_name(r));
+        match &self.waiting_under {
+            Some((current, _)) if *current == code => {}
+            Some(_) => {
+                self.close_wait(now);
+                self.waiting_under = Some((code, now));
+            }
+            None => self.waiting_under = Some((code, self.queued_since.min(now))),
+        }
         self.reason = d.reason.clone();
+    }
+
+    /// The reason the job waited longest under, with its share, as of `end`; for jobs that
+    /// ran as well as for those still waiting.
+    fn main_wait(&self, end: i64) -> Option<String> {
+        let mut by = self.waited_by.clone();
+        if let Some((code, since)) = &self.waiting_under {
+            *by.entry(code.clone()).or_insert(0) += (end - since).max(0);
+        }
+        let total: i64 = by.values().sum();
+        let (code, longest) = by
+            .into_iter()
+            .filter(|(_, w)| *w > 0)
+            .max_by(|a, b| a.1.cmp(&b.1).then_with(|| b.0.cmp(&a.0)))?;
+        Some(format!(
+            "{code} ({} of {} waited)",
+            human_duration(longest),
+            human_duration(total)
+        ))
     }
 
     pub fn runs_on(&self, node: &str) -> bool {
@@ -246,7 +292,7 @@ impl SimJob {
         }
     }
 
-    pub fn outcome(&self) -> JobOutcome {
+    pub fn outcome(&self, end: i64) -> JobOutcome {
         let status = match self.phase {
             Phase::Done => "completed",
             Phase::Running(_) => "running",
@@ -267,15 +313,13 @@ impl SimJob {
             rule: self.rule.clone(),
             routed_to: self.routed_to.clone(),
             reason: match self.phase {
-                Phase::Pending | Phase::Denied => self.reason.as_ref().map(|r| {
-                    let code = serde_json::to_value(r.code)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default();
-                    format!("{code}: {}", r.message)
-                }),
+                Phase::Pending | Phase::Denied => self
+                    .reason
+                    .as_ref()
+                    .map(|r| format!("{}: {}", code_name(r), r.message)),
                 _ => None,
             },
+            main_wait: self.main_wait(end),
         }
     }
 }
@@ -295,4 +339,12 @@ fn choice(fleet: &Fleet, index: &HashMap<String, usize>, p: &PlacedMember) -> Op
             mig_starts: p.mig_starts.clone(),
         },
     })
+}
+
+/// A reason code as the plan spells it (`no_capacity`).
+fn code_name(r: &Reason) -> String {
+    serde_json::to_value(r.code)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }

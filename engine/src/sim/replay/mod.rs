@@ -553,7 +553,7 @@ impl<'p> Sim<'p> {
             }
             Action::Queue => {
                 if let Some(job) = self.jobs.get_mut(index) {
-                    job.wait(d);
+                    job.wait(d, self.now);
                 }
             }
         }

@@ -12,7 +12,7 @@ impl Sim<'_> {
     pub(super) fn into_metrics(self) -> Metrics {
         let end = self.now;
         let span = (end - self.start).max(1) as f64;
-        let outcomes: Vec<JobOutcome> = self.jobs.iter().map(|j| j.outcome()).collect();
+        let outcomes: Vec<JobOutcome> = self.jobs.iter().map(|j| j.outcome(end)).collect();
         let mut counts = JobCounts {
             submitted: self
                 .jobs
