@@ -53,6 +53,15 @@ pub struct NodeFree {
 }
 
 impl NodeFree {
+    /// Becomes a copy of `other`, reusing this one's buffers (no allocation once sized).
+    pub fn copy_from(&mut self, other: &NodeFree) {
+        self.cpu_milli = other.cpu_milli;
+        self.memory_mib = other.memory_mib;
+        self.gpu_milli.clone_from(&other.gpu_milli);
+        self.mig.clone_from(&other.mig);
+        self.vram_mib.clone_from(&other.vram_mib);
+    }
+
     pub fn gpu_milli_total(&self) -> u64 {
         self.gpu_milli.iter().map(|g| u64::from(*g)).sum()
     }

@@ -85,6 +85,7 @@ struct Cycle<'a> {
     eta_memo: HashMap<explain::EtaKey, Option<i64>>,
     /// Room per shape for earliest-start estimates, kept up to date node by node.
     room_cache: HashMap<reserve::RoomKey, reserve::RoomIndex>,
+    walk_scratch: reserve::WalkScratch,
     /// The allocation state (`changed.len()`) the memo was filled at.
     eta_version: usize,
     eta_estimates: usize,
@@ -361,6 +362,7 @@ fn decide_cycle(
         },
         eta_memo: HashMap::new(),
         room_cache: HashMap::new(),
+        walk_scratch: reserve::WalkScratch::default(),
         eta_version: 0,
         eta_estimates: 0,
         preemptions: stops,

@@ -119,6 +119,9 @@ impl CostIndex {
 
     fn set(&mut self, node: usize, cost: Option<Cost>) {
         if let Some(slot) = self.costs.get_mut(node) {
+            if *slot == cost {
+                return;
+            }
             if let Some((old, _)) = slot.take() {
                 self.order.remove(&(old, node));
             }
@@ -712,6 +715,7 @@ impl Cycle<'_> {
                     .into()
             });
         }
+        let mark = self.changed.len();
         let mut taken: Vec<usize> = Vec::new();
         let mut placed = None;
         let mut used = 0;
@@ -737,6 +741,7 @@ impl Cycle<'_> {
         }
         let Some(placed) = placed else {
             self.restore_all(&taken);
+            self.rewind(mark);
             return None;
         };
         if shape.members == 1 && used == 1 {
@@ -760,6 +765,14 @@ impl Cycle<'_> {
             lost / 1000,
             crate::decide::quota::gpus(breach)
         )
+    }
+
+    /// Whether `node` is in one of the job's pools (any pool when it names none).
+    fn in_pools(&self, shape: &JobShape, node: usize) -> bool {
+        shape.pools.is_empty()
+            || self
+                .pool_of(node)
+                .is_some_and(|p| shape.pools.iter().any(|x| x == p))
     }
 
     /// One member on `node`, if it fits there and the quotas allow it (not committed).
@@ -820,6 +833,7 @@ impl Cycle<'_> {
                 names.join(", ")
             )
         });
+        let mark = self.changed.len();
         let mut taken = Vec::new();
         let mut placed = None;
         let mut tries = 0;
@@ -836,21 +850,61 @@ impl Cycle<'_> {
                 break;
             }
             tries += 1;
-            if let Ok(done) = self.try_place(js, shape, within) {
+            if let Some(done) = self.try_place_near(js, shape, within, &taken) {
                 placed = Some(done);
                 break;
             }
         }
         let Some(placed) = placed else {
             self.restore_all(&taken);
+            self.rewind(mark);
             return None;
         };
         Some(self.spare(js, shape, within, taken, placed))
     }
 
+    /// After a trial whose victims were all put back, forgets the node changes it logged
+    /// since `mark`: the state is as it was, so indexes need not look at those nodes
+    /// again. Only when nothing has read the log past `mark` meanwhile.
+    fn rewind(&mut self, mark: usize) {
+        let read_past = self.cost_cache.values().any(|i| i.seen > mark)
+            || self.room_cache.values().any(|i| i.seen > mark)
+            || self.eta_version > mark;
+        if !read_past {
+            self.changed.truncate(mark);
+        }
+    }
+
+    /// A placement once `victims` are released: a single member first on a node they
+    /// freed (where the room is), then anywhere.
+    fn try_place_near(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        victims: &[usize],
+    ) -> Option<(Vec<Choice>, bool)> {
+        if shape.members == 1 {
+            let nodes: BTreeSet<usize> = victims
+                .iter()
+                .filter_map(|h| self.holders.get(*h))
+                .flat_map(|x| x.choices.iter().map(|c| c.node))
+                .filter(|n| within(*n) && self.in_pools(shape, *n))
+                .collect();
+            for node in nodes {
+                if let Some(done) = self.try_place_on(js, shape, node) {
+                    return Some(done);
+                }
+            }
+        }
+        self.try_place(js, shape, within).ok()
+    }
+
     /// Gives back victims the placement does not need (latest added first). `placed`
     /// always matches the current state: a victim given back is kept back only when the
-    /// job still fits, and taken again (the state as before) when it does not.
+    /// job still fits, and taken again (the state as before) when it does not. A victim
+    /// on none of the placement's nodes leaves its room as it is: only the quotas are
+    /// asked again then.
     fn spare(
         &mut self,
         js: &JobState,
@@ -866,6 +920,21 @@ impl Cycle<'_> {
         }
         for h in taken.into_iter().rev() {
             self.restore_holder(h);
+            let apart = self.holders.get(h).is_some_and(|x| {
+                x.choices
+                    .iter()
+                    .all(|c| placed.0.iter().all(|p| p.node != c.node))
+            });
+            if apart {
+                match self.quota_allows(js, &placed.0) {
+                    Ok(borrowing) => placed.1 = borrowing,
+                    Err(_) => {
+                        self.release_holder(h);
+                        needed.push(h);
+                    }
+                }
+                continue;
+            }
             match self.try_place(js, shape, within) {
                 Ok(done) => placed = done,
                 Err(_) => {

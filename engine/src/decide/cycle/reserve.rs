@@ -10,7 +10,7 @@ use crate::core::gang::{self, JobShape};
 use crate::core::placer::give_on;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// Earliest-start room is kept per (member, pools, required topology level).
 pub(super) type RoomKey = (Request, Vec<String>, Option<TopologyLevel>);
@@ -24,7 +24,30 @@ pub(super) struct RoomIndex {
     group_of: Vec<Option<usize>>,
     room: Vec<u64>,
     /// How much of `Cycle::changed` this index has caught up with.
-    seen: usize,
+    pub seen: usize,
+}
+
+/// Copies of the nodes an earliest-start walk has touched, kept between walks so their
+/// buffers are reused: an entry is current only when its mark is the walk's.
+#[derive(Debug, Default)]
+pub(super) struct WalkScratch {
+    walk: u32,
+    nodes: Vec<(u32, NodeFree, u64)>,
+}
+
+impl WalkScratch {
+    /// Starts a walk over `n` nodes: every entry stale.
+    fn begin(&mut self, n: usize, blank: &NodeFree) {
+        self.walk = self.walk.wrapping_add(1);
+        if self.walk == 0 || self.nodes.len() != n {
+            self.walk = 1;
+            self.nodes = vec![(0, blank.clone(), 0); n];
+        }
+    }
+
+    fn get(&self, n: usize) -> Option<&(u32, NodeFree, u64)> {
+        self.nodes.get(n).filter(|e| e.0 == self.walk)
+    }
 }
 
 /// The head blocked job's reservation.
@@ -120,7 +143,9 @@ impl Cycle<'_> {
             None => self.room_index(&key),
         };
         self.catch_up(&mut index, &key.0);
-        let found = self.walk_ends(&index, &key.0, u64::from(shape.members), held);
+        let mut scratch = std::mem::take(&mut self.walk_scratch);
+        let found = self.walk_ends(&index, &key.0, u64::from(shape.members), held, &mut scratch);
+        self.walk_scratch = scratch;
         self.room_cache.insert(key, index);
         found
     }
@@ -211,6 +236,7 @@ impl Cycle<'_> {
         member: &Request,
         members: u64,
         held: Option<(&BTreeSet<usize>, i64)>,
+        free: &mut WalkScratch,
     ) -> Option<(i64, BTreeSet<usize>)> {
         let ctx = self.placer.context();
         let fleet = &self.snapshot.fleet;
@@ -219,15 +245,15 @@ impl Cycle<'_> {
         let group_of = &index.group_of;
         // Nodes whose jobs ended so far, copied (most nodes are never touched), with
         // their member slots then.
-        let mut free: BTreeMap<usize, (NodeFree, u64)> = BTreeMap::new();
+        free.begin(fleet.nodes.len(), empty.first()?);
         let held_until = held.map_or(i64::MIN, |(_, t)| t);
         let is_held = |n: usize| held.is_some_and(|(nodes, _)| nodes.contains(&n));
-        let slots = |free: &BTreeMap<usize, (NodeFree, u64)>, n: usize, at: i64| -> u64 {
+        let slots = |free: &WalkScratch, n: usize, at: i64| -> u64 {
             if at < held_until && is_held(n) {
                 return 0;
             }
-            match free.get(&n) {
-                Some((_, s)) => *s,
+            match free.get(n) {
+                Some((_, _, s)) => *s,
                 None => index.slots.get(n).copied().unwrap_or(0),
             }
         };
@@ -269,7 +295,7 @@ impl Cycle<'_> {
             }
             if h == usize::MAX {
                 for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
-                    if let Some(g) = add(&mut room, *n, slots(&free, *n, end), 0) {
+                    if let Some(g) = add(&mut room, *n, slots(free, *n, end), 0) {
                         found = found.or(Some((end, g)));
                     }
                 }
@@ -281,17 +307,22 @@ impl Cycle<'_> {
                 if group_of.get(c.node).copied().flatten().is_none() {
                     continue;
                 }
-                let before = slots(&free, c.node, end);
-                if let (Some(node), Some(cap), Some(current)) = (
+                let before = slots(free, c.node, end);
+                let walk = free.walk;
+                if let (Some(node), Some(cap), Some(current), Some(entry)) = (
                     fleet.nodes.get(c.node),
                     empty.get(c.node),
                     now_free.get(c.node),
+                    free.nodes.get_mut(c.node),
                 ) {
-                    let entry = free.entry(c.node).or_insert_with(|| (current.clone(), 0));
-                    give_on(&ctx, node, &mut entry.0, &holder.member, &c.on, cap);
-                    entry.1 = gang::member_slots(&ctx, node, &entry.0, member);
+                    if entry.0 != walk {
+                        entry.0 = walk;
+                        entry.1.copy_from(current);
+                    }
+                    give_on(&ctx, node, &mut entry.1, &holder.member, &c.on, cap);
+                    entry.2 = gang::member_slots(&ctx, node, &entry.1, member);
                 }
-                let after = slots(&free, c.node, end);
+                let after = slots(free, c.node, end);
                 if let Some(g) = add(&mut room, c.node, after, before) {
                     // Members of one event may grow several groups: the first wins.
                     found = found.or(Some((end, g)));
@@ -302,7 +333,7 @@ impl Cycle<'_> {
         // The nodes that hold the members, roomiest first.
         let mut nodes: Vec<(u64, usize)> = (0..fleet.nodes.len())
             .filter(|n| group_of.get(*n).copied().flatten() == Some(g))
-            .map(|n| (slots(&free, n, start), n))
+            .map(|n| (slots(free, n, start), n))
             .filter(|(s, _)| *s > 0)
             .collect();
         nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));

@@ -250,7 +250,7 @@ impl SimJob {
         let code = d
             .reason
             .as_ref()
-            .map_or(String::from("queued"), |r| code_name(r));
+            .map_or(String::from("queued"), code_name);
         match &self.waiting_under {
             Some((current, _)) if *current == code => {}
             Some(_) => {
