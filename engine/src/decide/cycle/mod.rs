@@ -684,6 +684,16 @@ impl<'a> Cycle<'a> {
         });
     }
 
+    /// Nodes whose allocation changed since position `seen` of the change log, once each.
+    fn changed_since(&self, seen: usize) -> BTreeSet<usize> {
+        self.changed
+            .get(seen..)
+            .unwrap_or(&[])
+            .iter()
+            .copied()
+            .collect()
+    }
+
     /// A team as an index into the policy's teams: `None` for no team, `usize::MAX` for
     /// a name the policy does not define (it has no quota to protect).
     fn team_ix(&self, team: Option<&str>) -> Option<usize> {

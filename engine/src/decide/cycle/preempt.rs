@@ -675,14 +675,11 @@ impl Cycle<'_> {
         let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
         let mut index = match self.cost_cache.remove(&key) {
             Some(mut index) => {
-                let changed: BTreeSet<usize> = self
-                    .changed
-                    .get(index.seen..)
-                    .unwrap_or(&[])
-                    .iter()
-                    .copied()
-                    .collect();
-                for node in changed.into_iter().filter(|n| usable(*n)) {
+                for node in self
+                    .changed_since(index.seen)
+                    .into_iter()
+                    .filter(|n| usable(*n))
+                {
                     let cost = self.node_cost(node, &shape.member, asker);
                     index.set(node, cost);
                 }

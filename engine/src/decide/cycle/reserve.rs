@@ -205,14 +205,7 @@ impl Cycle<'_> {
         let ctx = self.placer.context();
         let fleet = &self.snapshot.fleet;
         let now_free = &self.placer.state().nodes;
-        let changed: BTreeSet<usize> = self
-            .changed
-            .get(index.seen..)
-            .unwrap_or(&[])
-            .iter()
-            .copied()
-            .collect();
-        for n in changed {
+        for n in self.changed_since(index.seen) {
             let (Some(Some(g)), Some(node), Some(f)) = (
                 index.group_of.get(n).copied(),
                 fleet.nodes.get(n),

@@ -247,10 +247,7 @@ impl SimJob {
     /// The job waits from `now` for the decision's reason; the time since it was queued
     /// (or since its last reason) counts for the reason it waited under until now.
     pub fn wait(&mut self, d: &Decision, now: i64) {
-        let code = d
-            .reason
-            .as_ref()
-            .map_or(String::from("queued"), code_name);
+        let code = d.reason.as_ref().map_or(String::from("queued"), code_name);
         match &self.waiting_under {
             Some((current, _)) if *current == code => {}
             Some(_) => {
