@@ -895,3 +895,27 @@ fn diff_reads_the_old_policy_from_git() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_diagnostic_on_a_very_long_line_is_reported_not_a_panic() {
+    let dir = tempdir("long-line");
+    // A checker error (check) and a syntax error (fmt), 70,000 columns into the line.
+    let unknown = dir.join("long.gantry");
+    let pad = " ".repeat(70_000);
+    std::fs::write(&unknown, format!("{pad}team a {{ tiers = [nope] }}\n")).unwrap();
+    let broken = dir.join("broken.gantry");
+    std::fs::write(&broken, format!("{pad}team a {{ tiers = = }}\n")).unwrap();
+    for (args, at) in [
+        (vec!["check", unknown.to_str().unwrap()], "long.gantry:1:70"),
+        (
+            vec!["fmt", "--check", broken.to_str().unwrap()],
+            "broken.gantry:1:70",
+        ),
+    ] {
+        let out = gantry(&args, &dir);
+        let err = text(&out.stderr) + &text(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains(at), "{args:?}: {err}");
+        assert!(err.contains("no excerpt is drawn"), "{args:?}: {err}");
+    }
+}

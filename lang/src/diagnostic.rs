@@ -161,6 +161,11 @@ impl Diagnostic {
     }
 }
 
+/// Lines longer than this are not drawn in excerpts (the renderer pads to columns, and a
+/// column past 65,535 is beyond what Rust's formatter accepts): the location is given as
+/// `file:line:column` instead.
+const EXCERPT_MAX_LINE: usize = 4096;
+
 /// Adapter between [`Diagnostic`] and miette's reporting traits.
 #[derive(Debug)]
 struct MietteReport {
@@ -175,13 +180,26 @@ struct MietteReport {
 impl MietteReport {
     fn new(d: &Diagnostic, sources: &SourceMap) -> MietteReport {
         let primary_file = d.primary_span().map(|s| s.file);
-        let source = primary_file
-            .and_then(|f| sources.get(f))
-            .map(|f| miette::NamedSource::new(f.name.clone(), f.text.clone()));
+        // An excerpt only when every labelled line is short enough to draw.
+        let drawable = primary_file.and_then(|f| sources.get(f)).filter(|f| {
+            d.labels
+                .iter()
+                .filter(|l| Some(l.span.file) == primary_file)
+                .all(|l| {
+                    f.line_len_at(l.span.start as usize) <= EXCERPT_MAX_LINE
+                        && f.line_len_at(l.span.end as usize) <= EXCERPT_MAX_LINE
+                })
+        });
+        let source = drawable.map(|f| miette::NamedSource::new(f.name.clone(), f.text.clone()));
         let mut labels = Vec::new();
         let mut notes = Vec::new();
+        if primary_file.is_some() && drawable.is_none() {
+            notes.push(format!(
+                "(a line here is longer than {EXCERPT_MAX_LINE} bytes: no excerpt is drawn)"
+            ));
+        }
         for (i, l) in d.labels.iter().enumerate() {
-            if Some(l.span.file) == primary_file {
+            if Some(l.span.file) == primary_file && drawable.is_some() {
                 let span = miette::SourceSpan::new(
                     (l.span.start as usize).into(),
                     (l.span.end.saturating_sub(l.span.start)) as usize,
@@ -194,10 +212,12 @@ impl MietteReport {
                 });
             } else if let Some(f) = sources.get(l.span.file) {
                 let at = f.line_col(l.span.start as usize);
-                notes.push(format!(
-                    "{}: {}:{}:{}",
-                    l.message, f.name, at.line, at.column
-                ));
+                let place = format!("{}:{}:{}", f.name, at.line, at.column);
+                notes.push(if l.message.is_empty() {
+                    format!("at {place}")
+                } else {
+                    format!("{}: {place}", l.message)
+                });
             }
         }
         let help = match (&d.help, notes.is_empty()) {
@@ -248,5 +268,38 @@ impl miette::Diagnostic for MietteReport {
         } else {
             Some(Box::new(self.labels.iter().cloned()))
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    reason = "test code: a failed lookup should fail the test"
+)]
+mod tests {
+    #[test]
+    fn a_diagnostic_past_column_65535_renders_without_an_excerpt() {
+        // An unknown name 70,000 columns into one line; the renderer pads to the column.
+        let text = format!(
+            "tier t {{ priority = 1; preempt = never }}{}team a {{ tiers = [nope] }}\n",
+            " ".repeat(70_000)
+        );
+        let checked = crate::check(&[("long.gantry".to_string(), text)]);
+        let d = checked
+            .diagnostics
+            .iter()
+            .find(|d| d.is_error())
+            .expect("the unknown tier is reported");
+        let out = d.render(&checked.sources, false);
+        assert!(out.contains("long.gantry:1:700"), "{out}");
+        assert!(out.contains("no excerpt is drawn"), "{out}");
+        // Short lines still get their excerpt.
+        let checked = crate::check(&[(
+            "short.gantry".to_string(),
+            "team a { tiers = [nope] }\n".to_string(),
+        )]);
+        let out = checked.diagnostics[0].render(&checked.sources, false);
+        assert!(out.contains("team a { tiers = [nope] }"), "{out}");
     }
 }

@@ -67,6 +67,19 @@ impl SourceFile {
         }
     }
 
+    /// The length in bytes of the line holding byte `offset`.
+    pub fn line_len_at(&self, offset: usize) -> usize {
+        let offset = offset.min(self.text.len());
+        let line = self.line_starts.partition_point(|&s| s <= offset).max(1) - 1;
+        let start = self.line_starts.get(line).copied().unwrap_or(0);
+        let end = self
+            .line_starts
+            .get(line + 1)
+            .copied()
+            .unwrap_or(self.text.len());
+        end - start
+    }
+
     pub fn line_col(&self, offset: usize) -> LineCol {
         let offset = offset.min(self.text.len());
         let line = self.line_starts.partition_point(|&s| s <= offset).max(1) - 1;
