@@ -438,3 +438,58 @@ async fn extender_bad_requests() {
         assert!(json(&answer)["error"].is_string(), "{verb} {body}");
     }
 }
+
+#[tokio::test]
+async fn plan_requests_are_bounded_and_never_hold_up_admission() {
+    let state = loaded();
+    // 100,000 nodes × 64 GPUs in a request of under 200 bytes.
+    let huge = br#"{"jobs": [], "fleet": {"nodes": [{"name": "n", "count": 100000, "cpu_milli": 1000, "memory_mib": 1000, "gpus": {"count": 64, "model": "H100-SXM5-80GB"}}]}}"#;
+    let (status, bytes) = call(&state, "POST", "/v1/plan", huge.to_vec()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(json(&bytes)["error"]
+        .as_str()
+        .unwrap()
+        .contains("100000 nodes"));
+    let many_gpus = br#"{"jobs": [], "fleet": {"nodes": [{"name": "n", "count": 2000, "cpu_milli": 1000, "memory_mib": 1000, "gpus": {"count": 64, "model": "H100-SXM5-80GB"}}]}}"#;
+    let (status, bytes) = call(&state, "POST", "/v1/plan", many_gpus.to_vec()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(json(&bytes)["error"]
+        .as_str()
+        .unwrap()
+        .contains("128000 GPUs"));
+    let gangs = br#"{"jobs": [{"id": "g", "team": "nlp", "tier": "standard", "members": 100000, "gpus_per_member": 1}, {"id": "h", "team": "nlp", "tier": "standard", "members": 100000, "gpus_per_member": 1}]}"#;
+    let (status, bytes) = call(&state, "POST", "/v1/plan", gangs.to_vec()).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(json(&bytes)["error"]
+        .as_str()
+        .unwrap()
+        .contains("200000 members"));
+    // One plan at a time; while one is computed, another is told to retry and admission
+    // is answered as usual.
+    let jobs = br#"{"jobs": [{"id": "a", "team": "nlp", "tier": "standard", "gpus_per_member": 8, "vram_mib": 40000, "checkpoint_interval_s": 900, "pools": ["training"], "submitted_at": 1794999000}]}"#;
+    let held = state.plan_slot.clone().try_acquire_owned().unwrap();
+    let (status, bytes) = call(&state, "POST", "/v1/plan", jobs.to_vec()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(json(&bytes)["error"].as_str().unwrap().contains("retry"));
+    let (status, _) = call(&state, "POST", "/mutate", fixture("gpu_pod.json")).await;
+    assert_eq!(status, StatusCode::OK);
+    drop(held);
+    let (status, _) = call(&state, "POST", "/v1/plan", jobs.to_vec()).await;
+    assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_plan_past_its_deadline_is_answered_503() {
+    let mut state = loaded();
+    Arc::get_mut(&mut state).unwrap().plan_deadline = std::time::Duration::from_nanos(1);
+    let jobs: Vec<String> = (0..3000)
+        .map(|i| format!(r#"{{"id": "j{i}", "team": "nlp", "tier": "standard", "gpus_per_member": 1, "vram_mib": 40000, "checkpoint_interval_s": 900, "submitted_at": 1794999000}}"#))
+        .collect();
+    let body = format!(r#"{{"jobs": [{}]}}"#, jobs.join(","));
+    let (status, bytes) = call(&state, "POST", "/v1/plan", body.into_bytes()).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(json(&bytes)["error"]
+        .as_str()
+        .unwrap()
+        .contains("took longer"));
+}

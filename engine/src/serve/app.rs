@@ -25,6 +25,15 @@ pub const BODY_LIMIT: usize = 1024 * 1024;
 /// hold a worker; the API server's own webhook timeout is shorter anyway).
 pub const REQUEST_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// `/v1/plan` computes at most this long (below the request deadline); the answer is then
+/// 503 and the computation finishes in the background, holding the one plan slot.
+pub const PLAN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(8);
+/// What one `/v1/plan` request may ask for: its work grows with nodes, GPUs and gang
+/// members, and none of them is bounded by the body size (`count` expands a node entry).
+pub const PLAN_MAX_NODES: u64 = 10_000;
+pub const PLAN_MAX_GPUS: u64 = 80_000;
+pub const PLAN_MAX_MEMBERS: u64 = 100_000;
+
 pub fn app(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/admit", post(admit))
@@ -186,6 +195,11 @@ async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesReject
     let Some(policy) = state.policy() else {
         return error(StatusCode::SERVICE_UNAVAILABLE, "no policy loaded yet");
     };
+    if let Some(f) = request.get("fleet") {
+        if let Err(message) = fleet_within_limits(f) {
+            return error(StatusCode::PAYLOAD_TOO_LARGE, message);
+        }
+    }
     let fleet = match request.get("fleet") {
         Some(f) => match fleet_file::parse(
             "request.fleet",
@@ -239,9 +253,75 @@ async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesReject
             return error(StatusCode::UNPROCESSABLE_ENTITY, list.join("; "));
         }
     };
-    let mut plan = crate::decide::decide(&policy.program, &snapshot, now);
-    plan.policy_revision.clone_from(&policy.revision);
-    Json(plan).into_response()
+    let members: u64 = snapshot
+        .jobs
+        .iter()
+        .map(|j| u64::from(j.job.shape.members))
+        .sum();
+    if members > PLAN_MAX_MEMBERS {
+        return error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the jobs have {members} members in all; /v1/plan takes at most {PLAN_MAX_MEMBERS} (run `gantry plan` for larger what-ifs)"),
+        );
+    }
+    // Off the request workers, one at a time: admission never waits behind a plan.
+    let Ok(permit) = state.plan_slot.clone().try_acquire_owned() else {
+        return busy("another /v1/plan request is being computed; retry in a few seconds");
+    };
+    let work = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        let mut plan = crate::decide::decide(&policy.program, &snapshot, now);
+        plan.policy_revision.clone_from(&policy.revision);
+        plan
+    });
+    match tokio::time::timeout(state.plan_deadline, work).await {
+        Ok(Ok(plan)) => Json(plan).into_response(),
+        Ok(Err(_)) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the plan computation failed; see the server log",
+        ),
+        Err(_) => busy(&format!(
+            "the plan took longer than {} s; send fewer jobs or nodes",
+            state.plan_deadline.as_secs()
+        )),
+    }
+}
+
+/// 503 with a `Retry-After`.
+fn busy(message: &str) -> Response {
+    let mut r = error(StatusCode::SERVICE_UNAVAILABLE, message);
+    r.headers_mut().insert(
+        axum::http::header::RETRY_AFTER,
+        axum::http::HeaderValue::from_static("5"),
+    );
+    r
+}
+
+/// The fleet of a `/v1/plan` request, counted before it is expanded: nodes (with `count`)
+/// and GPUs at most [`PLAN_MAX_NODES`] and [`PLAN_MAX_GPUS`].
+fn fleet_within_limits(fleet: &Value) -> Result<(), String> {
+    let entries = fleet
+        .get("nodes")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let (mut nodes, mut gpus) = (0u64, 0u64);
+    for e in entries {
+        let count = e.get("count").and_then(Value::as_u64).unwrap_or(1);
+        let per_node = match e.get("gpus") {
+            Some(Value::Array(list)) => list.len() as u64,
+            Some(g) => g.get("count").and_then(Value::as_u64).unwrap_or(0),
+            None => 0,
+        };
+        nodes = nodes.saturating_add(count);
+        gpus = gpus.saturating_add(count.saturating_mul(per_node));
+    }
+    if nodes > PLAN_MAX_NODES {
+        return Err(format!("the fleet has {nodes} nodes; /v1/plan takes at most {PLAN_MAX_NODES} (run `gantry plan` for larger what-ifs)"));
+    }
+    if gpus > PLAN_MAX_GPUS {
+        return Err(format!("the fleet has {gpus} GPUs; /v1/plan takes at most {PLAN_MAX_GPUS} (run `gantry plan` for larger what-ifs)"));
+    }
+    Ok(())
 }
 
 async fn status(State(state): State<Arc<AppState>>) -> Response {

@@ -197,6 +197,10 @@ pub struct AppState {
     pub clock: Clock,
     /// How long a request (its body included) may take before it is answered 408.
     pub request_deadline: std::time::Duration,
+    /// One `/v1/plan` computation at a time, off the request workers (see `app::plan`).
+    pub plan_slot: Arc<tokio::sync::Semaphore>,
+    /// How long a `/v1/plan` computation may take before it is answered 503.
+    pub plan_deadline: std::time::Duration,
 }
 
 impl std::fmt::Debug for AppState {
@@ -214,6 +218,8 @@ impl AppState {
             metrics: Metrics::default(),
             clock,
             request_deadline: super::app::REQUEST_DEADLINE,
+            plan_slot: Arc::new(tokio::sync::Semaphore::new(1)),
+            plan_deadline: super::app::PLAN_DEADLINE,
         }
     }
 
