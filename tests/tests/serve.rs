@@ -185,6 +185,10 @@ async fn bad_requests_get_json_errors() {
     let (status, bytes) = call(&state, "GET", "/nowhere", Vec::new()).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(json(&bytes)["error"].is_string());
+    // A wrong method is a JSON error too (invariant 12), not an empty 405.
+    let (status, bytes) = call(&state, "GET", "/admit", Vec::new()).await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(json(&bytes)["error"].as_str().unwrap().contains("POST"));
     let (status, bytes) = call(&state, "POST", "/v1/plan", br#"{"jobs": "none"}"#.to_vec()).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(json(&bytes)["error"]

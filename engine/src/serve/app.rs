@@ -46,6 +46,12 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .fallback(|| async { error(StatusCode::NOT_FOUND, "no such endpoint; see /v1/status") })
+        .method_not_allowed_fallback(|| async {
+            error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this endpoint does not take that method: POST for /admit, /mutate, /extender/* and /v1/plan, GET for the rest",
+            )
+        })
         .layer(middleware::from_fn_with_state(state.clone(), track))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
