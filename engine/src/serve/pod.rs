@@ -250,28 +250,62 @@ pub fn asks(pod: &Pod) -> Result<Asks, String> {
             }
             a.gpus += g as u32;
         }
-        for (key, v) in r.limits.iter().chain(&r.requests) {
-            if let Some(profile) = key.strip_prefix(MIG_PREFIX) {
-                let n = text(v).and_then(|t| quantity(&t, 1.0)).unwrap_or(0.0) as u32;
-                match &mut a.mig {
-                    Some((p, count)) if p == profile => *count = (*count).max(n),
-                    Some((p, _)) => {
-                        return Err(format!("containers ask for two MIG profiles, {p} and {profile}; one pod uses one"));
-                    }
-                    None => a.mig = Some((profile.to_string(), n)),
+        // MIG instances are extended resources like GPUs: the limit (else the request), a
+        // whole number, summed over the containers.
+        let profiles: std::collections::BTreeSet<&String> = r
+            .limits
+            .keys()
+            .chain(r.requests.keys())
+            .filter(|k| k.starts_with(MIG_PREFIX))
+            .collect();
+        for key in profiles {
+            let profile = key.trim_start_matches(MIG_PREFIX);
+            let n = read(key, 1.0, &r.limits)?
+                .or(read(key, 1.0, &r.requests)?)
+                .unwrap_or(0.0);
+            if n.fract() != 0.0 || n > 64.0 {
+                return Err(format!(
+                    "containers[{i}]: `{key}: {n}` must be a whole number up to 64"
+                ));
+            }
+            let n = n as u32;
+            if n == 0 {
+                continue;
+            }
+            match &mut a.mig {
+                Some((p, count)) if p == profile => *count += n,
+                Some((p, _)) => {
+                    return Err(format!(
+                        "containers ask for two MIG profiles, {p} and {profile}; one pod uses one"
+                    ));
                 }
+                None => a.mig = Some((profile.to_string(), n)),
             }
         }
         let cpu = read("cpu", 1000.0, &r.requests)?.or(read("cpu", 1000.0, &r.limits)?);
-        a.cpu_milli += cpu.unwrap_or(0.0).ceil() as u64;
+        a.cpu_milli = add(a.cpu_milli, cpu, "cpu")?;
         let mem = read("memory", 1.0 / (1024.0 * 1024.0), &r.requests)?.or(read(
             "memory",
             1.0 / (1024.0 * 1024.0),
             &r.limits,
         )?);
-        a.memory_mib += mem.unwrap_or(0.0).ceil() as u64;
+        a.memory_mib = add(a.memory_mib, mem, "memory")?;
     }
     Ok(a)
+}
+
+/// A running sum of one resource over the containers; past what a node could hold it is
+/// an error, not a wrapped-around number.
+fn add(sum: u64, more: Option<f64>, what: &str) -> Result<u64, String> {
+    const LIMIT: f64 = 1e15;
+    let more = more.unwrap_or(0.0).ceil();
+    let total = sum as f64 + more;
+    if !(0.0..LIMIT).contains(&total) {
+        return Err(format!(
+            "the containers ask for more {what} in all than any node has"
+        ));
+    }
+    Ok(total as u64)
 }
 
 /// The job a GPU pod stands for; `None` for a pod without GPUs or MIG instances.
@@ -361,5 +395,30 @@ mod tests {
         assert_eq!(duration_s("15m"), Some(900));
         assert_eq!(duration_s("90"), Some(90));
         assert_eq!(duration_s("1w"), None);
+    }
+
+    fn pod(containers: &[serde_json::Value]) -> Pod {
+        let spec = serde_json::json!({ "spec": { "containers": containers } });
+        serde_json::from_value(spec).unwrap_or_default()
+    }
+
+    #[test]
+    fn mig_instances_are_summed_over_containers_and_bad_counts_refused() {
+        let one = serde_json::json!({"resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}});
+        let a = asks(&pod(&vec![one; 8])).unwrap_or_default();
+        assert_eq!(a.mig, Some(("1g.10gb".to_string(), 8)));
+        for bad in ["abc", "-5", "0.5"] {
+            let c = serde_json::json!({"resources": {"limits": {"nvidia.com/mig-1g.10gb": bad}}});
+            assert!(asks(&pod(&[c])).is_err(), "{bad}");
+        }
+        // Zero asks for nothing: not a MIG pod.
+        let zero = serde_json::json!({"resources": {"limits": {"nvidia.com/mig-1g.10gb": "0"}}});
+        assert_eq!(asks(&pod(&[zero])).map(|a| a.mig), Ok(None));
+    }
+
+    #[test]
+    fn cpu_and_memory_sums_do_not_wrap_around() {
+        let huge = serde_json::json!({"resources": {"requests": {"cpu": "9000000000000000k"}}});
+        assert!(asks(&pod(&[huge.clone(), huge])).is_err());
     }
 }
