@@ -67,11 +67,16 @@ impl SourceFile {
         }
     }
 
-    /// The length in bytes of the line holding byte `offset`.
-    pub fn line_len_at(&self, offset: usize) -> usize {
+    /// The 0-based line holding byte `offset` (clamped to the file) and where it starts.
+    fn line_at(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
         let line = self.line_starts.partition_point(|&s| s <= offset).max(1) - 1;
-        let start = self.line_starts.get(line).copied().unwrap_or(0);
+        (line, self.line_starts.get(line).copied().unwrap_or(0))
+    }
+
+    /// The length in bytes of the line holding byte `offset`.
+    pub fn line_len_at(&self, offset: usize) -> usize {
+        let (line, start) = self.line_at(offset);
         let end = self
             .line_starts
             .get(line + 1)
@@ -82,8 +87,7 @@ impl SourceFile {
 
     pub fn line_col(&self, offset: usize) -> LineCol {
         let offset = offset.min(self.text.len());
-        let line = self.line_starts.partition_point(|&s| s <= offset).max(1) - 1;
-        let start = self.line_starts.get(line).copied().unwrap_or(0);
+        let (line, start) = self.line_at(offset);
         let column = self
             .text
             .get(start..offset)

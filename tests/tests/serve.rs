@@ -497,3 +497,43 @@ async fn a_plan_past_its_deadline_is_answered_503() {
         .unwrap()
         .contains("took longer"));
 }
+
+#[tokio::test]
+async fn a_reinvoked_mutation_keeps_the_class_and_priority_it_set() {
+    let state = loaded();
+    let revision = state.policy().unwrap().revision.clone();
+    // The pod as the API server stores it after the first mutation: gantry's class, and
+    // the priority the Priority plugin resolved from it. A tierless pod gets the default
+    // tier's class (std.tiers: best_effort).
+    let mut review: Value = serde_json::from_slice(&fixture("gpu_pod.json")).unwrap();
+    let pod = &mut review["request"]["object"];
+    pod["spec"]["priorityClassName"] = "gantry-standard".into();
+    pod["spec"]["priority"] = 500.into();
+    let (status, bytes) = call(&state, "POST", "/mutate", review.to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::OK);
+    let ops = readable(json(&bytes), &revision)["response"]["patch"].to_string();
+    assert!(!ops.contains("priorityClassName"), "{ops}");
+    assert!(!ops.contains("/spec/priority"), "{ops}");
+    let mut review: Value = serde_json::from_slice(&fixture("gpu_pod.json")).unwrap();
+    let labels = review["request"]["object"]["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap();
+    labels.remove("gantry.dev/tier");
+    let (_, bytes) = call(&state, "POST", "/mutate", review.to_string().into_bytes()).await;
+    let ops = readable(json(&bytes), &revision)["response"]["patch"].to_string();
+    assert!(ops.contains("gantry-best-effort"), "{ops}");
+}
+
+#[tokio::test]
+async fn an_update_of_a_pod_being_deleted_is_never_denied() {
+    let state = loaded();
+    // No team and an unknown tier: denied on create, but a pod being deleted passes.
+    let mut review: Value = serde_json::from_slice(&fixture("gpu_pod.json")).unwrap();
+    review["request"]["operation"] = "UPDATE".into();
+    let pod = &mut review["request"]["object"];
+    pod["metadata"]["labels"] = serde_json::json!({"gantry.dev/tier": "nope"});
+    pod["metadata"]["deletionTimestamp"] = "2026-11-24T04:00:00Z".into();
+    let (status, bytes) = call(&state, "POST", "/admit", review.to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(json(&bytes)["response"]["allowed"], true);
+}

@@ -96,6 +96,13 @@ pub fn review(
             ));
         }
     };
+    // A pod on its way out (finalizers being removed) is never held up by the policy.
+    if operation == "UPDATE" && pod.metadata.deletion_timestamp.is_some() {
+        return Ok((
+            respond(true, None, Vec::new(), None),
+            outcome("pass", "being_deleted"),
+        ));
+    }
     let job = match pod::job(&pod, req.namespace.as_deref(), ctx.now) {
         Ok(Some(job)) => job,
         Ok(None) => {
@@ -217,10 +224,14 @@ fn patch_ops(
     {
         // Object names are DNS subdomains: no underscores.
         let class = format!("gantry-{}", tier.replace('_', "-"));
-        ops.push(json!({"op": "add", "path": "/spec/priorityClassName", "value": class}));
-        // A priority resolved from an earlier class would contradict the new class.
-        if pod.spec.priority.is_some() {
-            ops.push(json!({"op": "remove", "path": "/spec/priority"}));
+        // A reinvoked webhook sees its own class (and the priority the API server resolved
+        // from it): nothing to change then.
+        if pod.spec.priority_class_name.as_deref() != Some(class.as_str()) {
+            ops.push(json!({"op": "add", "path": "/spec/priorityClassName", "value": class}));
+            // A priority resolved from an earlier class would contradict the new class.
+            if pod.spec.priority.is_some() {
+                ops.push(json!({"op": "remove", "path": "/spec/priority"}));
+            }
         }
     }
     if let Some(pool) = routed {

@@ -104,6 +104,8 @@ pub struct Metadata {
     pub namespace: Option<String>,
     pub labels: Option<BTreeMap<String, String>>,
     pub annotations: Option<BTreeMap<String, String>>,
+    /// Set once the pod is being deleted.
+    pub deletion_timestamp: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

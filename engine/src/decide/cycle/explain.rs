@@ -131,13 +131,14 @@ impl Cycle<'_> {
         mut r: Reason,
         own_only: bool,
     ) -> Reason {
-        if self.eta_estimates >= ETA_BUDGET {
+        if self.eta_estimates >= ETA_BUDGET || !self.any_protected {
             return r;
         }
+        // Every search counts against the budget, found or not.
+        self.eta_estimates += 1;
         let Some((at, node, why)) = self.protected_wait(js, shape, own_only) else {
             return r;
         };
-        self.eta_estimates += 1;
         let wait = at - self.now;
         let node = self.node_name(node).unwrap_or_default();
         let until = match why {

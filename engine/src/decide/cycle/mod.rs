@@ -56,8 +56,9 @@ struct Cycle<'a> {
     no_victims: std::collections::HashSet<(JobShape, preempt::Asker)>,
     /// Running jobs (preemption candidates) by node.
     holders_on: Vec<Vec<usize>>,
-    /// Running jobs rule 1 protects for a while, by node.
+    /// Running jobs rule 1 protects for a while, by node, and whether there are any.
     protected_on: Vec<Vec<usize>>,
+    any_protected: bool,
     /// Holders with a runtime estimate by expected end, for earliest-start estimates.
     ends: BTreeSet<(i64, usize)>,
     /// Running jobs (preemption candidates) by team index.
@@ -337,6 +338,7 @@ fn decide_cycle(
         lowest_victim_priority: None,
         holders_on: vec![Vec::new(); fleet.nodes.len()],
         protected_on: vec![Vec::new(); fleet.nodes.len()],
+        any_protected: false,
         ends: BTreeSet::new(),
         holders_of: BTreeMap::new(),
         team_ends: BTreeMap::new(),
@@ -651,6 +653,7 @@ impl<'a> Cycle<'a> {
             self.holders_of.entry(team_ix).or_default().push(h);
         }
         if protected.is_some() {
+            self.any_protected = true;
             for n in &nodes {
                 if let Some(list) = self.protected_on.get_mut(*n) {
                     list.push(h);

@@ -203,7 +203,7 @@ impl Cycle<'_> {
         shape: &JobShape,
         own_only: bool,
     ) -> Option<(i64, usize, Protection)> {
-        if shape.members != 1 || self.protected_on.iter().all(Vec::is_empty) {
+        if shape.members != 1 {
             return None;
         }
         let priority = self.priority(js);
