@@ -22,7 +22,7 @@ use crate::core::placer::{give_on, take_on, Choice};
 use crate::decide::plan::Preemption;
 use crate::decide::snapshot::{JobState, Running};
 use lang::ir::PreemptMode;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// What a running job would lose if preempted now, when its tier allows it at all.
 #[derive(Debug, Clone, Copy)]
@@ -96,10 +96,14 @@ type Rank = (u64, i64, i64, usize);
 /// A victim set's cost (milli-GPUs below guarantees, lost work, victims) and its holders.
 pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
 
-/// Each node's cheapest victim set for one kind of job, and the nodes ordered by it.
-#[derive(Debug)]
+/// Each covered node's cheapest victim set for one kind of job, and the nodes ordered by
+/// it. Askers whose own team has no victims share one index per kind of job (`shared`);
+/// an asker whose team has lower tiers running gets an overlay that covers just the nodes
+/// those jobs are on, where its victims differ (`own`), over the shared index.
+#[derive(Debug, Default)]
 pub(super) struct CostIndex {
-    costs: Vec<Option<Cost>>,
+    /// Covered nodes; `None` when a covered node has no set that frees room.
+    costs: HashMap<usize, Option<Cost>>,
     order: BTreeSet<((u64, i64, usize), usize)>,
     /// How much of `Cycle::changed` this index has caught up with.
     seen: usize,
@@ -109,27 +113,31 @@ pub(super) struct CostIndex {
 pub(super) type CostKey = (Request, Vec<String>, Asker);
 
 impl CostIndex {
-    fn new(nodes: usize) -> CostIndex {
-        CostIndex {
-            costs: vec![None; nodes],
-            order: BTreeSet::new(),
-            seen: 0,
+    fn set(&mut self, node: usize, cost: Option<Cost>) {
+        if self.costs.get(&node) == Some(&cost) {
+            return;
+        }
+        if let Some(Some((old, _))) = self.costs.remove(&node) {
+            self.order.remove(&(old, node));
+        }
+        if let Some((c, _)) = &cost {
+            self.order.insert((*c, node));
+        }
+        self.costs.insert(node, cost);
+    }
+
+    fn uncover(&mut self, node: usize) {
+        if let Some(Some((old, _))) = self.costs.remove(&node) {
+            self.order.remove(&(old, node));
         }
     }
 
-    fn set(&mut self, node: usize, cost: Option<Cost>) {
-        if let Some(slot) = self.costs.get_mut(node) {
-            if *slot == cost {
-                return;
-            }
-            if let Some((old, _)) = slot.take() {
-                self.order.remove(&(old, node));
-            }
-            if let Some((c, _)) = &cost {
-                self.order.insert((*c, node));
-            }
-            *slot = cost;
-        }
+    fn covers(&self, node: usize) -> bool {
+        self.costs.contains_key(&node)
+    }
+
+    fn cost(&self, node: usize) -> Option<&Cost> {
+        self.costs.get(&node).and_then(Option::as_ref)
     }
 }
 
@@ -672,40 +680,41 @@ impl Cycle<'_> {
                     && shape.member.accepts_model(n.gpu_model())
             })
         };
-        let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
-        let mut index = match self.cost_cache.remove(&key) {
-            Some(mut index) => {
-                for node in self
-                    .changed_since(index.seen)
-                    .into_iter()
-                    .filter(|n| usable(*n))
-                {
-                    let cost = self.node_cost(node, &shape.member, asker);
-                    index.set(node, cost);
-                }
-                index
-            }
-            None => {
-                let mut index = CostIndex::new(fleet.nodes.len());
-                for node in (0..fleet.nodes.len()).filter(|n| usable(*n)) {
-                    if self.holders_on.get(node).is_some_and(|h| !h.is_empty()) {
-                        let cost = self.node_cost(node, &shape.member, asker);
-                        index.set(node, cost);
+        let shared_asker = Asker {
+            team: NO_OWN_VICTIMS,
+            ..asker.clone()
+        };
+        let shared = self.cost_index(shape, &usable, &shared_asker, None);
+        let own = (asker.team != NO_OWN_VICTIMS)
+            .then(|| self.cost_index(shape, &usable, asker, asker.team));
+        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
+        let mut plans: Vec<(usize, Cost)> = Vec::new();
+        {
+            let (shared_ix, own_ix) = (
+                self.cost_cache.get(&shared),
+                own.as_ref().and_then(|k| self.cost_cache.get(k)),
+            );
+            let from_shared = shared_ix.into_iter().flat_map(|ix| {
+                ix.order
+                    .iter()
+                    .filter(|(_, n)| !own_ix.is_some_and(|o| o.covers(*n)))
+                    .map(move |e| (*e, ix))
+            });
+            let from_own = own_ix
+                .into_iter()
+                .flat_map(|ix| ix.order.iter().map(move |e| (*e, ix)));
+            let mut merged = merge_by_cost(from_shared, from_own);
+            while plans.len() < attempts {
+                let Some(((_, node), ix)) = merged.next() else {
+                    break;
+                };
+                if within(node) {
+                    if let Some(cost) = ix.cost(node) {
+                        plans.push((node, cost.clone()));
                     }
                 }
-                index
             }
-        };
-        index.seen = self.changed.len();
-        let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
-        let plans: Vec<(usize, Cost)> = index
-            .order
-            .iter()
-            .filter(|(_, node)| within(*node))
-            .take(attempts)
-            .filter_map(|(_, node)| Some((*node, index.costs.get(*node).cloned().flatten()?)))
-            .collect();
-        self.cost_cache.insert(key, index);
+        }
         if plans.is_empty() {
             self.tell(js, |_| {
                 "preemption: no node has victims the rules allow that would free room for a member"
@@ -746,6 +755,71 @@ impl Cycle<'_> {
             return Some((taken, placed));
         }
         Some(self.spare(js, shape, within, taken, placed))
+    }
+
+    /// Brings the cost index for `shape` and `asker` up to date and returns its key. With
+    /// `own_team`, it covers only the nodes where that team has jobs of a lower tier than
+    /// the asker's (the overlay over the shared index); otherwise every usable node.
+    fn cost_index(
+        &mut self,
+        shape: &JobShape,
+        usable: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+        own_team: Option<usize>,
+    ) -> CostKey {
+        let overlay = asker.team != NO_OWN_VICTIMS;
+        let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
+        let (mut index, nodes): (CostIndex, Vec<usize>) = match self.cost_cache.remove(&key) {
+            Some(index) => {
+                let nodes = self.changed_since(index.seen).into_iter().collect();
+                (index, nodes)
+            }
+            None if overlay => {
+                let nodes: BTreeSet<usize> = self
+                    .holders_of
+                    .get(&own_team)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| self.holders.get(*h))
+                    .flat_map(|x| x.choices.iter().map(|c| c.node))
+                    .collect();
+                (CostIndex::default(), nodes.into_iter().collect())
+            }
+            None => {
+                let nodes = (0..self.holders_on.len())
+                    .filter(|n| self.holders_on.get(*n).is_some_and(|h| !h.is_empty()))
+                    .collect();
+                (CostIndex::default(), nodes)
+            }
+        };
+        for node in nodes {
+            if !usable(node) || (overlay && !self.has_own_victims(node, asker)) {
+                index.uncover(node);
+                continue;
+            }
+            let cost = self.node_cost(node, &shape.member, asker);
+            if overlay || cost.is_some() {
+                index.set(node, cost);
+            } else {
+                index.uncover(node);
+            }
+        }
+        index.seen = self.changed.len();
+        self.cost_cache.insert(key.clone(), index);
+        key
+    }
+
+    /// Whether `node` holds a job of the asker's own team that rule 2 lets it preempt.
+    fn has_own_victims(&self, node: usize, asker: &Asker) -> bool {
+        self.holders_on.get(node).is_some_and(|hs| {
+            hs.iter().any(|h| {
+                self.holders.get(*h).is_some_and(|x| {
+                    !x.evicted
+                        && x.team_ix == asker.team
+                        && x.victim.is_some_and(|v| v.priority < asker.priority)
+                })
+            })
+        })
     }
 
     /// A victim set considered on `node`, for the story.
@@ -943,4 +1017,21 @@ impl Cycle<'_> {
         needed.extend(last);
         (needed, placed)
     }
+}
+
+/// Two cost-ordered streams of index entries merged into one, cheapest first.
+fn merge_by_cost<'i, A, B>(
+    a: A,
+    b: B,
+) -> impl Iterator<Item = (((u64, i64, usize), usize), &'i CostIndex)>
+where
+    A: Iterator<Item = (((u64, i64, usize), usize), &'i CostIndex)>,
+    B: Iterator<Item = (((u64, i64, usize), usize), &'i CostIndex)>,
+{
+    let (mut a, mut b) = (a.peekable(), b.peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(x), Some(y)) if y.0 < x.0 => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
+    })
 }
