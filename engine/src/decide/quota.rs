@@ -32,9 +32,19 @@ struct Book {
     burst: Option<u64>,
     lend: Option<u64>,
     used: BTreeMap<Bucket, u64>,
+    /// `borrowed()` and `lendable()` as of the last change to `used`: `excess()` runs
+    /// for every placement tried and would otherwise walk every book's buckets.
+    cached: (u64, u64),
 }
 
 impl Book {
+    fn recached(mut self) -> Book {
+        self.recache();
+        self
+    }
+    fn recache(&mut self) {
+        self.cached = (self.borrowed(), self.lendable());
+    }
     fn total_used(&self) -> u64 {
         self.used.values().sum()
     }
@@ -165,6 +175,7 @@ impl Ledger {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             let bucket = b.bucket(pool);
             *b.used.entry(bucket).or_insert(0) += milli;
+            b.recache();
         }
     }
 
@@ -174,12 +185,13 @@ impl Ledger {
             if let Some(u) = b.used.get_mut(&bucket) {
                 *u = u.saturating_sub(milli);
             }
+            b.recache();
         }
     }
 
     /// Whether `team` uses more than its guarantee (it is borrowing).
     pub fn is_borrowing(&self, team: Option<TeamIx>) -> bool {
-        self.book(team).is_some_and(|b| b.borrowed() > 0)
+        self.book(team).is_some_and(|b| b.cached.0 > 0)
     }
 
     /// The team's cohort, as an index (teams of one cohort share it).
@@ -307,12 +319,13 @@ impl Ledger {
         let mut by_cohort: Vec<(u64, u64)> = vec![(0, 0); self.cohorts];
         let mut alone = 0u64;
         for b in &self.books {
+            let (borrowed, lendable) = b.cached;
             match b.cohort_ix.and_then(|c| by_cohort.get_mut(c)) {
                 Some(e) => {
-                    e.0 += b.borrowed();
-                    e.1 += b.lendable();
+                    e.0 += borrowed;
+                    e.1 += lendable;
                 }
-                None => alone += b.borrowed(),
+                None => alone += borrowed,
             }
         }
         alone
@@ -413,5 +426,7 @@ fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
         burst: t.burst.as_ref().map(|q| q.effective_total_milli()),
         lend: t.lend.as_ref().map(|q| q.effective_total_milli()),
         used: BTreeMap::new(),
+        cached: (0, 0),
     }
+    .recached()
 }

@@ -23,16 +23,17 @@ use crate::core::placer::{Choice, Placer};
 use lang::ir::{Program, Tier};
 use quota_gate::Gate;
 use reserve::Reserved;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A job holding GPUs during the cycle: running at the start, or placed in this cycle.
 #[derive(Debug, Clone)]
-struct Holder {
-    id: String,
-    team: Option<String>,
+struct Holder<'a> {
+    id: &'a str,
+    team: Option<&'a str>,
     /// The team as an index into the policy's teams (see [`Cycle::team_ix`]).
     team_ix: Option<usize>,
-    member: Request,
+    member: &'a Request,
     /// What one member counts for in quotas and fair share.
     member_milli: u64,
     choices: Vec<Choice>,
@@ -40,6 +41,8 @@ struct Holder {
     victim: Option<preempt::VictimFacts>,
     /// Set when rule 1 protects the job now but not for ever.
     protected: Option<preempt::Protected>,
+    /// When it is expected to end, from its runtime estimate.
+    ends_at: Option<i64>,
     evicted: bool,
 }
 
@@ -50,10 +53,10 @@ struct Cycle<'a> {
     placer: Placer<'a>,
     ledger: Ledger,
     shares: FairShares,
-    holders: Vec<Holder>,
+    holders: Vec<Holder<'a>>,
     reservation: Option<Reserved>,
     /// Shapes and priorities for which no victim set exists this cycle.
-    no_victims: std::collections::HashSet<(JobShape, preempt::Asker)>,
+    no_victims: FxHashSet<(JobShape, preempt::Asker)>,
     /// Running jobs (preemption candidates) by node.
     holders_on: Vec<Vec<usize>>,
     /// Running jobs rule 1 protects for a while, by node, and whether there are any.
@@ -65,6 +68,8 @@ struct Cycle<'a> {
     holders_of: BTreeMap<Option<usize>, Vec<usize>>,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
+    /// While set, `ends` and `team_ends` wait for [`Cycle::index_ends`].
+    ends_deferred: bool,
     /// Each policy team's index, by name.
     team_index: BTreeMap<&'a str, usize>,
     /// Each policy team's usage (by index), kept in step with the ledger.
@@ -78,6 +83,9 @@ struct Cycle<'a> {
     released: u64,
     /// Shapes that did not fit, at which `released` count, and why.
     unfit: HashMap<UnfitKey, (u64, Unplaced)>,
+    /// [`Cycle::guarantee_block`]'s messages by (team, tier, used, guaranteed,
+    /// need).
+    guarantee_blocks: HashMap<(Option<usize>, Option<&'a str>, u64, u64, u64), QuotaBlock>,
     /// The lowest tier priority among preemptible running jobs: a job at or below it
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
@@ -334,7 +342,7 @@ fn decide_cycle(
         shares: FairShares::new(program, capacity, &snapshot.usage, now),
         holders: Vec::new(),
         reservation: None,
-        no_victims: std::collections::HashSet::new(),
+        no_victims: FxHashSet::default(),
         lowest_victim_priority: None,
         holders_on: vec![Vec::new(); fleet.nodes.len()],
         protected_on: vec![Vec::new(); fleet.nodes.len()],
@@ -342,6 +350,7 @@ fn decide_cycle(
         ends: BTreeSet::new(),
         holders_of: BTreeMap::new(),
         team_ends: BTreeMap::new(),
+        ends_deferred: true,
         team_index: program
             .teams
             .iter()
@@ -349,10 +358,11 @@ fn decide_cycle(
             .map(|(i, t)| (t.name.as_str(), i))
             .collect(),
         standing: vec![Standing::default(); program.teams.len()],
-        cost_cache: HashMap::new(),
+        cost_cache: HashMap::default(),
         changed: Vec::new(),
         released: 0,
-        unfit: HashMap::new(),
+        unfit: HashMap::default(),
+        guarantee_blocks: HashMap::default(),
         fleet_pools: {
             let mut pools: Vec<Option<String>> = Vec::new();
             for n in &fleet.nodes {
@@ -362,8 +372,8 @@ fn decide_cycle(
             }
             pools
         },
-        eta_memo: HashMap::new(),
-        room_cache: HashMap::new(),
+        eta_memo: HashMap::default(),
+        room_cache: HashMap::default(),
         walk_scratch: reserve::WalkScratch::default(),
         eta_version: 0,
         eta_estimates: 0,
@@ -408,6 +418,7 @@ impl<'a> Cycle<'a> {
                 self.hold_committed(js, r.members.clone());
             }
         }
+        self.index_ends();
         let mut denied = Vec::new();
         let mut incomplete = Vec::new();
         let mut queue: Vec<(usize, Admission, JobShape)> = Vec::new();
@@ -614,7 +625,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
-    fn hold(&mut self, js: &JobState, choices: Vec<Choice>) {
+    fn hold(&mut self, js: &'a JobState, choices: Vec<Choice>) {
         for c in &choices {
             self.placer.commit(&js.job.shape.member, c);
         }
@@ -622,8 +633,8 @@ impl<'a> Cycle<'a> {
     }
 
     /// [`Cycle::hold`] for a placement already committed in the placer.
-    fn hold_committed(&mut self, js: &JobState, choices: Vec<Choice>) {
-        let member = js.job.shape.member.clone();
+    fn hold_committed(&mut self, js: &'a JobState, choices: Vec<Choice>) {
+        let member = &js.job.shape.member;
         for c in &choices {
             self.changed.push(c.node);
         }
@@ -643,7 +654,9 @@ impl<'a> Cycle<'a> {
         };
         self.note_usage(team_ix);
         let h = self.holders.len();
-        let nodes: BTreeSet<usize> = choices.iter().map(|c| c.node).collect();
+        let mut nodes: Vec<usize> = choices.iter().map(|c| c.node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
         if victim.is_some() {
             for n in &nodes {
                 if let Some(list) = self.holders_on.get_mut(*n) {
@@ -667,34 +680,58 @@ impl<'a> Cycle<'a> {
             );
         }
         let ends_at = js.job.runtime_s.map(|r| (started + r as i64).max(self.now));
-        if let Some(end) = ends_at {
-            self.ends.insert((end, self.holders.len()));
+        if !self.ends_deferred {
+            if let Some(end) = ends_at {
+                self.ends.insert((end, self.holders.len()));
+            }
+            self.team_ends
+                .entry(team_ix)
+                .or_default()
+                .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         }
-        self.team_ends
-            .entry(team_ix)
-            .or_default()
-            .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         self.holders.push(Holder {
             member_milli: js.member_milli,
-            id: js.id().to_string(),
-            team: js.job.team.clone(),
+            id: js.id(),
+            team: js.job.team.as_deref(),
             team_ix,
             member,
             choices,
             victim,
             protected,
+            ends_at,
             evicted: false,
         });
     }
 
-    /// Nodes whose allocation changed since position `seen` of the change log, once each.
-    fn changed_since(&self, seen: usize) -> BTreeSet<usize> {
-        self.changed
-            .get(seen..)
-            .unwrap_or(&[])
+    /// Builds `ends` and `team_ends` from every holder at once (sorted bulk builds, far
+    /// cheaper than thousands of inserts), after [`Cycle::hold_committed`] deferred them.
+    fn index_ends(&mut self) {
+        self.ends_deferred = false;
+        self.ends = self
+            .holders
             .iter()
-            .copied()
-            .collect()
+            .enumerate()
+            .filter_map(|(h, x)| x.ends_at.map(|e| (e, h)))
+            .collect();
+        let mut by_team: BTreeMap<Option<usize>, Vec<(i64, usize)>> = BTreeMap::new();
+        for (h, x) in self.holders.iter().enumerate() {
+            by_team
+                .entry(x.team_ix)
+                .or_default()
+                .push((x.ends_at.unwrap_or(i64::MAX), h));
+        }
+        self.team_ends = by_team
+            .into_iter()
+            .map(|(t, ends)| (t, ends.into_iter().collect()))
+            .collect();
+    }
+
+    /// Nodes whose allocation changed since position `seen` of the change log, once each.
+    fn changed_since(&self, seen: usize) -> Vec<usize> {
+        let mut nodes = self.changed.get(seen..).unwrap_or(&[]).to_vec();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
     }
 
     /// A team as an index into the policy's teams: `None` for no team, `usize::MAX` for
@@ -819,7 +856,7 @@ impl<'a> Cycle<'a> {
 
     /// Places one job: the quota gate first, then directly, or by preempting, or not
     /// (with a reason).
-    fn place(&mut self, js: &JobState, shape: &JobShape) -> Outcome {
+    fn place(&mut self, js: &'a JobState, shape: &JobShape) -> Outcome {
         let ends_at = js.job.runtime_s.map(|r| self.now + r as i64);
         let reservation = self.reservation.clone();
         let interrupted = &self.snapshot.interrupted;

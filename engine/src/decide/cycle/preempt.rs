@@ -22,7 +22,8 @@ use crate::core::placer::{give_on, take_on, Choice};
 use crate::decide::plan::Preemption;
 use crate::decide::snapshot::{JobState, Running};
 use lang::ir::PreemptMode;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What a running job would lose if preempted now, when its tier allows it at all.
 #[derive(Debug, Clone, Copy)]
@@ -103,7 +104,7 @@ pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
 #[derive(Debug, Default)]
 pub(super) struct CostIndex {
     /// Covered nodes; `None` when a covered node has no set that frees room.
-    costs: HashMap<usize, Option<Cost>>,
+    costs: FxHashMap<usize, Option<Cost>>,
     order: BTreeSet<((u64, i64, usize), usize)>,
     /// How much of `Cycle::changed` this index has caught up with.
     seen: usize,
@@ -141,7 +142,7 @@ impl CostIndex {
     }
 }
 
-impl Cycle<'_> {
+impl<'a> Cycle<'a> {
     /// Rule 1: whether a running job may be preempted at all, and what it would lose.
     pub(super) fn victim_facts(&self, js: &JobState, run: &Running) -> Option<VictimFacts> {
         let tier = self.tier(js)?;
@@ -292,7 +293,7 @@ impl Cycle<'_> {
     /// to need are spared.
     pub(super) fn preempt(
         &mut self,
-        js: &JobState,
+        js: &'a JobState,
         shape: &JobShape,
         blocked: &Blocked,
         within: &dyn Fn(usize) -> bool,
@@ -454,7 +455,7 @@ impl Cycle<'_> {
     /// Marks `needed` evicted for `js`, records the preemptions and holds `js`'s placement.
     fn evict_for(
         &mut self,
-        js: &JobState,
+        js: &'a JobState,
         asker: &Asker,
         needed: Vec<usize>,
         placed: (Vec<Choice>, bool),
@@ -470,13 +471,13 @@ impl Cycle<'_> {
             let holder = holder.clone();
             let (grace_s, lost) = holder.victim.map_or((0, 0), |v| (v.grace_s, v.lost));
             self.shares.hold(
-                holder.team.as_deref(),
+                holder.team,
                 Self::resources(&holder.member, holder.member_milli, holder.choices.len())
                     .map(|x| -x),
             );
-            victims.push(holder.id.clone());
+            victims.push(holder.id.to_string());
             self.preemptions.push(Preemption {
-                job: holder.id.clone(),
+                job: holder.id.to_string(),
                 for_job: js.id().to_string(),
                 grace_s,
                 lost_gpu_s: lost as f64 / 1000.0,
@@ -668,7 +669,7 @@ impl Cycle<'_> {
     #[allow(clippy::type_complexity)]
     fn victims_by_node(
         &mut self,
-        js: &JobState,
+        js: &'a JobState,
         shape: &JobShape,
         within: &dyn Fn(usize) -> bool,
         asker: &Asker,
@@ -771,7 +772,7 @@ impl Cycle<'_> {
         let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
         let (mut index, nodes): (CostIndex, Vec<usize>) = match self.cost_cache.remove(&key) {
             Some(index) => {
-                let nodes = self.changed_since(index.seen).into_iter().collect();
+                let nodes = self.changed_since(index.seen);
                 (index, nodes)
             }
             None if overlay => {
@@ -827,7 +828,7 @@ impl Cycle<'_> {
         let (breach, lost, _) = cost;
         let names: Vec<&str> = victims
             .iter()
-            .filter_map(|h| self.holders.get(*h).map(|x| x.id.as_str()))
+            .filter_map(|h| self.holders.get(*h).map(|x| x.id))
             .collect();
         format!(
             "victims on {}: {} ({} GPU-s of work lost, {} below a guarantee)",
@@ -873,7 +874,7 @@ impl Cycle<'_> {
     #[allow(clippy::type_complexity)]
     fn victims_for_quota(
         &mut self,
-        js: &JobState,
+        js: &'a JobState,
         shape: &JobShape,
         within: &dyn Fn(usize) -> bool,
         asker: &Asker,
@@ -896,7 +897,7 @@ impl Cycle<'_> {
             let names: Vec<String> = ranked
                 .iter()
                 .take(8)
-                .filter_map(|(_, _, _, h)| c.holders.get(*h).map(|x| x.id.clone()))
+                .filter_map(|(_, _, _, h)| c.holders.get(*h).map(|x| x.id.to_string()))
                 .collect();
             format!(
                 "preemption for quota: {} candidate(s) of its own lower tiers or borrowing teams, cheapest first: {}",
@@ -978,7 +979,7 @@ impl Cycle<'_> {
     /// asked again then.
     fn spare(
         &mut self,
-        js: &JobState,
+        js: &'a JobState,
         shape: &JobShape,
         within: &dyn Fn(usize) -> bool,
         mut taken: Vec<usize>,

@@ -18,7 +18,7 @@ use crate::decide::quota::{gpus, QuotaBlock};
 use crate::decide::snapshot::JobState;
 use lang::ir::PreemptMode;
 
-impl Cycle<'_> {
+impl<'a> Cycle<'a> {
     /// `Ok` when the team's quotas could admit `js` in some pool it may use now; a reason
     /// when they never can; `Blocked::Quota` when not now.
     pub(super) fn quota_gate(&mut self, js: &JobState, shape: &JobShape) -> Result<(), Gate> {
@@ -129,11 +129,36 @@ impl Cycle<'_> {
         Ok(!within && self.ledger.has_team(team))
     }
 
-    /// Why a job of a never-preempted tier needing `need` waits for its own team.
-    fn guarantee_block(&self, js: &JobState, need: u64) -> QuotaBlock {
+    /// Why a job of a never-preempted tier needing `need` waits for its own team;
+    /// memoised, since every such job of a team at its guarantee asks with the same
+    /// numbers until the team's usage changes.
+    fn guarantee_block(&mut self, js: &JobState, need: u64) -> QuotaBlock {
         let ix = self.team_ix(js.job.team.as_deref());
-        let name = self.ledger.name(ix);
         let (used, guaranteed) = self.ledger.usage(ix).unwrap_or((0, 0));
+        let key = (
+            ix,
+            self.tier(js).map(|t| t.name.as_str()),
+            used,
+            guaranteed,
+            need,
+        );
+        if let Some(q) = self.guarantee_blocks.get(&key) {
+            return q.clone();
+        }
+        let q = self.format_guarantee_block(js, ix, used, guaranteed, need);
+        self.guarantee_blocks.insert(key, q.clone());
+        q
+    }
+
+    fn format_guarantee_block(
+        &self,
+        js: &JobState,
+        ix: Option<usize>,
+        used: u64,
+        guaranteed: u64,
+        need: u64,
+    ) -> QuotaBlock {
+        let name = self.ledger.name(ix);
         let message = format!(
             "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
             js.job.tier.as_deref().unwrap_or("-"),
