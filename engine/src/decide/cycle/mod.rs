@@ -46,6 +46,9 @@ struct Holder<'a> {
     evicted: bool,
 }
 
+/// (team, tier, used, guaranteed, need) milli-GPUs.
+type GuaranteeBlockKey<'a> = (Option<usize>, Option<&'a str>, u64, u64, u64);
+
 struct Cycle<'a> {
     program: &'a Program,
     snapshot: &'a Snapshot,
@@ -85,7 +88,7 @@ struct Cycle<'a> {
     unfit: HashMap<UnfitKey, (u64, Unplaced)>,
     /// [`Cycle::guarantee_block`]'s messages by (team, tier, used, guaranteed,
     /// need).
-    guarantee_blocks: HashMap<(Option<usize>, Option<&'a str>, u64, u64, u64), QuotaBlock>,
+    guarantee_blocks: HashMap<GuaranteeBlockKey<'a>, QuotaBlock>,
     /// The lowest tier priority among preemptible running jobs: a job at or below it
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
@@ -644,7 +647,7 @@ impl<'a> Cycle<'a> {
         }
         self.shares.hold(
             js.job.team.as_deref(),
-            Self::resources(&member, js.member_milli, choices.len()),
+            Self::resources(member, js.member_milli, choices.len()),
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
         let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
@@ -758,10 +761,10 @@ impl<'a> Cycle<'a> {
         for c in &holder.choices {
             let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
             if take {
-                self.placer.commit(&holder.member, c);
+                self.placer.commit(holder.member, c);
                 self.ledger.charge(holder.team_ix, pool, milli);
             } else {
-                self.placer.release(&holder.member, c);
+                self.placer.release(holder.member, c);
                 self.ledger.uncharge(holder.team_ix, pool, milli);
             }
             self.changed.push(c.node);

@@ -274,7 +274,7 @@ impl<'a> Cycle<'a> {
                     continue;
                 };
                 for c in holder.choices.iter().filter(|c| c.node == n) {
-                    give_on(&ctx, node, &mut free, &holder.member, &c.on, capacity);
+                    give_on(&ctx, node, &mut free, holder.member, &c.on, capacity);
                 }
                 if crate::core::packing::feasible(&ctx, node, &free, &shape.member) {
                     if let Some(why) = why.filter(|_| best.is_none_or(|b| from < b.0)) {
@@ -472,7 +472,7 @@ impl<'a> Cycle<'a> {
             let (grace_s, lost) = holder.victim.map_or((0, 0), |v| (v.grace_s, v.lost));
             self.shares.hold(
                 holder.team,
-                Self::resources(&holder.member, holder.member_milli, holder.choices.len())
+                Self::resources(holder.member, holder.member_milli, holder.choices.len())
                     .map(|x| -x),
             );
             victims.push(holder.id.to_string());

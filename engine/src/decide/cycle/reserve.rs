@@ -312,7 +312,7 @@ impl Cycle<'_> {
                         entry.0 = walk;
                         entry.1.copy_from(current);
                     }
-                    give_on(&ctx, node, &mut entry.1, &holder.member, &c.on, cap);
+                    give_on(&ctx, node, &mut entry.1, holder.member, &c.on, cap);
                     entry.2 = gang::member_slots(&ctx, node, &entry.1, member);
                 }
                 let after = slots(free, c.node, end);
