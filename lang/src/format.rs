@@ -34,11 +34,16 @@ pub fn format_file(file: &File) -> String {
         p.comments(&item.trivia.leading, 0);
         p.indent(0);
         match &item.kind {
-            ItemKind::Use(u) => p.use_decl(u),
-            ItemKind::Rule(r) => p.rule(r),
-            ItemKind::Block(b) => p.block(b, 0),
+            ItemKind::Use(u) => {
+                p.use_decl(u);
+                p.trailing(&item.trivia.trailing, 0);
+            }
+            ItemKind::Rule(r) => p.rule(r, item.span.end, &item.trivia.trailing),
+            ItemKind::Block(b) => {
+                p.block(b, 0);
+                p.trailing(&item.trivia.trailing, 0);
+            }
         }
-        p.trailing(&item.trivia.trailing, 0);
         prev_multiline = multiline;
     }
     if !file.dangling.is_empty() {
@@ -144,26 +149,92 @@ impl Printer {
         }
     }
 
-    fn rule(&mut self, r: &RuleDecl) {
+    /// A rule on one line; or, when comments sit inside it, one operand of the condition's
+    /// top-level `and`/`or` chain per line with each comment after the operand it follows
+    /// (and the target and message on a line of their own), so that every comment stays
+    /// inside the rule and a second pass prints the same text.
+    fn rule(&mut self, r: &RuleDecl, end: u32, comments: &[Comment]) {
         self.out.push_str("rule ");
         self.out.push_str(&r.name.name);
         self.out.push_str(": ");
         self.out.push_str(r.action.keyword());
         self.out.push_str(" if ");
-        self.expr(&r.condition);
+        let (inner, after): (Vec<&Comment>, Vec<&Comment>) =
+            comments.iter().partition(|c| c.span.start < end);
+        if inner.is_empty() {
+            self.expr(&r.condition);
+            self.rule_suffix(r, " ");
+            self.trailing(comments, 0);
+            return;
+        }
+        let mut operands = Vec::new();
+        chain(&r.condition, None, &mut operands);
+        // Each comment goes with the last operand that ends before it (the first when
+        // none does).
+        let mut groups: Vec<Vec<&Comment>> = vec![Vec::new(); operands.len()];
+        for c in inner {
+            let k = operands
+                .iter()
+                .rposition(|(_, e)| e.span.end <= c.span.start)
+                .unwrap_or(0);
+            if let Some(g) = groups.get_mut(k) {
+                g.push(c);
+            }
+        }
+        for (k, ((op, e), group)) in operands.iter().zip(&groups).enumerate() {
+            if k > 0 {
+                self.out.push('\n');
+                self.indent(1);
+                if let Some(op) = op {
+                    self.out.push_str(op.symbol());
+                    self.out.push(' ');
+                }
+            }
+            self.expr(e);
+            self.comment_run(group);
+        }
+        if r.route_to.is_some() || r.annotation.is_some() || r.message.is_some() {
+            self.out.push('\n');
+            self.indent(1);
+            self.rule_suffix(r, "");
+        }
+        self.comment_run(&after);
+        self.out.push('\n');
+    }
+
+    /// A rule's `to`, `with` and message, after `sep` (each further part after a space).
+    fn rule_suffix(&mut self, r: &RuleDecl, sep: &str) {
+        let mut sep = sep;
         if let Some(pool) = &r.route_to {
-            self.out.push_str(" to ");
+            self.out.push_str(sep);
+            self.out.push_str("to ");
             self.out.push_str(&pool.name);
+            sep = " ";
         }
         if let Some((key, value)) = &r.annotation {
-            self.out.push_str(" with ");
+            self.out.push_str(sep);
+            self.out.push_str("with ");
             self.string(key);
             self.out.push_str(" = ");
             self.expr(value);
+            sep = " ";
         }
         if let Some(m) = &r.message {
-            self.out.push(' ');
+            self.out.push_str(sep);
             self.string(m);
+        }
+    }
+
+    /// Comments after a line's code: the first on the line, the rest on their own lines.
+    fn comment_run(&mut self, comments: &[&Comment]) {
+        for (i, c) in comments.iter().enumerate() {
+            if i == 0 {
+                self.out.push_str("  ");
+            } else {
+                self.out.push('\n');
+                self.indent(1);
+            }
+            self.out.push_str(c.text.trim_end());
         }
     }
 
@@ -391,5 +462,49 @@ impl Printer {
             }
             ExprKind::Error => {}
         }
+    }
+}
+
+/// The operands of `e`'s top-level `and`/`or` chain in source order, each with the
+/// operator before it. Printing them in order with their operators gives back `e`'s
+/// tokens (the printer adds no parentheses), so any split between them parses the same.
+fn chain<'e>(e: &'e Expr, op: Option<BinaryOp>, out: &mut Vec<(Option<BinaryOp>, &'e Expr)>) {
+    match &e.kind {
+        ExprKind::Binary {
+            op: inner @ (BinaryOp::And | BinaryOp::Or),
+            lhs,
+            rhs,
+        } => {
+            chain(lhs, op, out);
+            chain(rhs, Some(*inner), out);
+        }
+        _ => out.push((op, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::format_source;
+
+    #[test]
+    fn comments_inside_a_rule_stay_after_the_operand_they_follow() {
+        let text = "use std.tiers\nteam a { guaranteed = 8 gpu }\n\
+                    rule big: deny if job.gpus > 8 gpu # too big\n  and job.tier == best_effort # only sweeps\n  \
+                    # (a note on its own line)\n  or job.team == a\n  \"no\" # why\n";
+        let expected = "use std.tiers\nteam a { guaranteed = 8 gpu }\n\
+                        rule big: deny if job.gpus > 8 gpu  # too big\n  and job.tier == best_effort  # only sweeps\n  \
+                        # (a note on its own line)\n  or job.team == a\n  \"no\"  # why\n";
+        let once = format_source(text).unwrap_or_default();
+        assert_eq!(once, expected);
+        assert_eq!(format_source(&once).unwrap_or_default(), once);
+    }
+
+    #[test]
+    fn a_rule_without_inner_comments_stays_on_one_line() {
+        let text = "rule r: deny if job.gpus > 8 gpu\n  and job.tier == best_effort \"no\" # why\n";
+        assert_eq!(
+            format_source(text).unwrap_or_default(),
+            "rule r: deny if job.gpus > 8 gpu and job.tier == best_effort \"no\"  # why\n"
+        );
     }
 }

@@ -262,6 +262,81 @@ proptest! {
     }
 }
 
+/// Conditions of admission rules, for the comment-placement property.
+const RULE_ATOMS: &[&str] = &[
+    "job.gpus > 8 gpu",
+    "job.tier == best_effort",
+    "job.team == research",
+    "not job.gpus <= 1 gpu",
+    "(job.gpus > 2 gpu or job.team == research)",
+    "job.spot_interruptions >= 2",
+];
+
+/// What may separate two tokens of a rule: spaces, line breaks, a comment ending the
+/// line, a comment on a line of its own.
+const RULE_GAPS: &[&str] = &[
+    " ",
+    "\n  ",
+    " # after\n  ",
+    "\n  # own line\n  ",
+    " # a\n  # b\n  ",
+];
+
+/// A policy with rules whose conditions span lines with comments anywhere between tokens.
+fn commented_rules(picks: &[(usize, usize, usize, bool)], tail: usize) -> String {
+    let mut text = String::from(
+        "use std.tiers\nuse std.nodes.{dgx_h100}\nteam research { guaranteed = 8 gpu }\npool spot { capacity = spot; node = dgx_h100; nodes = 0..2 }\n",
+    );
+    for (i, chunk) in picks.chunks(3).enumerate() {
+        let route = chunk.first().is_some_and(|c| c.3);
+        text.push_str(&format!(
+            "rule r{i}: {} if ",
+            if route { "route" } else { "deny" }
+        ));
+        for (k, (atom, op_gap, gap, and)) in chunk.iter().enumerate() {
+            if k > 0 {
+                text.push_str(RULE_GAPS[*op_gap % RULE_GAPS.len()]);
+                text.push_str(if *and { "and" } else { "or" });
+                text.push_str(RULE_GAPS[*gap % RULE_GAPS.len()]);
+            }
+            text.push_str(RULE_ATOMS[*atom % RULE_ATOMS.len()]);
+        }
+        text.push_str(RULE_GAPS[tail % RULE_GAPS.len()]);
+        if route {
+            text.push_str("to spot");
+            text.push_str(RULE_GAPS[(tail + i) % RULE_GAPS.len()]);
+        }
+        text.push_str(&format!("\"message {i}\""));
+        if (tail + i).is_multiple_of(2) {
+            text.push_str(" # trailing");
+        }
+        text.push('\n');
+    }
+    text
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Issue 16, item 7: comments inside a multi-line rule condition once moved below the
+    /// rule, where a second pass printed them differently.
+    #[test]
+    fn fmt_is_idempotent_with_comments_inside_rules(
+        picks in prop::collection::vec((0..6usize, 0..5usize, 0..5usize, any::<bool>()), 1..10),
+        tail in 0..5usize,
+    ) {
+        let text = commented_rules(&picks, tail);
+        let before = lang::check(&[("p.gantry".into(), text.clone())]);
+        prop_assert!(before.diagnostics.iter().all(|d| !d.is_error()), "generated policy fails: {:?}\n{}", before.diagnostics.first(), text);
+        let formatted = lang::format::format_source(&text).unwrap();
+        let after = lang::check(&[("p.gantry".into(), formatted.clone())]);
+        prop_assert_eq!(&before.program, &after.program, "IR differs after fmt:\n{}", formatted);
+        let comments = |t: &str| t.matches('#').count();
+        prop_assert_eq!(comments(&text), comments(&formatted), "a comment was lost:\n{}", formatted);
+        prop_assert_eq!(lang::format::format_source(&formatted).unwrap(), formatted.clone(), "fmt is not idempotent on:\n{}", text);
+    }
+}
+
 #[test]
 fn deep_and_long_inputs_do_not_overflow_the_stack() {
     for text in [
