@@ -276,6 +276,102 @@ fn fmt_refuses_files_with_syntax_errors_and_leaves_them_alone() {
     );
 }
 
+const MESSY: &str = "tier   t {priority=1}\n";
+const TIDY: &str = "tier t { priority = 1 }\n";
+
+/// Files in `dir` other than `keep`: what a write left behind.
+fn leftovers(dir: &Path, keep: &[&str]) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !keep.contains(&n.as_str()))
+        .collect()
+}
+
+#[cfg(unix)]
+#[test]
+fn fmt_keeps_a_symlinked_policy_a_symlink_and_never_follows_a_planted_temp_link() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let dir = tempdir("fmt-links");
+    let real = dir.join("real");
+    std::fs::create_dir_all(&real).unwrap();
+    std::fs::write(real.join("p.gantry"), MESSY).unwrap();
+    std::fs::set_permissions(
+        real.join("p.gantry"),
+        std::fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    let linked = dir.join("policy");
+    std::fs::create_dir_all(&linked).unwrap();
+    symlink(real.join("p.gantry"), linked.join("p.gantry")).unwrap();
+    // A link planted where an older gantry wrote its temporary file.
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    symlink(&victim, real.join(".p.gantry.gantry-fmt.tmp")).unwrap();
+    symlink(&victim, linked.join(".p.gantry.gantry-fmt.tmp")).unwrap();
+
+    let out = gantry(&["fmt", "policy/p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let meta = std::fs::symlink_metadata(linked.join("p.gantry")).unwrap();
+    assert!(
+        meta.file_type().is_symlink(),
+        "the policy file is still a symlink"
+    );
+    assert_eq!(
+        std::fs::read_to_string(real.join("p.gantry")).unwrap(),
+        TIDY
+    );
+    let mode = std::fs::metadata(real.join("p.gantry"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o640, "mode kept");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(leftovers(&real, &["p.gantry", ".p.gantry.gantry-fmt.tmp"]).is_empty());
+}
+
+#[cfg(unix)]
+#[test]
+fn fmt_refuses_a_read_only_policy_and_leaves_no_temporary_file() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir("fmt-readonly");
+    std::fs::write(dir.join("p.gantry"), MESSY).unwrap();
+    std::fs::set_permissions(dir.join("p.gantry"), std::fs::Permissions::from_mode(0o444)).unwrap();
+    let out = gantry(&["fmt", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("read-only"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("p.gantry")).unwrap(),
+        MESSY
+    );
+    assert!(leftovers(&dir, &["p.gantry"]).is_empty());
+    // --check still works on it.
+    let out = gantry(&["fmt", "--check", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[cfg(unix)]
+#[test]
+fn fmt_as_root_keeps_the_owner_of_the_policy() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempdir("fmt-owner");
+    std::fs::write(dir.join("p.gantry"), MESSY).unwrap();
+    if std::fs::metadata(dir.join("p.gantry")).unwrap().uid() != 0 {
+        return; // only root can hand a file to another user
+    }
+    std::os::unix::fs::chown(dir.join("p.gantry"), Some(65534), Some(65534)).unwrap();
+    let out = gantry(&["fmt", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let meta = std::fs::metadata(dir.join("p.gantry")).unwrap();
+    assert_eq!((meta.uid(), meta.gid()), (65534, 65534));
+    assert_eq!(std::fs::read_to_string(dir.join("p.gantry")).unwrap(), TIDY);
+}
+
 #[test]
 fn fmt_reads_standard_input() {
     use std::io::Write;

@@ -1,10 +1,11 @@
 //! `gantry fmt`: rewrite policy files in the canonical style, or check that they are.
 
 use super::files::{self, Contents};
+use super::safe_write;
 use super::{fail, Io, EXIT_FINDINGS, EXIT_OK};
 use lang::SourceMap;
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 pub fn run(paths: &[PathBuf], check: bool, io: &mut Io<'_>) -> u8 {
     if paths.len() == 1 && paths.first().is_some_and(|p| p.as_os_str() == "-") {
@@ -17,6 +18,7 @@ pub fn run(paths: &[PathBuf], check: bool, io: &mut Io<'_>) -> u8 {
     };
     let mut findings = false;
     let (mut changed, mut total) = (0usize, 0usize);
+    let mut signals_handled = false;
     for path in policies.iter().flat_map(|p| p.files.iter()) {
         total += 1;
         let name = files::display_name(path);
@@ -62,11 +64,14 @@ pub fn run(paths: &[PathBuf], check: bool, io: &mut Io<'_>) -> u8 {
                     .context_radius(3)
                     .header(&format!("{name} (current)"), &format!("{name} (formatted)"))
             );
-        } else if let Err(e) = write_atomically(path, &formatted) {
-            return fail(
-                io,
-                format!("cannot write `{name}`: {}", files::describe(&e)),
-            );
+        } else if let Err(e) = {
+            if !signals_handled {
+                safe_write::clean_up_on_signals();
+                signals_handled = true;
+            }
+            safe_write::replace(path, &formatted)
+        } {
+            return fail(io, format!("cannot write `{name}`: {e}"));
         } else {
             let _ = writeln!(io.stderr, "formatted {name}");
         }
@@ -105,24 +110,4 @@ fn stdin(io: &mut Io<'_>) -> u8 {
             EXIT_FINDINGS
         }
     }
-}
-
-/// Writes through a temporary file and a rename, so a crash never leaves half a policy.
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.gantry-fmt.tmp"));
-    std::fs::write(&tmp, text)?;
-    if let Ok(meta) = std::fs::metadata(path) {
-        let _ = std::fs::set_permissions(&tmp, meta.permissions());
-    }
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
 }

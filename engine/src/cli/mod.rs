@@ -11,6 +11,7 @@ mod inventory;
 mod place;
 mod plan;
 pub(crate) mod policy;
+mod safe_write;
 mod simulate;
 mod test;
 
