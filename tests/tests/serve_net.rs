@@ -70,6 +70,20 @@ fn certificate(dir: &Path, name: &str) -> (PathBuf, PathBuf, Vec<u8>) {
     (cert, key, made.cert.der().to_vec())
 }
 
+/// [`certificate`] valid only from `from` until `until` (years, January 1st).
+fn certificate_between(dir: &Path, name: &str, from: i32, until: i32) -> (PathBuf, PathBuf) {
+    let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    params.not_before = rcgen::date_time_ymd(from, 1, 1);
+    params.not_after = rcgen::date_time_ymd(until, 1, 1);
+    let key_pair = rcgen::KeyPair::generate().unwrap();
+    let made = params.self_signed(&key_pair).unwrap();
+    let cert = dir.join(format!("{name}.crt"));
+    let key = dir.join(format!("{name}.key"));
+    std::fs::write(&cert, made.pem()).unwrap();
+    std::fs::write(&key, key_pair.serialize_pem()).unwrap();
+    (cert, key)
+}
+
 fn client(trusted: &[u8]) -> tokio_rustls::TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(trusted.to_vec().into()).unwrap();
@@ -160,6 +174,18 @@ async fn https_serves_admission_and_renews_its_certificate() {
         200
     );
 
+    // An expired or not-yet-valid renewal keeps the old certificate serving too.
+    for (from, until, why) in [(2001, 2002, "expired"), (2090, 2091, "not valid until")] {
+        std::thread::sleep(Duration::from_millis(20));
+        certificate_between(&dir, "serving", from, until);
+        let error = certificates.refresh().unwrap_err();
+        assert!(error.contains(why), "{error}");
+        assert_eq!(
+            https(addr, &first, "GET", "/healthz", b"").await.unwrap().0,
+            200
+        );
+    }
+
     // A good renewal (new key pair) is served from the next handshake on.
     std::thread::sleep(Duration::from_millis(20));
     let (_, _, second) = certificate(&dir, "serving");
@@ -190,6 +216,12 @@ fn bad_certificate_files_are_clear_errors() {
     assert!(missing.contains("cannot read"), "{missing}");
     let swapped = tls::Certificates::load(&key, &cert).unwrap_err();
     assert!(swapped.contains("certificate"), "{swapped}");
+    let (old, old_key) = certificate_between(&dir, "old", 2001, 2002);
+    let expired = tls::Certificates::load(&old, &old_key).unwrap_err();
+    assert!(expired.contains("expired at"), "{expired}");
+    let (early, early_key) = certificate_between(&dir, "early", 2090, 2091);
+    let early = tls::Certificates::load(&early, &early_key).unwrap_err();
+    assert!(early.contains("not valid until"), "{early}");
     let mismatched = tls::Certificates::load(&cert, &other_key).unwrap_err();
     assert!(
         mismatched.contains("do not belong together"),

@@ -1,6 +1,8 @@
 //! TLS with rustls (ring provider). The certificate and key are PEM files; they are read
 //! again when their modification times change (cert-manager renews them in place), and a
-//! renewal that does not load keeps the current pair serving.
+//! renewal that does not load keeps the current pair serving. A certificate outside its
+//! validity period (expired, or not valid yet) does not load: at start it is an error, on
+//! renewal the current pair keeps serving and the failure is counted and logged.
 
 use rustls::crypto::ring;
 use rustls::pki_types::pem::PemObject;
@@ -38,6 +40,9 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
             cert.display()
         ));
     }
+    if let Some(leaf) = chain.first() {
+        check_validity(cert, leaf, SystemTime::now())?;
+    }
     let key_pem =
         std::fs::read(key).map_err(|e| format!("cannot read `{}`: {e}", key.display()))?;
     let private = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
@@ -57,6 +62,34 @@ pub fn load_pair(cert: &Path, key: &Path) -> Result<CertifiedKey, String> {
         )
     })?;
     Ok(pair)
+}
+
+/// Refuses a leaf certificate that is expired or not valid yet at `now`.
+fn check_validity(path: &Path, leaf: &CertificateDer<'_>, now: SystemTime) -> Result<(), String> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(leaf.as_ref()).map_err(|e| {
+        format!(
+            "`{}`: the certificate does not parse as X.509: {e}",
+            path.display()
+        )
+    })?;
+    let validity = parsed.validity();
+    let (from, until) = (validity.not_before, validity.not_after);
+    let now_s = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+    if now_s < from.timestamp() {
+        return Err(format!(
+            "`{}`: the certificate is not valid until {from} (check the clock, or wait for the issuer)",
+            path.display()
+        ));
+    }
+    if now_s > until.timestamp() {
+        return Err(format!(
+            "`{}`: the certificate expired at {until}; renew it (cert-manager: check the Certificate's status)",
+            path.display()
+        ));
+    }
+    Ok(())
 }
 
 impl Certificates {
