@@ -298,7 +298,7 @@ async fn file_changes_are_picked_up_by_the_watcher() {
     std::fs::write(dir.join("main.gantry"), good).unwrap();
     let state = Arc::new(AppState::new(Box::new(|| 5)));
     let first = state.reload_policy(&dir).unwrap();
-    let _watcher = engine::serve::watch(state.clone(), &dir).unwrap();
+    engine::serve::watch(state.clone(), &dir).unwrap();
     std::fs::write(dir.join("main.gantry"), format!("{good}# changed\n")).unwrap();
     let mut waited = 0;
     while state.policy().unwrap().revision == first && waited < 100 {
@@ -309,6 +309,109 @@ async fn file_changes_are_picked_up_by_the_watcher() {
         state.policy().unwrap().revision,
         first,
         "the watcher reloads the policy"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Revisions the state served, sampled every 10 ms for `for_ms`.
+async fn revisions_served(state: &Arc<AppState>, for_ms: u64) -> Vec<String> {
+    let mut seen: Vec<String> = Vec::new();
+    for _ in 0..for_ms / 10 {
+        let r = state.policy().unwrap().revision.clone();
+        if seen.last() != Some(&r) {
+            seen.push(r);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    seen
+}
+
+/// The revision `text` would have as the policy of a directory of its own.
+fn revision_of(text: &str, name: &str) -> String {
+    let dir = scratch(name);
+    std::fs::write(dir.join("main.gantry"), text).unwrap();
+    let (_, hash) = engine::serve::state::read_policy(&dir).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    hash
+}
+
+/// Issue 16, item 4: a policy file written in two parts (the first ending at a line
+/// boundary, itself a valid policy without the deny rule) is never served half-written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_written_in_two_parts_is_not_served_half_written() {
+    let dir = scratch("half-written");
+    let head =
+        "use std.nodes.{dgx_h100}\npool p { capacity = reserved; node = dgx_h100; nodes = 1 }\n";
+    let rule = "rule too_big: deny if job.gpus > 8 gpu \"too big\"\n";
+    std::fs::write(dir.join("main.gantry"), format!("{head}{rule}")).unwrap();
+    let state = Arc::new(AppState::new(Box::new(|| 5)));
+    let first = state.reload_policy(&dir).unwrap();
+    engine::serve::watch(state.clone(), &dir).unwrap();
+    let half = revision_of(head, "half-written-head");
+    let whole = format!("{head}# edited\n{rule}");
+    let full = revision_of(&whole, "half-written-full");
+    let writer = {
+        let path = dir.join("main.gantry");
+        let whole = whole.clone();
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&path).unwrap();
+            f.write_all(head.as_bytes()).unwrap();
+            f.sync_all().unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            f.write_all(&whole.as_bytes()[head.len()..]).unwrap();
+        })
+    };
+    let seen = revisions_served(&state, 3000).await;
+    writer.join().unwrap();
+    assert!(
+        !seen.contains(&half),
+        "the half-written policy was served: {seen:?}"
+    );
+    assert_eq!(seen.first(), Some(&first));
+    assert_eq!(
+        seen.last(),
+        Some(&full),
+        "the whole policy goes live: {seen:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 16, item 4: a policy directory deleted and made again is watched again at once,
+/// not left to the periodic check (the helper's is a day).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policy_directory_made_again_is_watched_again() {
+    let dir = scratch("remade");
+    let good =
+        "use std.nodes.{dgx_h100}\npool p { capacity = reserved; node = dgx_h100; nodes = 1 }\n";
+    std::fs::write(dir.join("main.gantry"), good).unwrap();
+    let state = Arc::new(AppState::new(Box::new(|| 5)));
+    let first = state.reload_policy(&dir).unwrap();
+    engine::serve::watch(state.clone(), &dir).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+    assert_eq!(
+        state.policy().unwrap().revision,
+        first,
+        "the last good policy keeps serving"
+    );
+    std::fs::create_dir_all(&dir).unwrap();
+    let again = format!("{good}# made again\n");
+    std::fs::write(dir.join("main.gantry"), &again).unwrap();
+    let seen = revisions_served(&state, 4000).await;
+    assert_eq!(
+        seen.last(),
+        Some(&revision_of(&again, "remade-expected")),
+        "{seen:?}"
+    );
+    // And it is watched: the next edit is picked up too.
+    let third = format!("{good}# edited after\n");
+    std::fs::write(dir.join("main.gantry"), &third).unwrap();
+    let seen = revisions_served(&state, 3000).await;
+    assert_eq!(
+        seen.last(),
+        Some(&revision_of(&third, "remade-third")),
+        "{seen:?}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }

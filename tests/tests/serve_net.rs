@@ -414,7 +414,7 @@ fn tick_every_100ms(
         // Kept open so the loop waits on ticks, not on a closed channel.
         let (_changes, rx) = tokio::sync::mpsc::unbounded_channel();
         events
-            .run(rx, async {
+            .run(rx, None, async {
                 let _ = stopped.await;
             })
             .await;

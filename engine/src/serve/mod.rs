@@ -10,6 +10,7 @@ pub mod extender;
 pub mod listen;
 pub mod metrics;
 pub mod pod;
+pub mod reload;
 pub mod state;
 pub mod tls;
 
@@ -144,7 +145,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
         let (policy_changed, changes) = tokio::sync::mpsc::unbounded_channel();
-        let _watcher = watch_dir(&args.policy, policy_changed)?;
+        let watch = reload::PolicyWatch::start(&args.policy, policy_changed)?;
         announce(&state, args, tls_config.is_some());
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(listen::serve(
@@ -164,7 +165,7 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
             certificates,
             interval: Duration::from_secs(args.inventory_interval),
         };
-        events.run(changes, shutdown()).await;
+        events.run(changes, Some(watch), shutdown()).await;
         let _ = stop.send(true);
         let _ = server.await;
         tracing::info!("shut down");
@@ -218,6 +219,8 @@ async fn shutdown() {
 enum Event {
     PolicyChanged,
     InventoryTick,
+    /// The policy directory was gone or replaced: look for it again.
+    Rewatch,
     Shutdown,
 }
 
@@ -241,22 +244,28 @@ impl std::fmt::Debug for Events {
 }
 
 impl Events {
-    /// Runs until `shutdown` resolves: a burst of file changes (debounced) reloads the
-    /// policy; each tick re-hashes the policy files (reloading what the watcher missed)
-    /// and re-reads the inventory and the certificate.
+    /// Runs until `shutdown` resolves: a burst of file changes (debounced, then read until
+    /// stable; see [`reload`]) reloads the policy; each tick re-hashes the policy files
+    /// (reloading what the watcher missed) and re-reads the inventory and the
+    /// certificate; a policy directory deleted and made again is watched again.
     pub async fn run(
         &self,
         mut changes: tokio::sync::mpsc::UnboundedReceiver<()>,
+        mut watch: Option<reload::PolicyWatch>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
         let mut ticks = tokio::time::interval(self.interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         ticks.tick().await; // the first tick is now; the inventory was just read
+        let mut recheck = tokio::time::interval(reload::REWATCH_EVERY);
+        recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut lost = false;
         loop {
             let event = tokio::select! {
                 Some(()) = changes.recv() => Event::PolicyChanged,
                 _ = ticks.tick() => Event::InventoryTick,
+                _ = recheck.tick(), if lost => Event::Rewatch,
                 () = &mut shutdown => Event::Shutdown,
             };
             match event {
@@ -264,17 +273,25 @@ impl Events {
                     // Let the burst settle, then drop what queued up meanwhile.
                     tokio::time::sleep(DEBOUNCE).await;
                     while changes.try_recv().is_ok() {}
-                    self.reload_policy().await;
+                    if let Some(read) = reload::stable_read(&self.policy_dir, &mut changes).await {
+                        self.install(read).await;
+                    }
                 }
-                Event::InventoryTick => self.tick().await,
+                Event::InventoryTick => self.tick(&mut changes).await,
+                Event::Rewatch => {
+                    if let Some(w) = watch.as_mut() {
+                        w.rewatch();
+                    }
+                }
                 Event::Shutdown => return,
             }
+            lost = watch.as_ref().is_some_and(reload::PolicyWatch::lost);
         }
     }
 
-    async fn reload_policy(&self) {
+    async fn install(&self, read: state::PolicyRead) {
         let (state, dir) = (self.state.clone(), self.policy_dir.clone());
-        let result = tokio::task::spawn_blocking(move || state.reload_policy(&dir)).await;
+        let result = tokio::task::spawn_blocking(move || state.reload_read(&dir, read)).await;
         match result {
             Ok(Ok(revision)) => tracing::info!(%revision, "policy reloaded"),
             Ok(Err(error)) => {
@@ -284,17 +301,16 @@ impl Events {
         }
     }
 
-    async fn tick(&self) {
+    async fn tick(&self, changes: &mut tokio::sync::mpsc::UnboundedReceiver<()>) {
         let (state, dir) = (self.state.clone(), self.policy_dir.clone());
-        if let Ok(Some(result)) =
-            tokio::task::spawn_blocking(move || state.reload_if_changed(&dir)).await
-        {
-            match result {
-                Ok(revision) => {
-                    tracing::info!(%revision, "policy reloaded (found by the periodic check)")
-                }
-                Err(error) => {
-                    tracing::error!(%error, "policy reload refused; the last good revision keeps serving")
+        let new = tokio::task::spawn_blocking(move || state.is_new(&state::read_policy(&dir)))
+            .await
+            .unwrap_or(false);
+        if new {
+            if let Some(read) = reload::stable_read(&self.policy_dir, changes).await {
+                if self.state.is_new(&read) {
+                    tracing::info!("policy changed (found by the periodic check)");
+                    self.install(read).await;
                 }
             }
         }
@@ -349,11 +365,11 @@ pub fn watch_dir(
 }
 
 /// Watches the policy directory and reloads it on change, with no inventory ticks: the
-/// event loop with a fixed inventory, for tests and embedding. The watcher lives as long
-/// as the returned value.
-pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<notify::RecommendedWatcher, String> {
+/// event loop with a fixed inventory, for tests and embedding. Runs until the runtime
+/// stops.
+pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<(), String> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let watcher = watch_dir(dir, tx)?;
+    let watch = reload::PolicyWatch::start(dir, tx)?;
     let events = Events {
         state,
         policy_dir: dir.to_path_buf(),
@@ -361,6 +377,6 @@ pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<notify::RecommendedWatc
         certificates: None,
         interval: Duration::from_secs(86_400),
     };
-    tokio::spawn(async move { events.run(rx, std::future::pending()).await });
-    Ok(watcher)
+    tokio::spawn(async move { events.run(rx, Some(watch), std::future::pending()).await });
+    Ok(())
 }

@@ -27,7 +27,11 @@ pub struct LoadedPolicy {
 }
 
 /// The policy files in `dir` as (name, text), unchecked, and their content hash.
-pub fn read_policy(dir: &Path) -> Result<(Vec<(String, String)>, String), String> {
+/// A policy directory's files as (name, text) pairs and their content hash, or why they
+/// could not be read.
+pub type PolicyRead = Result<(Vec<(String, String)>, String), String>;
+
+pub fn read_policy(dir: &Path) -> PolicyRead {
     let found = files::find_policies(&[dir.to_path_buf()]).map_err(|e| e.0)?;
     let chosen = policy::one_policy(dir, found)?;
     let mut inputs = Vec::new();
@@ -296,23 +300,25 @@ impl AppState {
     /// directory deleted and made again, network file systems). `None`: nothing new.
     pub fn reload_if_changed(&self, dir: &Path) -> Option<Result<String, String>> {
         let read = read_policy(dir);
+        self.is_new(&read).then(|| self.reload_read(dir, read))
+    }
+
+    /// Whether `read` differs from the running policy and from the last refused attempt.
+    pub fn is_new(&self, read: &PolicyRead) -> bool {
         let last = self.reload_status();
         let running = self.policy().map(|p| p.revision.clone());
-        let unchanged = match &read {
+        let unchanged = match read {
             Ok((_, hash)) => {
                 running.as_ref() == Some(hash)
                     || (last.ok == Some(false) && last.revision.as_ref() == Some(hash))
             }
             Err(e) => last.ok == Some(false) && last.error.as_ref() == Some(e),
         };
-        (!unchanged).then(|| self.reload_read(dir, read))
+        !unchanged
     }
 
-    fn reload_read(
-        &self,
-        dir: &Path,
-        read: Result<(Vec<(String, String)>, String), String>,
-    ) -> Result<String, String> {
+    /// Checks and installs the policy `read` from `dir` (the last good one stays on error).
+    pub fn reload_read(&self, dir: &Path, read: PolicyRead) -> Result<String, String> {
         let now = self.now();
         let tried = read.as_ref().ok().map(|(_, hash)| hash.clone());
         let result = read.and_then(|(inputs, revision)| check_policy(dir, inputs, revision, now));
