@@ -292,13 +292,8 @@ async fn a_bad_policy_never_replaces_the_running_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn file_changes_are_picked_up_by_the_watcher() {
-    let dir = scratch("watch");
-    let good =
-        "use std.nodes.{dgx_h100}\npool p { capacity = reserved; node = dgx_h100; nodes = 1 }\n";
-    std::fs::write(dir.join("main.gantry"), good).unwrap();
-    let state = Arc::new(AppState::new(Box::new(|| 5)));
-    let first = state.reload_policy(&dir).unwrap();
-    engine::serve::watch(state.clone(), &dir).unwrap();
+    let good = ONE_POOL;
+    let (dir, state, first) = watched("watch", good);
     std::fs::write(dir.join("main.gantry"), format!("{good}# changed\n")).unwrap();
     let mut waited = 0;
     while state.policy().unwrap().revision == first && waited < 100 {
@@ -311,6 +306,19 @@ async fn file_changes_are_picked_up_by_the_watcher() {
         "the watcher reloads the policy"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+const ONE_POOL: &str =
+    "use std.nodes.{dgx_h100}\npool p { capacity = reserved; node = dgx_h100; nodes = 1 }\n";
+
+/// A scratch policy directory holding `text`, loaded and watched: (dir, state, revision).
+fn watched(name: &str, text: &str) -> (PathBuf, Arc<AppState>, String) {
+    let dir = scratch(name);
+    std::fs::write(dir.join("main.gantry"), text).unwrap();
+    let state = Arc::new(AppState::new(Box::new(|| 5)));
+    let first = state.reload_policy(&dir).unwrap();
+    engine::serve::watch(state.clone(), &dir).unwrap();
+    (dir, state, first)
 }
 
 /// Revisions the state served, sampled every 10 ms for `for_ms`.
@@ -339,14 +347,9 @@ fn revision_of(text: &str, name: &str) -> String {
 /// boundary, itself a valid policy without the deny rule) is never served half-written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_written_in_two_parts_is_not_served_half_written() {
-    let dir = scratch("half-written");
-    let head =
-        "use std.nodes.{dgx_h100}\npool p { capacity = reserved; node = dgx_h100; nodes = 1 }\n";
+    let head = ONE_POOL;
     let rule = "rule too_big: deny if job.gpus > 8 gpu \"too big\"\n";
-    std::fs::write(dir.join("main.gantry"), format!("{head}{rule}")).unwrap();
-    let state = Arc::new(AppState::new(Box::new(|| 5)));
-    let first = state.reload_policy(&dir).unwrap();
-    engine::serve::watch(state.clone(), &dir).unwrap();
+    let (dir, state, first) = watched("half-written", &format!("{head}{rule}"));
     let half = revision_of(head, "half-written-head");
     let whole = format!("{head}# edited\n{rule}");
     let full = revision_of(&whole, "half-written-full");
@@ -381,13 +384,8 @@ async fn a_policy_written_in_two_parts_is_not_served_half_written() {
 /// not left to the periodic check (the helper's is a day).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_policy_directory_made_again_is_watched_again() {
-    let dir = scratch("remade");
-    let good =
-        "use std.nodes.{dgx_h100}\npool p { capacity = reserved; node = dgx_h100; nodes = 1 }\n";
-    std::fs::write(dir.join("main.gantry"), good).unwrap();
-    let state = Arc::new(AppState::new(Box::new(|| 5)));
-    let first = state.reload_policy(&dir).unwrap();
-    engine::serve::watch(state.clone(), &dir).unwrap();
+    let good = ONE_POOL;
+    let (dir, state, first) = watched("remade", good);
     std::fs::remove_dir_all(&dir).unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
     assert_eq!(
