@@ -10,7 +10,9 @@ pub mod extender;
 pub mod listen;
 pub mod metrics;
 pub mod pod;
+pub mod quantity;
 pub mod reload;
+pub mod resources;
 pub mod state;
 pub mod tls;
 
