@@ -583,6 +583,40 @@ async fn plan_requests_are_bounded_and_never_hold_up_admission() {
     assert_eq!(status, StatusCode::OK);
 }
 
+/// Issue 16, item 2: a plan at its limits is computed off the runtime (here a single
+/// thread): admission is answered while it runs.
+#[tokio::test]
+async fn admission_is_answered_while_a_large_plan_computes() {
+    let state = loaded();
+    let jobs: Vec<String> = (0..4000)
+        .map(|i| format!(r#"{{"id": "j{i}", "team": "nlp", "tier": "standard", "gpus_per_member": {}, "vram_mib": 40000, "checkpoint_interval_s": 900, "submitted_at": 1794999000}}"#, 1 << (i % 4)))
+        .collect();
+    let body = format!(
+        r#"{{"jobs": [{}], "fleet": {{"nodes": [{{"name": "n", "count": 10000, "cpu_milli": 224000, "memory_mib": 2000000, "gpus": {{"count": 8, "model": "H100-SXM5-80GB"}}}}]}}}}"#,
+        jobs.join(",")
+    );
+    let planning = {
+        let state = state.clone();
+        tokio::spawn(async move { call(&state, "POST", "/v1/plan", body.into_bytes()).await })
+    };
+    // Let the plan start, then admit.
+    tokio::task::yield_now().await;
+    let (status, _) = call(&state, "POST", "/mutate", fixture("gpu_pod.json")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(
+        !planning.is_finished(),
+        "admission was answered while the plan computed"
+    );
+    let (status, bytes) = planning.await.unwrap();
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    assert_eq!(json(&bytes)["decisions"].as_array().unwrap().len(), 4000);
+}
+
 #[tokio::test]
 async fn a_plan_past_its_deadline_is_answered_503() {
     let mut state = loaded();

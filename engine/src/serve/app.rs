@@ -194,7 +194,32 @@ async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesReject
         Ok(b) => b,
         Err((code, message)) => return error(code, message),
     };
-    let request: Value = match serde_json::from_slice(&bytes) {
+    // One at a time, and all of it (parsing included) on the low-priority plan thread:
+    // admission on the runtime's workers never waits behind a plan.
+    let Ok(permit) = state.plan_slot.clone().try_acquire_owned() else {
+        return busy("another /v1/plan request is being computed; retry in a few seconds");
+    };
+    let deadline = state.plan_deadline;
+    let work = super::plan_worker::run(move || {
+        let _permit = permit;
+        compute_plan(&state, &bytes)
+    });
+    match tokio::time::timeout(deadline, work).await {
+        Ok(Some(response)) => response,
+        Ok(None) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the plan computation failed; see the server log",
+        ),
+        Err(_) => busy(&format!(
+            "the plan took longer than {} s; send fewer jobs or nodes",
+            deadline.as_secs()
+        )),
+    }
+}
+
+/// A `/v1/plan` request's answer, computed on the plan thread.
+fn compute_plan(state: &AppState, bytes: &[u8]) -> Response {
+    let request: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(e) => return error(StatusCode::BAD_REQUEST, format!("not JSON: {e}")),
     };
@@ -270,27 +295,9 @@ async fn plan(State(state): State<Arc<AppState>>, raw: Result<Bytes, BytesReject
             format!("the jobs have {members} members in all; /v1/plan takes at most {PLAN_MAX_MEMBERS} (run `gantry plan` for larger what-ifs)"),
         );
     }
-    // Off the request workers, one at a time: admission never waits behind a plan.
-    let Ok(permit) = state.plan_slot.clone().try_acquire_owned() else {
-        return busy("another /v1/plan request is being computed; retry in a few seconds");
-    };
-    let work = tokio::task::spawn_blocking(move || {
-        let _permit = permit;
-        let mut plan = crate::decide::decide(&policy.program, &snapshot, now);
-        plan.policy_revision.clone_from(&policy.revision);
-        plan
-    });
-    match tokio::time::timeout(state.plan_deadline, work).await {
-        Ok(Ok(plan)) => Json(plan).into_response(),
-        Ok(Err(_)) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the plan computation failed; see the server log",
-        ),
-        Err(_) => busy(&format!(
-            "the plan took longer than {} s; send fewer jobs or nodes",
-            state.plan_deadline.as_secs()
-        )),
-    }
+    let mut plan = crate::decide::decide(&policy.program, &snapshot, now);
+    plan.policy_revision.clone_from(&policy.revision);
+    Json(plan).into_response()
 }
 
 /// 503 with a `Retry-After`.

@@ -9,6 +9,7 @@ pub mod app;
 pub mod extender;
 pub mod listen;
 pub mod metrics;
+pub mod plan_worker;
 pub mod pod;
 pub mod quantity;
 pub mod reload;
