@@ -1,4 +1,4 @@
-//! Property tests standing in for a parser fuzzer (cargo-fuzz needs a nightly toolchain):
+//! Property tests beside the cargo-fuzz targets in `lang/fuzz` (which need nightly):
 //! mutated and random inputs never panic any stage; `fmt` is idempotent; `fmt` preserves
 //! meaning (the same IR before and after).
 
