@@ -1,23 +1,54 @@
 //! Did-you-mean suggestions by edit distance.
 
+/// Candidate comparisons one `check` may spend on suggestions: a file with tens of
+/// thousands of unknown names among thousands of definitions would otherwise take time
+/// growing with their product. Past it, diagnostics come without "did you mean".
+const BUDGET: usize = 2_000_000;
+
+thread_local! {
+    static SPENT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Whether suggestions may still be computed in this check.
+pub fn budget_left() -> bool {
+    SPENT.with(|s| s.get() < BUDGET)
+}
+
+/// Starts a new budget (at the start of each check).
+pub fn reset_budget() {
+    SPENT.with(|s| s.set(0));
+}
+
 /// The candidate closest to `name`, if it is close enough to be a plausible typo.
 pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
-    let limit = (name.chars().count() / 3).max(1);
+    let len = name.chars().count();
+    let limit = (len / 3).max(1);
     let lower = name.to_lowercase();
-    candidates
-        .into_iter()
-        .filter(|c| *c != name)
-        .map(|c| {
-            let d = if c.to_lowercase() == lower {
-                0
-            } else {
-                distance(&lower, &c.to_lowercase())
-            };
-            (d, c)
-        })
-        .filter(|(d, _)| *d <= limit)
-        .min_by(|a, b| a.0.cmp(&b.0).then(a.1.cmp(b.1)))
-        .map(|(_, c)| c)
+    let mut best: Option<(usize, &'a str)> = None;
+    for c in candidates {
+        let spent = SPENT.with(|s| {
+            let v = s.get().saturating_add(1);
+            s.set(v);
+            v
+        });
+        if spent > BUDGET {
+            return None;
+        }
+        // An edit distance is at least the difference in length.
+        if c == name || c.chars().count().abs_diff(len) > limit {
+            continue;
+        }
+        let c_lower = c.to_lowercase();
+        let d = if c_lower == lower {
+            0
+        } else {
+            distance(&lower, &c_lower)
+        };
+        if d <= limit && best.is_none_or(|(bd, bc)| (d, c) < (bd, bc)) {
+            best = Some((d, c));
+        }
+    }
+    best.map(|(_, c)| c)
 }
 
 /// Levenshtein distance over characters, with adjacent transpositions counted as one edit.
@@ -68,5 +99,23 @@ mod tests {
         );
         assert_eq!(closest("GB", ["GiB", "MiB"]), Some("GiB"));
         assert_eq!(closest("zzzz", ["guaranteed"]), None);
+    }
+
+    #[test]
+    fn the_budget_bounds_the_work_of_one_check() {
+        reset_budget();
+        // One plausible candidate among 1,000 (the others too long to be compared).
+        let mut many: Vec<String> = (0..999)
+            .map(|i| format!("a_much_longer_name_{i}"))
+            .collect();
+        many.push("pool1y".to_string());
+        let mut found = 0;
+        for _ in 0..5000 {
+            found += usize::from(closest("pool1x", many.iter().map(String::as_str)).is_some());
+        }
+        // 2,000,000 comparisons: the first 2,000 lookups suggest, the rest give up.
+        assert_eq!(found, 2000);
+        reset_budget();
+        assert_eq!(closest("gauranteed", ["guaranteed"]), Some("guaranteed"));
     }
 }

@@ -39,6 +39,7 @@ impl Checked {
 /// Checks one policy made of `files` (name, text), in the order given: rules from earlier
 /// files run first. Standard-library modules are resolved from the embedded `stdlib`.
 pub fn check(files: &[(String, String)]) -> Checked {
+    crate::suggest::reset_budget();
     let mut sources = SourceMap::new();
     let mut diagnostics = Vec::new();
     let mut parsed = Vec::new();
@@ -443,8 +444,12 @@ impl<'a> Checker<'a> {
             .and_then(|id| self.defs.get(*id))
     }
 
-    /// Names visible in a module, for did-you-mean.
+    /// Names visible in a module, for did-you-mean; none once this check's suggestion
+    /// budget is spent (listing them would cost as much as comparing them).
     pub fn visible_names(&self, module: ModuleId, kind: Option<DefKind>) -> Vec<&str> {
+        if !crate::suggest::budget_left() {
+            return Vec::new();
+        }
         self.scope
             .get(module)
             .map(|s| {
