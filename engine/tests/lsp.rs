@@ -363,6 +363,22 @@ fn bad_input_never_crashes_the_server() {
     lsp.send_raw(
         b"{\"jsonrpc\": \"2.0\", \"id\": 999, \"method\": \"textDocument/hover\", \"params\": 7}",
     );
+    // Issue 16, item 8: messages that are not JSON, not JSON-RPC, or have no
+    // Content-Length are answered with an error (id null) and the server goes on.
+    lsp.send_raw(b"{not json}");
+    lsp.send_raw(br#"{"hello": "world"}"#);
+    write!(lsp.stdin, "Garbage-Header\r\n\r\n").unwrap();
+    let mut codes = Vec::new();
+    while codes.len() < 3 {
+        let reply = lsp.incoming.recv_timeout(Duration::from_secs(10)).unwrap();
+        if reply.get("method").is_some() {
+            lsp.notes.push(reply); // a notification meanwhile
+            continue;
+        }
+        assert_eq!(reply["id"], Value::Null, "{reply}");
+        codes.push(reply["error"]["code"].as_i64().unwrap());
+    }
+    assert_eq!(codes, [-32700, -32600, -32700]);
     let hover = lsp.request("textDocument/hover", at(&doc, 0, 6));
     assert!(hover.get("error").is_none(), "{hover}");
     let text = hover["result"]["contents"]["value"].as_str().unwrap_or("");

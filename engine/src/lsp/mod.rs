@@ -4,6 +4,7 @@
 //! publishes diagnostics.
 
 pub mod analysis;
+pub mod framing;
 pub mod position;
 pub mod server;
 
@@ -23,10 +24,24 @@ pub fn run() -> Result<(), String> {
         };
         // tower-lsp stops serving after `exit` only when the next message arrives or the
         // client closes the pipe; the protocol says the process ends at `exit`.
+        // Malformed client messages are answered and skipped before tower-lsp sees them
+        // (it would stop serving); all output goes to stdout one whole frame at a time.
+        let (to_server, server_in) = tokio::io::duplex(1 << 16);
+        let (server_out, from_server) = tokio::io::duplex(1 << 16);
+        let (frames, outgoing) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(framing::filter_input(
+            tokio::io::stdin(),
+            to_server,
+            frames.clone(),
+        ));
+        tokio::spawn(framing::frames_of(from_server, frames));
+        tokio::spawn(framing::write_frames(tokio::io::stdout(), outgoing));
         tokio::select! {
-            () = tower_lsp::Server::new(tokio::io::stdin(), tokio::io::stdout(), socket).serve(service) => {}
+            () = tower_lsp::Server::new(server_in, server_out, socket).serve(service) => {}
             _ = on_exit => {}
         }
+        // Let the last replies (the answer to `shutdown`) reach stdout.
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     });
     // The stdin reader is a blocking thread stuck in read() until the client closes the
     // pipe; after `exit` the server must not wait for it.
