@@ -266,10 +266,25 @@ async fn a_bad_policy_never_replaces_the_running_one() {
     let (_, bytes) = call(&state, "GET", "/v1/status", Vec::new()).await;
     let s = json(&bytes);
     assert_eq!(s["last_reload"]["ok"], false);
-    assert!(s["last_reload"]["error"]
+    let brief = s["last_reload"]["error"].as_str().unwrap();
+    assert!(brief.contains("nowhere"), "{brief}");
+    // Issue 16, item 8: by default no absolute path and no source line.
+    let root = std::env::temp_dir().display().to_string();
+    assert!(!brief.contains(&root), "{brief}");
+    assert!(!s["policy"]["directory"].as_str().unwrap().contains(&root));
+    assert!(!brief.contains("│"), "{brief}");
+    assert_eq!(s["detail"], false);
+    // `--status-detail` shows both.
+    let mut detailed = AppState::new(Box::new(|| 5));
+    detailed.status_detail = true;
+    let detailed = Arc::new(detailed);
+    let _ = detailed.reload_policy(&dir);
+    let (_, bytes) = call(&detailed, "GET", "/v1/status", Vec::new()).await;
+    let full = json(&bytes)["last_reload"]["error"]
         .as_str()
         .unwrap()
-        .contains("nowhere"));
+        .to_string();
+    assert!(full.contains(&root) && full.contains("│"), "{full}");
     assert_eq!(s["policy"]["revision"], first.as_str());
     // Deleting the only file is a change like any other: refused, the old one serves.
     std::fs::remove_file(dir.join("main.gantry")).unwrap();

@@ -338,31 +338,91 @@ fn fleet_within_limits(fleet: &Value) -> Result<(), String> {
 }
 
 async fn status(State(state): State<Arc<AppState>>) -> Response {
+    // Anyone who reaches the port reads this: without `--status-detail`, absolute paths
+    // become file names and policy errors lose their source excerpts.
+    let detail = state.status_detail;
+    let shown = |s: &str| {
+        if detail {
+            s.to_string()
+        } else {
+            redact_paths(s)
+        }
+    };
     let policy = state.policy().map(|p| {
         json!({
             "revision": p.revision,
             "git_commit": p.git_commit,
-            "directory": p.dir.display().to_string(),
-            "files": p.files,
+            "directory": shown(&p.dir.display().to_string()),
+            "files": p.files.iter().map(|f| shown(f)).collect::<Vec<_>>(),
             "loaded_at": p.loaded_at,
         })
     });
     let inventory = state.inventory().map(|i| {
         json!({
-            "source": i.source,
+            "source": shown(&i.source),
             "read_at": i.read_at,
             "nodes": i.fleet.nodes.len(),
             "gpus": i.fleet.gpu_count(),
-            "error": i.error,
-            "notes": i.notes,
+            "error": i.error.as_deref().map(shown),
+            "notes": i.notes.iter().map(|n| shown(n)).collect::<Vec<_>>(),
         })
     });
+    let mut last_reload = state.reload_status();
+    if !detail {
+        last_reload.error = last_reload
+            .error
+            .map(|e| redact_paths(&without_excerpts(&e)));
+    }
     Json(json!({
         "policy": policy,
-        "last_reload": state.reload_status(),
+        "last_reload": last_reload,
         "inventory": inventory,
+        "detail": detail,
     }))
     .into_response()
+}
+
+/// Absolute paths in `text` cut to their last component (`/etc/gantry/p/main.gantry` →
+/// `main.gantry`).
+pub fn redact_paths(text: &str) -> String {
+    let ends = |c: char| c.is_whitespace() || "`'\"]),:".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find('/') {
+        let before = rest.get(..start).unwrap_or_default();
+        // Only a path that starts a word: `a/b` inside a word stays.
+        let starts_word = before
+            .chars()
+            .last()
+            .is_none_or(|c| ends(c) || c == '[' || c == '(');
+        out.push_str(before);
+        let from = rest.get(start..).unwrap_or_default();
+        let len = from.find(ends).unwrap_or(from.len());
+        let path = from.get(..len).unwrap_or_default();
+        if starts_word {
+            out.push_str(path.rsplit('/').find(|s| !s.is_empty()).unwrap_or("/"));
+        } else {
+            out.push_str(path);
+        }
+        rest = from.get(len..).unwrap_or_default();
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A rendered diagnostic list without its source lines (the code, message, location and
+/// help stay).
+fn without_excerpts(text: &str) -> String {
+    text.lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            let numbered = t
+                .split_once('│')
+                .is_some_and(|(n, _)| n.trim().chars().all(|c| c.is_ascii_digit()));
+            !(numbered || t.starts_with('·') || t.starts_with('╰') || t.starts_with('│'))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 async fn ready(State(state): State<Arc<AppState>>) -> Response {
@@ -383,4 +443,28 @@ async fn metrics(State(state): State<Arc<AppState>>) -> Response {
         state.metrics.render(revision.as_deref(), &gpus),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::redact_paths;
+
+    #[test]
+    fn absolute_paths_become_file_names_and_the_rest_stays() {
+        for (text, want) in [
+            (
+                "cannot read `/etc/gantry/p/main.gantry`: denied",
+                "cannot read `main.gantry`: denied",
+            ),
+            ("╭─[/tmp/x/main.gantry:1:6]", "╭─[main.gantry:1:6]"),
+            ("fleet file /srv/fleet.toml", "fleet file fleet.toml"),
+            (
+                "policies/onprem-dgx relative, 1/2 GPUs",
+                "policies/onprem-dgx relative, 1/2 GPUs",
+            ),
+            ("/", "/"),
+        ] {
+            assert_eq!(redact_paths(text), want, "{text}");
+        }
+    }
 }

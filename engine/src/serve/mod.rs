@@ -61,6 +61,10 @@ pub struct ServeArgs {
     /// PEM private key for --tls-cert.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Show absolute paths and full policy errors (with source excerpts) in /v1/status;
+    /// off by default, since anyone who can reach the port reads it.
+    #[arg(long)]
+    pub status_detail: bool,
     /// Serve plain HTTP on a non-loopback address (Kubernetes calls webhooks over HTTPS
     /// only; use this behind a TLS-terminating proxy).
     #[arg(long)]
@@ -131,7 +135,9 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
         _ => None,
     };
     let tls_config = certificates.clone().map(tls::server_config).transpose()?;
-    let state = Arc::new(AppState::new(Box::new(now)));
+    let mut state = AppState::new(Box::new(now));
+    state.status_detail = args.status_detail;
+    let state = Arc::new(state);
     state
         .reload_policy(&args.policy)
         .map_err(|e| format!("policy `{}`: {e}", args.policy.display()))?;

@@ -205,6 +205,8 @@ pub struct AppState {
     pub plan_slot: Arc<tokio::sync::Semaphore>,
     /// How long a `/v1/plan` computation may take before it is answered 503.
     pub plan_deadline: std::time::Duration,
+    /// `/v1/status` with absolute paths and policy source excerpts (`--status-detail`).
+    pub status_detail: bool,
 }
 
 impl std::fmt::Debug for AppState {
@@ -224,6 +226,7 @@ impl AppState {
             request_deadline: super::app::REQUEST_DEADLINE,
             plan_slot: Arc::new(tokio::sync::Semaphore::new(1)),
             plan_deadline: super::app::PLAN_DEADLINE,
+            status_detail: false,
         }
     }
 
