@@ -229,6 +229,37 @@ fn bad_certificate_files_are_clear_errors() {
     );
 }
 
+/// Issue 16, item 8: what hyper answers itself (a request it cannot parse, headers over
+/// its limit) is JSON too, like every other error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unparsable_requests_get_json_errors() {
+    let (addr, _stop) = start(loaded(Duration::from_secs(5)), None, Deadlines::default()).await;
+    let raw = |bytes: Vec<u8>| async move {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&bytes).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    };
+    let garbage = raw(b"GARBAGE\r\n\r\n".to_vec()).await;
+    let big = raw([
+        &b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: "[..],
+        &vec![b'a'; 500_000],
+        b"\r\n\r\n",
+    ]
+    .concat())
+    .await;
+    for (answer, code) in [(garbage, "400"), (big, "431")] {
+        assert!(answer.starts_with(&format!("HTTP/1.1 {code} ")), "{answer}");
+        let body = answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        let v: Value = serde_json::from_str(body).unwrap();
+        assert!(v["error"].is_string(), "{answer}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_clients_are_cut_off() {
     let deadlines = Deadlines {

@@ -3,6 +3,7 @@
 //! connection for seconds, not forever. On shutdown it stops accepting, lets requests in
 //! flight finish (up to a limit) and returns.
 
+use super::json_errors::JsonErrors;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -70,7 +71,8 @@ pub async fn serve(
         tokio::spawn(async move {
             let result = match acceptor {
                 None => {
-                    let conn = builder.serve_connection(TokioIo::new(tcp), service);
+                    let conn =
+                        builder.serve_connection(TokioIo::new(JsonErrors::new(tcp)), service);
                     watcher.watch(conn).await
                 }
                 Some(acceptor) => {
@@ -87,7 +89,8 @@ pub async fn serve(
                                 return;
                             }
                         };
-                    let conn = builder.serve_connection(TokioIo::new(stream), service);
+                    let conn =
+                        builder.serve_connection(TokioIo::new(JsonErrors::new(stream)), service);
                     watcher.watch(conn).await
                 }
             };

@@ -7,6 +7,7 @@
 pub mod admission;
 pub mod app;
 pub mod extender;
+pub mod json_errors;
 pub mod listen;
 pub mod metrics;
 pub mod plan_worker;
