@@ -121,6 +121,55 @@ async fn recorded_admission_reviews() {
     }
 }
 
+/// `/mutate`'s answer applied to the review's pod, as the API server applies it.
+async fn mutated(state: &Arc<AppState>, review: &Value) -> Value {
+    let (_, body) = call(state, "POST", "/mutate", review.to_string().into_bytes()).await;
+    let answer = json(&body);
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let mut pod = review["request"]["object"].clone();
+    if let Some(patch) = answer["response"]["patch"].as_str() {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(patch)
+            .unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        json_patch::patch(&mut pod, &patch).unwrap();
+    }
+    pod
+}
+
+/// Issue 17: with `reinvocationPolicy: IfNeeded` the API server runs the Priority plugin
+/// after the mutation and calls the webhook again on the mutated pod. That second call
+/// must change nothing: the stored pod keeps the tier's priority and one toleration.
+#[tokio::test]
+async fn a_reinvoked_mutation_changes_nothing() {
+    let state = loaded();
+    let mut review = json(&fixture("routed_notebook.json"));
+    let once = mutated(&state, &review).await;
+    // The Priority admission plugin resolves the class to its value.
+    let class = once["spec"]["priorityClassName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tier = class.trim_start_matches("gantry-").replace('-', "_");
+    let priority = state
+        .policy()
+        .unwrap()
+        .program
+        .tier(&tier)
+        .unwrap()
+        .priority;
+    let mut stored = once.clone();
+    stored["spec"]["priority"] = priority.into();
+    review["request"]["object"] = stored.clone();
+    let twice = mutated(&state, &review).await;
+    assert_eq!(twice, stored, "the reinvoked webhook changed the pod");
+    assert_eq!(twice["spec"]["tolerations"].as_array().unwrap().len(), 1);
+    assert_eq!(twice["spec"]["priority"], priority);
+    // And a third time, for good measure.
+    review["request"]["object"] = twice.clone();
+    assert_eq!(mutated(&state, &review).await, twice);
+}
+
 #[tokio::test]
 async fn admission_outcomes() {
     let state = loaded();

@@ -157,7 +157,11 @@ pub fn review(
     if let Some(reason) = crate::decide::unassigned_job(ctx.program, &js) {
         return refuse(reason);
     }
-    let warnings: Vec<String> = verdict.warnings.iter().map(|w| cut(w)).collect();
+    let mut warnings: Vec<String> = verdict.warnings.iter().map(|w| cut(w)).collect();
+    let routed_pool = verdict.routed.as_ref().map(|(_, p)| p.as_str());
+    if let Some(w) = vram_never_fits(ctx.program, &js, routed_pool) {
+        warnings.push(cut(&w));
+    }
     let reason = verdict
         .routed
         .as_ref()
@@ -190,6 +194,50 @@ fn cut(w: &str) -> String {
 /// A JSON Pointer segment (`/` and `~` escaped).
 fn pointer(key: &str) -> String {
     key.replace('~', "~0").replace('/', "~1")
+}
+
+/// A warning when the job's `gantry.dev/vram` is more than any GPU of the pools it may
+/// use has (`80Gi` is 81,920 MiB; an H100 80GB has 81,559): it would wait for ever.
+fn vram_never_fits(program: &Program, js: &JobState, routed: Option<&str>) -> Option<String> {
+    let member = &js.job.shape.member;
+    if member.vram_mib == 0 || member.mig_profile.is_some() {
+        return None;
+    }
+    let pools: Vec<&lang::ir::Pool> = match routed {
+        Some(p) => program.pool(p).into_iter().collect(),
+        None if !js.job.shape.pools.is_empty() => js
+            .job
+            .shape
+            .pools
+            .iter()
+            .filter_map(|p| program.pool(p))
+            .collect(),
+        None => program.pools.iter().collect(),
+    };
+    let largest = pools
+        .iter()
+        .filter_map(|p| program.node_shape(&p.node))
+        .filter_map(|n| program.gpu_model(&n.gpu_model))
+        .max_by_key(|m| m.memory_mib)?;
+    (member.vram_mib > largest.memory_mib).then(|| {
+        format!(
+            "gantry.dev/vram {} MiB: no GPU it may use has that much ({}: {} MiB); ask for {}Gi or less",
+            member.vram_mib,
+            largest.id,
+            largest.memory_mib,
+            largest.memory_mib / 1024
+        )
+    })
+}
+
+/// Whether two tolerations are the same (an absent operator is `Equal`).
+fn same_toleration(a: &Value, b: &Value) -> bool {
+    let field = |t: &Value, k: &str| t.get(k).and_then(Value::as_str).map(str::to_string);
+    let operator = |t: &Value| field(t, "operator").unwrap_or_else(|| "Equal".into());
+    ["key", "value", "effect"]
+        .iter()
+        .all(|k| field(a, k) == field(b, k))
+        && operator(a) == operator(b)
 }
 
 fn patch_ops(
@@ -241,10 +289,13 @@ fn patch_ops(
         }
         let toleration =
             json!({"key": POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"});
+        // A reinvoked webhook finds the toleration it added: appending it again would
+        // store it twice.
         match &pod.spec.tolerations {
             None => {
                 ops.push(json!({"op": "add", "path": "/spec/tolerations", "value": [toleration]}))
             }
+            Some(list) if list.iter().any(|t| same_toleration(t, &toleration)) => {}
             Some(_) => {
                 ops.push(json!({"op": "add", "path": "/spec/tolerations/-", "value": toleration}))
             }
