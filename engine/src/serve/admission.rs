@@ -83,6 +83,19 @@ pub fn review(
             "a {operation} of a Pod needs `request.object`"
         )));
     };
+    // An UPDATE that changes nothing a decision reads (labels other than gantry's,
+    // finalizers, status, ...) is not judged again: a policy change must not block it.
+    if operation == "UPDATE"
+        && req
+            .old_object
+            .as_ref()
+            .is_some_and(|old| decision_inputs(old) == decision_inputs(&object))
+    {
+        return Ok((
+            respond(true, None, Vec::new(), None),
+            outcome("pass", "update_without_scheduling_change"),
+        ));
+    }
     let pod: Pod = match serde_json::from_value(object) {
         Ok(p) => p,
         Err(e) => {
@@ -228,6 +241,43 @@ fn vram_never_fits(program: &Program, js: &JobState, routed: Option<&str>) -> Op
             largest.memory_mib / 1024
         )
     })
+}
+
+/// The parts of a pod the pod → job mapping reads: `gantry.dev/*` labels and
+/// annotations, the containers' and init containers' resources (and restart policy),
+/// the overhead and the pool node selector.
+fn decision_inputs(pod: &Value) -> Value {
+    let gantry_keys = |m: &Value| -> Value {
+        m.as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(k, _)| {
+                        k.starts_with("gantry.dev/") && *k != "gantry.dev/policy-revision"
+                    })
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect::<serde_json::Map<_, _>>()
+            })
+            .map(Value::Object)
+            .unwrap_or(Value::Null)
+    };
+    let containers = |key: &str| -> Value {
+        pod["spec"][key]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| json!([c["resources"], c["restartPolicy"]]))
+                    .collect()
+            })
+            .unwrap_or(Value::Null)
+    };
+    json!([
+        gantry_keys(&pod["metadata"]["labels"]),
+        gantry_keys(&pod["metadata"]["annotations"]),
+        containers("containers"),
+        containers("initContainers"),
+        pod["spec"]["overhead"],
+        pod["spec"]["nodeSelector"][POOL_LABEL],
+    ])
 }
 
 /// Whether two tolerations are the same (an absent operator is `Equal`).

@@ -32,6 +32,8 @@ pub struct AdmissionRequest {
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub object: Option<serde_json::Value>,
+    /// The pod before an UPDATE.
+    pub old_object: Option<serde_json::Value>,
     #[serde(default)]
     pub dry_run: bool,
 }
