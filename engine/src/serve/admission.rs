@@ -247,8 +247,10 @@ fn vram_never_fits(program: &Program, js: &JobState, routed: Option<&str>) -> Op
 /// annotations, the containers' and init containers' resources (and restart policy),
 /// the overhead and the pool node selector.
 fn decision_inputs(pod: &Value) -> Value {
-    let gantry_keys = |m: &Value| -> Value {
-        m.as_object()
+    let at = |path: &str| pod.pointer(path).cloned().unwrap_or(Value::Null);
+    let gantry_keys = |path: &str| -> Value {
+        pod.pointer(path)
+            .and_then(Value::as_object)
             .map(|o| {
                 o.iter()
                     .filter(|(k, _)| {
@@ -257,26 +259,24 @@ fn decision_inputs(pod: &Value) -> Value {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect::<serde_json::Map<_, _>>()
             })
-            .map(Value::Object)
-            .unwrap_or(Value::Null)
+            .map_or(Value::Null, Value::Object)
     };
-    let containers = |key: &str| -> Value {
-        pod["spec"][key]
-            .as_array()
-            .map(|cs| {
+    let containers = |path: &str| -> Value {
+        pod.pointer(path)
+            .and_then(Value::as_array)
+            .map_or(Value::Null, |cs| {
                 cs.iter()
-                    .map(|c| json!([c["resources"], c["restartPolicy"]]))
+                    .map(|c| json!([c.get("resources"), c.get("restartPolicy")]))
                     .collect()
             })
-            .unwrap_or(Value::Null)
     };
     json!([
-        gantry_keys(&pod["metadata"]["labels"]),
-        gantry_keys(&pod["metadata"]["annotations"]),
-        containers("containers"),
-        containers("initContainers"),
-        pod["spec"]["overhead"],
-        pod["spec"]["nodeSelector"][POOL_LABEL],
+        gantry_keys("/metadata/labels"),
+        gantry_keys("/metadata/annotations"),
+        containers("/spec/containers"),
+        containers("/spec/initContainers"),
+        at("/spec/overhead"),
+        at(&format!("/spec/nodeSelector/{}", pointer(POOL_LABEL))),
     ])
 }
 
