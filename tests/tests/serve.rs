@@ -168,6 +168,17 @@ async fn a_reinvoked_mutation_changes_nothing() {
     // And a third time, for good measure.
     review["request"]["object"] = twice.clone();
     assert_eq!(mutated(&state, &review).await, twice);
+    // The validating webhook then sees the stored pod too.
+    let (_, body) = call(&state, "POST", "/admit", review.to_string().into_bytes()).await;
+    assert_eq!(json(&body)["response"]["allowed"], true);
+    // One pod, one decision counted: reinvocations and /admit after /mutate are not.
+    let m = metrics(&state).await;
+    let counted: u64 = m
+        .lines()
+        .filter(|l| l.starts_with("gantry_admission_decisions_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(counted, 1, "{m}");
 }
 
 #[tokio::test]

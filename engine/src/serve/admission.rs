@@ -22,6 +22,9 @@ pub struct Outcome {
     pub action: &'static str,
     pub reason: String,
     pub dry_run: bool,
+    /// The pod already carries this webhook's revision label: a reinvoked `/mutate`, or
+    /// `/admit` after `/mutate`. The decision was counted the first time.
+    pub repeat: bool,
 }
 
 /// A request the webhook cannot read at all (HTTP 400).
@@ -38,6 +41,24 @@ pub struct Context<'a> {
 }
 
 pub fn review(
+    ctx: &Context<'_>,
+    review: AdmissionReview,
+    mutate: bool,
+) -> Result<(ReviewResponse, Outcome), BadReview> {
+    let repeat = review.request.as_ref().is_some_and(|r| {
+        r.operation == "CREATE"
+            && r.object
+                .as_ref()
+                .and_then(|o| o.pointer(&format!("/metadata/labels/{}", pointer(REVISION_LABEL))))
+                .is_some()
+    });
+    judge(ctx, review, mutate).map(|(response, outcome)| (response, Outcome { repeat, ..outcome }))
+}
+
+/// The label `/mutate` sets to the policy revision that admitted the pod.
+const REVISION_LABEL: &str = "gantry.dev/policy-revision";
+
+fn judge(
     ctx: &Context<'_>,
     review: AdmissionReview,
     mutate: bool,
@@ -70,6 +91,7 @@ pub fn review(
         action,
         reason: reason.to_string(),
         dry_run,
+        repeat: false,
     };
     let operation = req.operation.as_str();
     if req.kind.kind != "Pod" || !matches!(operation, "CREATE" | "UPDATE") {
@@ -253,9 +275,7 @@ fn decision_inputs(pod: &Value) -> Value {
             .and_then(Value::as_object)
             .map(|o| {
                 o.iter()
-                    .filter(|(k, _)| {
-                        k.starts_with("gantry.dev/") && *k != "gantry.dev/policy-revision"
-                    })
+                    .filter(|(k, _)| k.starts_with("gantry.dev/") && *k != REVISION_LABEL)
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect::<serde_json::Map<_, _>>()
             })
@@ -303,7 +323,7 @@ fn patch_ops(
     }
     ops.push(json!({
         "op": "add",
-        "path": format!("/metadata/labels/{}", pointer("gantry.dev/policy-revision")),
+        "path": format!("/metadata/labels/{}", pointer(REVISION_LABEL)),
         "value": ctx.revision.replace(':', "-"),
     }));
     if !annotations.is_empty() {

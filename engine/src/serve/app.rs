@@ -150,7 +150,9 @@ fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) ->
         "an AdmissionReview",
         |ctx, parsed: AdmissionReview| match admission::review(ctx, parsed, mutate) {
             Ok((response, outcome)) => {
-                if !outcome.dry_run {
+                // Counted once per pod: dry runs, reinvocations and `/admit` after
+                // `/mutate` are answered but not counted again.
+                if !outcome.dry_run && !outcome.repeat {
                     state.metrics.decision(outcome.action, &outcome.reason);
                 }
                 Json(response).into_response()
