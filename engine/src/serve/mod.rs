@@ -354,26 +354,6 @@ impl Events {
     }
 }
 
-/// Watches `dir`; every change that is not a read sends on `changed`. The watcher lives
-/// as long as the returned value.
-pub fn watch_dir(
-    dir: &Path,
-    changed: tokio::sync::mpsc::UnboundedSender<()>,
-) -> Result<notify::RecommendedWatcher, String> {
-    use notify::Watcher;
-    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        // Reading the files (as a reload does) is not a change.
-        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
-            let _ = changed.send(());
-        }
-    })
-    .map_err(|e| format!("cannot watch `{}`: {e}", dir.display()))?;
-    watcher
-        .watch(dir, notify::RecursiveMode::Recursive)
-        .map_err(|e| format!("cannot watch `{}`: {e}", dir.display()))?;
-    Ok(watcher)
-}
-
 /// Watches the policy directory and reloads it on change, with no inventory ticks: the
 /// event loop with a fixed inventory, for tests and embedding. Runs until the runtime
 /// stops.

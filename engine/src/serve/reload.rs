@@ -62,7 +62,7 @@ impl std::fmt::Debug for PolicyWatch {
 impl PolicyWatch {
     /// Starts watching `dir`; every change that is not a read sends on `changed`.
     pub fn start(dir: &Path, changed: UnboundedSender<()>) -> Result<PolicyWatch, String> {
-        let watcher = super::watch_dir(dir, changed.clone())?;
+        let watcher = watch_dir(dir, changed.clone())?;
         Ok(PolicyWatch {
             dir: dir.to_path_buf(),
             changed,
@@ -86,7 +86,7 @@ impl PolicyWatch {
         if Some(now) == self.watched && self.watcher.is_some() {
             return false;
         }
-        match super::watch_dir(&self.dir, self.changed.clone()) {
+        match watch_dir(&self.dir, self.changed.clone()) {
             Ok(w) => {
                 self.watcher = Some(w);
                 self.watched = Some(now);
@@ -138,4 +138,24 @@ pub async fn stable_read(dir: &Path, changes: &mut UnboundedReceiver<()>) -> Opt
         "policy files are still changing; the current policy keeps serving until they settle"
     );
     None
+}
+
+/// Watches `dir`; every change that is not a read sends on `changed`. The watcher lives
+/// as long as the returned value.
+fn watch_dir(
+    dir: &Path,
+    changed: UnboundedSender<()>,
+) -> Result<notify::RecommendedWatcher, String> {
+    use notify::Watcher;
+    let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // Reading the files (as a reload does) is not a change.
+        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = changed.send(());
+        }
+    })
+    .map_err(|e| format!("cannot watch `{}`: {e}", dir.display()))?;
+    watcher
+        .watch(dir, notify::RecursiveMode::Recursive)
+        .map_err(|e| format!("cannot watch `{}`: {e}", dir.display()))?;
+    Ok(watcher)
 }

@@ -39,33 +39,28 @@ struct Amounts {
 }
 
 impl Amounts {
-    fn plus(&self, o: &Amounts) -> Amounts {
+    /// Resource by resource, `f` of the two amounts (a missing MIG profile counts 0).
+    fn combine(&self, o: &Amounts, f: fn(u64, u64) -> u64) -> Amounts {
         let mut mig = self.mig.clone();
         for (p, n) in &o.mig {
             let e = mig.entry(p.clone()).or_insert(0);
-            *e = e.saturating_add(*n);
+            *e = f(*e, *n);
         }
         Amounts {
-            cpu_milli: self.cpu_milli.saturating_add(o.cpu_milli),
-            memory_bytes: self.memory_bytes.saturating_add(o.memory_bytes),
-            gpus: self.gpus.saturating_add(o.gpus),
+            cpu_milli: f(self.cpu_milli, o.cpu_milli),
+            memory_bytes: f(self.memory_bytes, o.memory_bytes),
+            gpus: f(self.gpus, o.gpus),
             mig,
         }
     }
 
+    fn plus(&self, o: &Amounts) -> Amounts {
+        self.combine(o, u64::saturating_add)
+    }
+
     /// Resource by resource, the larger.
     fn max(&self, o: &Amounts) -> Amounts {
-        let mut mig = self.mig.clone();
-        for (p, n) in &o.mig {
-            let e = mig.entry(p.clone()).or_insert(0);
-            *e = (*e).max(*n);
-        }
-        Amounts {
-            cpu_milli: self.cpu_milli.max(o.cpu_milli),
-            memory_bytes: self.memory_bytes.max(o.memory_bytes),
-            gpus: self.gpus.max(o.gpus),
-            mig,
-        }
+        self.combine(o, u64::max)
     }
 }
 

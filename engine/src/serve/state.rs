@@ -298,14 +298,6 @@ impl AppState {
         self.reload_read(dir, read_policy(dir))
     }
 
-    /// Reloads only if the files differ from the running policy and from the last
-    /// refused attempt: the polling safety net for changes the watcher cannot see (a
-    /// directory deleted and made again, network file systems). `None`: nothing new.
-    pub fn reload_if_changed(&self, dir: &Path) -> Option<Result<String, String>> {
-        let read = read_policy(dir);
-        self.is_new(&read).then(|| self.reload_read(dir, read))
-    }
-
     /// Whether `read` differs from the running policy and from the last refused attempt.
     pub fn is_new(&self, read: &PolicyRead) -> bool {
         let last = self.reload_status();

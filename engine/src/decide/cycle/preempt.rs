@@ -685,9 +685,8 @@ impl<'a> Cycle<'a> {
             team: NO_OWN_VICTIMS,
             ..asker.clone()
         };
-        let shared = self.cost_index(shape, &usable, &shared_asker, None);
-        let own = (asker.team != NO_OWN_VICTIMS)
-            .then(|| self.cost_index(shape, &usable, asker, asker.team));
+        let shared = self.cost_index(shape, &usable, &shared_asker);
+        let own = (asker.team != NO_OWN_VICTIMS).then(|| self.cost_index(shape, &usable, asker));
         let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
         let mut plans: Vec<(usize, Cost)> = Vec::new();
         {
@@ -758,15 +757,15 @@ impl<'a> Cycle<'a> {
         Some(self.spare(js, shape, within, taken, placed))
     }
 
-    /// Brings the cost index for `shape` and `asker` up to date and returns its key. With
-    /// `own_team`, it covers only the nodes where that team has jobs of a lower tier than
-    /// the asker's (the overlay over the shared index); otherwise every usable node.
+    /// Brings the cost index for `shape` and `asker` up to date and returns its key. For an
+    /// asker with a team of its own (not [`NO_OWN_VICTIMS`]), it covers only the nodes
+    /// where that team has jobs of a lower tier (the overlay over the shared index);
+    /// otherwise every usable node.
     fn cost_index(
         &mut self,
         shape: &JobShape,
         usable: &dyn Fn(usize) -> bool,
         asker: &Asker,
-        own_team: Option<usize>,
     ) -> CostKey {
         let overlay = asker.team != NO_OWN_VICTIMS;
         let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
@@ -778,7 +777,7 @@ impl<'a> Cycle<'a> {
             None if overlay => {
                 let nodes: BTreeSet<usize> = self
                     .holders_of
-                    .get(&own_team)
+                    .get(&asker.team)
                     .into_iter()
                     .flatten()
                     .filter_map(|h| self.holders.get(*h))
