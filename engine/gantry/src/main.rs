@@ -1,4 +1,5 @@
 //! The `gantry` binary: a thin wrapper that hands arguments and standard streams to the CLI.
+//! A crate of its own so that crates the engine must not depend on can plug into it.
 
 fn main() -> std::process::ExitCode {
     // Standard output is buffered, not locked: `lsp` speaks JSON-RPC on it from other

@@ -22,8 +22,10 @@ fn gantry(args: &[&str], dir: &Path) -> Output {
 }
 
 fn repo() -> PathBuf {
+    // engine/gantry → the repository root.
     Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
+        .ancestors()
+        .nth(2)
         .unwrap()
         .to_path_buf()
 }
