@@ -1067,3 +1067,76 @@ fn a_diagnostic_on_a_very_long_line_is_reported_not_a_panic() {
         assert!(err.contains("no excerpt is drawn"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn serve_says_why_it_cannot_reach_a_cluster() {
+    let dir = tempdir("serve-kubeconfig");
+    let policy = repo().join("policies/onprem-dgx");
+    let policy = policy.to_str().unwrap();
+    let missing = dir.join("no-such-kubeconfig");
+    let out = gantry(
+        &[
+            "serve",
+            "--policy",
+            policy,
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+            missing.to_str().unwrap(),
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("kubeconfig") && err.contains("no-such-kubeconfig"),
+        "{err}"
+    );
+    // A fleet file and a cluster view are two inventories: refused, not guessed.
+    let out = gantry(
+        &[
+            "serve",
+            "--policy",
+            policy,
+            "--listen",
+            "127.0.0.1:0",
+            "--inventory",
+            "fleet.toml",
+            "--in-cluster",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("exclude each other"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A kubeconfig naming a server nobody answers on: it gives up after --sync-timeout.
+    let config = dir.join("kubeconfig");
+    std::fs::write(
+        &config,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n",
+    )
+    .unwrap();
+    let out = gantry(
+        &[
+            "serve",
+            "--policy",
+            policy,
+            "--listen",
+            "127.0.0.1:0",
+            "--kubeconfig",
+            config.to_str().unwrap(),
+            "--sync-timeout",
+            "2",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("still waiting for the first complete list") && err.contains("127.0.0.1:1"),
+        "{err}"
+    );
+}

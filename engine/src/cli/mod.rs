@@ -34,6 +34,9 @@ pub struct Io<'a> {
     pub interactive: bool,
     /// Standard input for `gantry fmt -`.
     pub stdin: Box<dyn std::io::Read + 'a>,
+    /// Starts a Kubernetes cluster view for `serve` (the `gantry` binary passes the
+    /// `cluster` crate's; without one, `serve --kubeconfig` says this build lacks it).
+    pub cluster: Option<std::sync::Arc<dyn crate::serve::state::ClusterConnector>>,
 }
 
 impl std::fmt::Debug for Io<'_> {
@@ -55,6 +58,7 @@ impl<'a> Io<'a> {
             color,
             interactive,
             stdin: Box::new(std::io::stdin()),
+            cluster: None,
         }
     }
 
@@ -66,6 +70,7 @@ impl<'a> Io<'a> {
             color: false,
             interactive: false,
             stdin: Box::new(std::io::empty()),
+            cluster: None,
         }
     }
 }
@@ -172,7 +177,7 @@ where
         Command::Simulate(args) => simulate::run(&args, io),
         Command::Diff(args) => diff::run(&args, io),
         Command::Test(args) => test::run(&args, io),
-        Command::Serve(args) => match crate::serve::run(&args) {
+        Command::Serve(args) => match crate::serve::run(&args, io.cluster.as_deref()) {
             Ok(()) => EXIT_OK,
             Err(e) => fail(io, e),
         },

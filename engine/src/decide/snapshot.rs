@@ -219,7 +219,24 @@ fn resolve(
     let (Some(n), Some(free)) = (fleet.nodes.get(node), state.nodes.get_mut(node)) else {
         return Err(format!("node `{}` is not in the fleet", p.node));
     };
+    resolve_member(n, node, free, mig_table, job, p)
+}
+
+/// One member's placement on node `n` (index `node`), taken from its free resources. A
+/// placement that names the node but no GPUs (what the Kubernetes API can say of a bound
+/// pod) takes its GPUs by count: see [`resolve_node_level`].
+pub fn resolve_member(
+    n: &crate::core::fleet::Node,
+    node: usize,
+    free: &mut crate::core::alloc::NodeFree,
+    mig_table: &MigTable,
+    job: &Job,
+    p: &crate::inventory::jobs_file::PlacedMember,
+) -> Result<Choice, String> {
     let member: &Request = &job.shape.member;
+    if p.gpus.is_empty() && member.num_gpu > 0 {
+        return resolve_node_level(n, node, free, mig_table, member, p.gpu_milli);
+    }
     if p.gpus.len() != member.num_gpu as usize {
         return Err(format!(
             "{} GPUs listed on {}, the job asks for {} per member",
@@ -303,4 +320,109 @@ fn resolve(
             mig_starts: p.mig_starts.clone(),
         },
     })
+}
+
+/// A node-level placement: the member holds `num_gpu` GPUs (or MIG instances) of node
+/// `node` without saying which. They are taken from the node's free state the way the
+/// placer would choose them (fullest GPU for shares, one NVLink island for whole GPUs,
+/// the MIG start that keeps most room), so the counts per node are exact; which indices
+/// stand for them is internal bookkeeping and never reported as the job's.
+fn resolve_node_level(
+    n: &crate::core::fleet::Node,
+    node: usize,
+    free: &mut crate::core::alloc::NodeFree,
+    mig_table: &MigTable,
+    member: &Request,
+    gpu_milli: Option<u32>,
+) -> Result<Choice, String> {
+    let request = Request {
+        gpu_milli: gpu_milli.unwrap_or(member.gpu_milli),
+        // The model was checked when the pod was placed; what runs there is what it got.
+        models: Vec::new(),
+        vram_mib: 0,
+        ..member.clone()
+    };
+    let workload = crate::core::frag::Workload::typical(&[]);
+    let ctx = crate::core::packing::Context {
+        strategy: crate::core::packing::Strategy::BestFit,
+        workload: &workload,
+        mig: mig_table,
+    };
+    if !crate::core::packing::feasible(&ctx, n, free, &request) {
+        return Err(format!(
+            "{} has no room left for this member ({}; {} CPU milli and {} MiB free)",
+            n.name,
+            crate::core::gang::describe(&request),
+            free.cpu_milli,
+            free.memory_mib
+        ));
+    }
+    let (_, on) = crate::core::packing::score(&ctx, n, free, &request, (0.0, 0.0));
+    crate::core::placer::take_on(&ctx, n, free, &request, &on);
+    Ok(Choice { node, on })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::fleet::Node;
+    use crate::inventory::jobs_file::PlacedMember;
+
+    fn job(id: &str, gpus: u32, node: &str) -> Job {
+        let mut j = Job {
+            id: id.into(),
+            placement: vec![PlacedMember {
+                node: node.into(),
+                gpus: Vec::new(),
+                gpu_milli: None,
+                mig_starts: Vec::new(),
+            }],
+            ..Job::default()
+        };
+        j.shape.members = 1;
+        j.shape.member.num_gpu = gpus;
+        j.shape.member.gpu_milli = MILLI;
+        j
+    }
+
+    #[test]
+    fn node_level_placements_take_gpus_by_count() {
+        let fleet = Fleet {
+            nodes: vec![Node::uniform("n0", 64_000, 512_000, 8, "H100-SXM5-80GB")],
+        };
+        let mig = MigTable::default();
+        let snapshot = Snapshot::build(
+            fleet.clone(),
+            vec![job("a", 5, "n0"), job("b", 3, "n0")],
+            Vec::new(),
+            &mig,
+        )
+        .unwrap_or_else(|e| unreachable!("{e:?}"));
+        let taken: Vec<usize> = snapshot
+            .jobs
+            .iter()
+            .flat_map(|j| j.running.iter().flat_map(|r| &r.members))
+            .flat_map(|c| c.on.gpus.clone())
+            .collect();
+        let mut distinct = taken.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 8, "no GPU counted twice: {taken:?}");
+        // A ninth GPU on an 8-GPU node is an error naming the job and the node.
+        let errors = Snapshot::build(
+            fleet,
+            vec![job("a", 5, "n0"), job("b", 4, "n0")],
+            Vec::new(),
+            &mig,
+        )
+        .err()
+        .unwrap_or_default();
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.job == "b" && e.message.contains("n0 has no room")),
+            "{errors:?}"
+        );
+    }
 }

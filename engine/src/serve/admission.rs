@@ -38,6 +38,8 @@ pub struct Context<'a> {
     pub fleet: &'a Fleet,
     pub mig: &'a MigTable,
     pub now: i64,
+    /// What is free once running jobs are counted (see [`super::occupancy`]).
+    pub occupancy: &'a super::occupancy::Occupancy,
 }
 
 pub fn review(

@@ -133,12 +133,14 @@ fn with_context<T: serde::de::DeserializeOwned>(
             "no policy or inventory loaded yet",
         );
     };
+    let occupancy = state.occupancy(&policy, &inventory);
     let ctx = Context {
         program: &policy.program,
         revision: &policy.revision,
         fleet: &inventory.fleet,
         mig: &policy.mig,
         now: state.now(),
+        occupancy: &occupancy,
     };
     handle(&ctx, parsed)
 }

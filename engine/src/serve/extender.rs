@@ -9,9 +9,10 @@
 //! no JSON tags: field names are PascalCase.
 
 use super::admission::Context as Ctx;
+use super::occupancy::Occupancy;
 use super::pod::{self, Pod};
-use crate::core::alloc::{ClusterState, NodeFree, Request};
-use crate::core::fleet::{Fleet, Node};
+use crate::core::alloc::{NodeFree, Request};
+use crate::core::fleet::{Fleet, Node, MILLI};
 use crate::core::frag::Workload;
 use crate::core::gang::JobShape;
 use crate::core::mig::MigTable;
@@ -75,9 +76,10 @@ enum Verdict {
     Never(String),
 }
 
-/// The job a pod stands for, with the policy's route applied; `Ok(None)` for a pod with
-/// no GPUs (every node passes); `Err` for a pod the policy refuses outright.
-fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<JobShape>, String> {
+/// The job a pod stands for, with the policy's route applied, and its team (the policy's
+/// default team when the pod names none); `Ok(None)` for a pod with no GPUs (every node
+/// passes); `Err` for a pod the policy refuses outright.
+fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<(JobShape, Option<String>)>, String> {
     let Some(mut job) = pod::job(pod, None, ctx.now)? else {
         return Ok(None);
     };
@@ -97,58 +99,49 @@ fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<JobShape>, String> {
     if let Some(reason) = crate::decide::unassigned_job(ctx.program, &js) {
         return Err(reason.message);
     }
+    let team = js.job.team;
     let mut shape = js.job.shape;
     if let Some((_, pool)) = verdict.routed {
         shape.pools = vec![pool];
     }
     crate::decide::apply_policy_topology(&mut shape, &ctx.program.placement);
-    Ok(Some(shape))
+    Ok(Some((shape, team)))
 }
 
 struct Judge<'a> {
     fleet: &'a Fleet,
-    by_name: BTreeMap<&'a str, usize>,
-    now: ClusterState,
-    empty: ClusterState,
+    occupancy: &'a Occupancy,
     workload: Workload,
     strategy: Strategy,
     mig: &'a MigTable,
+    /// Pools where the pod's team has a guarantee of its own: an unpinned pod goes there
+    /// first, as `decide` places it.
+    preferred_pools: Vec<String>,
 }
 
 impl<'a> Judge<'a> {
-    fn new(ctx: &Ctx<'a>, member: &Request) -> Judge<'a> {
-        let now = ClusterState::new(ctx.fleet, ctx.mig);
-        let mut empty = now.clone();
-        // Capacity as if every GPU were healthy and every MIG slot free: what a node
-        // could ever offer.
-        for (free, node) in empty.nodes.iter_mut().zip(&ctx.fleet.nodes) {
-            for (i, g) in node.gpus.iter().enumerate() {
-                if let Some(m) = free.gpu_milli.get_mut(i) {
-                    *m = if g.mig.is_none() {
-                        crate::core::fleet::MILLI
-                    } else {
-                        0
-                    };
-                }
-                if let Some(Some(slots)) = free.mig.get_mut(i) {
-                    *slots = 0;
-                }
-            }
-        }
+    fn new(ctx: &Ctx<'a>, shape: &JobShape, team: Option<&str>) -> Judge<'a> {
+        let preferred_pools = if shape.pools.is_empty() {
+            team.and_then(|t| ctx.program.teams.iter().find(|x| x.name == t))
+                .map(|t| {
+                    t.guaranteed
+                        .per_pool_milli
+                        .iter()
+                        .filter(|(_, m)| **m > 0)
+                        .map(|(p, _)| p.clone())
+                        .collect()
+                })
+                .unwrap_or_default()
+        } else {
+            Vec::new()
+        };
         Judge {
             fleet: ctx.fleet,
-            by_name: ctx
-                .fleet
-                .nodes
-                .iter()
-                .enumerate()
-                .map(|(i, n)| (n.name.as_str(), i))
-                .collect(),
-            now,
-            empty,
-            workload: Workload::typical(std::slice::from_ref(member)),
+            occupancy: ctx.occupancy,
+            workload: Workload::typical(std::slice::from_ref(&shape.member)),
             strategy: Strategy::from_policy(ctx.program.placement.packing),
             mig: ctx.mig,
+            preferred_pools,
         }
     }
 
@@ -161,14 +154,14 @@ impl<'a> Judge<'a> {
     }
 
     fn node(&self, name: &str) -> Option<(usize, &'a Node)> {
-        let i = *self.by_name.get(name)?;
+        let i = *self.occupancy.by_name.get(name)?;
         Some((i, self.fleet.nodes.get(i)?))
     }
 
     fn verdict(&self, name: &str, shape: &JobShape) -> Verdict {
         let Some((i, node)) = self.node(name) else {
             return Verdict::Never(format!(
-                "gantry: node {name} is not in gantry's inventory, so its GPUs are unknown"
+                "gantry: node {name} is not in gantry's inventory, so its GPUs are unknown (a fleet file lists only its own nodes; `gantry serve --kubeconfig` sees every node)"
             ));
         };
         let pool = node.pool.as_deref();
@@ -189,34 +182,62 @@ impl<'a> Judge<'a> {
         }
         let ctx = self.context();
         let member = &shape.member;
-        let fits = |state: &ClusterState| {
-            state
-                .nodes
-                .get(i)
-                .is_some_and(|free| packing::feasible(&ctx, node, free, member))
-        };
-        if !fits(&self.empty) {
+        // Capacity as if every GPU were healthy and every MIG slot free: what the node
+        // could ever offer.
+        let capacity = capacity(node);
+        if !packing::feasible(&ctx, node, &capacity, member) {
             return Verdict::Never(format!(
                 "gantry: never fits: {}",
-                shortfall(node, self.empty.nodes.get(i), member, false)
+                shortfall(node, Some(&capacity), member, false)
             ));
         }
-        if !fits(&self.now) {
+        if let Some(why) = self.occupancy.closed.get(&i) {
+            return Verdict::NotNow(format!("gantry: takes nothing new: {why}"));
+        }
+        let free = self.occupancy.free.nodes.get(i);
+        if !free.is_some_and(|f| packing::feasible(&ctx, node, f, member)) {
             return Verdict::NotNow(format!(
                 "gantry: does not fit now: {}",
-                shortfall(node, self.now.nodes.get(i), member, true)
+                shortfall(node, free, member, true)
             ));
         }
         Verdict::Fits
     }
 
-    /// The strategy's score of a node that fits (higher is better).
-    fn score(&self, name: &str, member: &Request) -> Option<packing::Score> {
+    /// The node's rank key for a pod that fits (higher is better): its pool's preference
+    /// first, then the strategy's score.
+    fn score(&self, name: &str, member: &Request) -> Option<(bool, packing::Score)> {
         let (i, node) = self.node(name)?;
-        let free = self.now.nodes.get(i)?;
+        let free = self.occupancy.free.nodes.get(i)?;
         let ctx = self.context();
         let before = packing::node_state(&ctx, node, free);
-        Some(packing::score(&ctx, node, free, member, before).0)
+        let preferred = node
+            .pool
+            .as_ref()
+            .is_some_and(|p| self.preferred_pools.contains(p));
+        Some((
+            preferred,
+            packing::score(&ctx, node, free, member, before).0,
+        ))
+    }
+}
+
+/// What `node` could ever offer: every GPU healthy and free, every MIG slot free.
+fn capacity(node: &Node) -> NodeFree {
+    NodeFree {
+        cpu_milli: node.cpu_milli,
+        memory_mib: node.memory_mib,
+        gpu_milli: node
+            .gpus
+            .iter()
+            .map(|g| if g.mig.is_none() { MILLI } else { 0 })
+            .collect(),
+        mig: node
+            .gpus
+            .iter()
+            .map(|g| g.mig.as_ref().map(|_| 0))
+            .collect(),
+        vram_mib: node.gpus.iter().map(|g| g.memory_mib).collect(),
     }
 }
 
@@ -328,8 +349,8 @@ pub fn filter(ctx: &Ctx<'_>, args: ExtenderArgs) -> Result<FilterResult, String>
             }
         }
         Ok(None) => keep = names,
-        Ok(Some(shape)) => {
-            let judge = Judge::new(ctx, &shape.member);
+        Ok(Some((shape, team))) => {
+            let judge = Judge::new(ctx, &shape, team.as_deref());
             for n in names {
                 match judge.verdict(&n, &shape) {
                     Verdict::Fits => keep.push(n),
@@ -354,19 +375,21 @@ pub fn filter(ctx: &Ctx<'_>, args: ExtenderArgs) -> Result<FilterResult, String>
     Ok(result)
 }
 
-/// Scores 0..=10 by rank under the policy's packing strategy: the best node gets 10, the
-/// worst fitting one 1 (all 10 when they tie); nodes that do not fit get 0.
+/// Scores 0..=10 by rank — nodes in the pools where the pod's team is guaranteed GPUs
+/// first (for a pod pinned to no pool), then the policy's packing strategy on what the
+/// running pods leave free: the best node gets 10, the worst fitting one 1 (all 10 when
+/// they tie); nodes that do not fit get 0.
 pub fn prioritize(ctx: &Ctx<'_>, args: ExtenderArgs) -> Result<Vec<HostPriority>, String> {
     let names = candidates(&args);
     let pod = read_pod(&args)?;
-    let Some(shape) = job_shape(ctx, &pod)? else {
+    let Some((shape, team)) = job_shape(ctx, &pod)? else {
         return Ok(names
             .into_iter()
             .map(|host| HostPriority { host, score: 0 })
             .collect());
     };
-    let judge = Judge::new(ctx, &shape.member);
-    let scores: Vec<Option<packing::Score>> = names
+    let judge = Judge::new(ctx, &shape, team.as_deref());
+    let scores: Vec<Option<(bool, packing::Score)>> = names
         .iter()
         .map(|n| {
             (judge.verdict(n, &shape) == Verdict::Fits)
@@ -374,7 +397,7 @@ pub fn prioritize(ctx: &Ctx<'_>, args: ExtenderArgs) -> Result<Vec<HostPriority>
                 .flatten()
         })
         .collect();
-    let mut distinct: Vec<packing::Score> = scores.iter().flatten().copied().collect();
+    let mut distinct: Vec<(bool, packing::Score)> = scores.iter().flatten().copied().collect();
     distinct.sort_unstable();
     distinct.dedup();
     let steps = distinct.len().saturating_sub(1) as i64;

@@ -10,6 +10,7 @@ pub mod extender;
 pub mod json_errors;
 pub mod listen;
 pub mod metrics;
+pub mod occupancy;
 pub mod plan_worker;
 pub mod pod;
 pub mod quantity;
@@ -19,7 +20,9 @@ pub mod state;
 pub mod tls;
 
 use crate::inventory::nvml::probe::{HostInfo, NvmlProbe};
-use state::{AppState, FleetFile, InventorySource, NvmlInventory};
+use state::{
+    AppState, ClusterConnector, ClusterOptions, FleetFile, InventorySource, NvmlInventory,
+};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +30,8 @@ use std::time::Duration;
 
 /// Changes closer together than this are one reload (editors write in several steps).
 const DEBOUNCE: Duration = Duration::from_millis(150);
+/// Cluster changes closer together than this are one inventory read.
+const CLUSTER_DEBOUNCE: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum, PartialEq, Eq)]
 pub enum LogFormat {
@@ -39,9 +44,24 @@ pub struct ServeArgs {
     /// The policy directory to serve and watch.
     #[arg(long, default_value = "policies/onprem-dgx")]
     pub policy: PathBuf,
-    /// `auto` (NVML when it loads, else the fleet file), `nvml`, or a fleet file.
+    /// `auto` (NVML when it loads, else the fleet file), `nvml`, `kubernetes` (the
+    /// cluster's Nodes and Pods, watched; config from $KUBECONFIG, ~/.kube/config or the
+    /// in-cluster service account), or a fleet file.
     #[arg(long, default_value = "auto")]
     pub inventory: String,
+    /// Watch the cluster this kubeconfig points at (implies `--inventory kubernetes`).
+    #[arg(long, conflicts_with = "in_cluster")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Watch the cluster gantry runs in, with its pod's service account (implies
+    /// `--inventory kubernetes`).
+    #[arg(long)]
+    pub in_cluster: bool,
+    /// The node label naming a node's pool in the cluster view.
+    #[arg(long, default_value = pod::POOL_LABEL)]
+    pub pool_label: String,
+    /// Seconds to wait for the first complete list of nodes and pods.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub sync_timeout: u64,
     /// The fleet file `auto` falls back to; default: `fleet.toml` in the policy directory.
     #[arg(long)]
     pub fleet: Option<PathBuf>,
@@ -78,6 +98,42 @@ fn now() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+impl ServeArgs {
+    /// How to reach the cluster, when the inventory is the cluster view.
+    pub fn cluster_options(&self) -> Option<ClusterOptions> {
+        let wanted = self.kubeconfig.is_some() || self.in_cluster || self.inventory == "kubernetes";
+        wanted.then(|| ClusterOptions {
+            kubeconfig: self.kubeconfig.clone(),
+            in_cluster: self.in_cluster,
+            pool_label: self.pool_label.clone(),
+            sync_timeout: Duration::from_secs(self.sync_timeout),
+        })
+    }
+}
+
+/// The inventory source: the cluster view when asked for (through `cluster`, which this
+/// crate cannot build itself), else what `--inventory` names.
+async fn source(
+    args: &ServeArgs,
+    cluster: Option<&dyn ClusterConnector>,
+) -> Result<Arc<dyn InventorySource>, String> {
+    let Some(options) = args.cluster_options() else {
+        return inventory_source(args);
+    };
+    if !matches!(args.inventory.as_str(), "auto" | "kubernetes") {
+        return Err(format!(
+            "--inventory {} and a cluster view (--kubeconfig, --in-cluster) exclude each other",
+            args.inventory
+        ));
+    }
+    let Some(connector) = cluster else {
+        return Err(
+            "this build of gantry has no Kubernetes support; run the `gantry` binary".into(),
+        );
+    };
+    connector.connect(&options).await
 }
 
 /// The inventory source `--inventory` names; `auto` says in the log why it fell back.
@@ -122,8 +178,9 @@ fn init_logs(format: LogFormat) {
     };
 }
 
-/// Runs the service until SIGINT or SIGTERM. Returns the exit code.
-pub fn run(args: &ServeArgs) -> Result<(), String> {
+/// Runs the service until SIGINT or SIGTERM; `cluster` starts the cluster view when
+/// the arguments ask for one.
+pub fn run(args: &ServeArgs, cluster: Option<&dyn ClusterConnector>) -> Result<(), String> {
     if !args.listen.ip().is_loopback() && !args.insecure_http && args.tls_cert.is_none() {
         return Err(format!(
             "{} is not a loopback address: Kubernetes calls webhooks over HTTPS only. Give --tls-cert and --tls-key, or put a TLS proxy in front and pass --insecure-http",
@@ -142,15 +199,15 @@ pub fn run(args: &ServeArgs) -> Result<(), String> {
     state
         .reload_policy(&args.policy)
         .map_err(|e| format!("policy `{}`: {e}", args.policy.display()))?;
-    let source = inventory_source(args)?;
-    state
-        .refresh_inventory(source.as_ref())
-        .map_err(|e| format!("inventory {}: {e}", source.name()))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async {
+        let source = source(args, cluster).await?;
+        state
+            .refresh_inventory(source.as_ref())
+            .map_err(|e| format!("inventory {}: {e}", source.name()))?;
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
@@ -229,6 +286,8 @@ async fn shutdown() {
 enum Event {
     PolicyChanged,
     InventoryTick,
+    /// The cluster view saw nodes or pods change.
+    ClusterChanged,
     /// The policy directory was gone or replaced: look for it again.
     Rewatch,
     Shutdown,
@@ -271,9 +330,11 @@ impl Events {
         let mut recheck = tokio::time::interval(reload::REWATCH_EVERY);
         recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut lost = false;
+        let mut cluster = self.source.as_ref().and_then(|s| s.changes());
         loop {
             let event = tokio::select! {
                 Some(()) = changes.recv() => Event::PolicyChanged,
+                () = changed(&mut cluster) => Event::ClusterChanged,
                 _ = ticks.tick() => Event::InventoryTick,
                 _ = recheck.tick(), if lost => Event::Rewatch,
                 () = &mut shutdown => Event::Shutdown,
@@ -288,6 +349,11 @@ impl Events {
                     }
                 }
                 Event::InventoryTick => self.tick(&mut changes).await,
+                Event::ClusterChanged => {
+                    // A burst of watch events (a rollout, a node joining) is one read.
+                    tokio::time::sleep(CLUSTER_DEBOUNCE).await;
+                    self.refresh_inventory().await;
+                }
                 Event::Rewatch => {
                     if let Some(w) = watch.as_mut() {
                         w.rewatch();
@@ -324,20 +390,7 @@ impl Events {
                 }
             }
         }
-        if let Some(source) = &self.source {
-            let (state, reader) = (self.state.clone(), source.clone());
-            let result =
-                tokio::task::spawn_blocking(move || state.refresh_inventory(reader.as_ref())).await;
-            match result {
-                Ok(Ok(())) => {}
-                Ok(Err(error)) => tracing::error!(
-                    %error,
-                    source = %source.name(),
-                    "inventory read failed; the last good inventory stays in use"
-                ),
-                Err(error) => tracing::error!(%error, "inventory read failed"),
-            }
-        }
+        self.refresh_inventory().await;
         if let Some(certificates) = &self.certificates {
             match certificates.refresh() {
                 Ok(false) => {}
@@ -351,6 +404,40 @@ impl Events {
                 }
             }
         }
+    }
+}
+
+impl Events {
+    async fn refresh_inventory(&self) {
+        let Some(source) = &self.source else {
+            return;
+        };
+        let (state, reader) = (self.state.clone(), source.clone());
+        let result =
+            tokio::task::spawn_blocking(move || state.refresh_inventory(reader.as_ref())).await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => tracing::error!(
+                %error,
+                source = %source.name(),
+                "inventory read failed; the last good inventory stays in use"
+            ),
+            Err(error) => tracing::error!(%error, "inventory read failed"),
+        }
+    }
+}
+
+/// Resolves when the cluster view reports a change; never for a source without one
+/// (or one whose watch ended).
+async fn changed(cluster: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    match cluster {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                *cluster = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
     }
 }
 

@@ -7,7 +7,7 @@
 use crate::core::alloc::Request;
 use crate::core::fleet::MILLI;
 use crate::core::gang::JobShape;
-use crate::inventory::jobs_file::Job;
+use crate::inventory::jobs_file::{Job, PlacedMember};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -96,6 +96,17 @@ pub struct Pod {
     pub metadata: Metadata,
     #[serde(default)]
     pub spec: PodSpec,
+    #[serde(default)]
+    pub status: PodStatus,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    /// `Pending`, `Running`, `Succeeded`, `Failed` or `Unknown`.
+    pub phase: Option<String>,
+    /// RFC 3339, set when the kubelet accepted the pod.
+    pub start_time: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -106,6 +117,8 @@ pub struct Metadata {
     pub namespace: Option<String>,
     pub labels: Option<BTreeMap<String, String>>,
     pub annotations: Option<BTreeMap<String, String>>,
+    /// RFC 3339.
+    pub creation_timestamp: Option<String>,
     /// Set once the pod is being deleted.
     pub deletion_timestamp: Option<String>,
 }
@@ -123,6 +136,8 @@ pub struct PodSpec {
     pub tolerations: Option<Vec<serde_json::Value>>,
     pub priority_class_name: Option<String>,
     pub priority: Option<i64>,
+    /// The node the pod is bound to.
+    pub node_name: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -191,17 +206,90 @@ fn duration_s(raw: &str) -> Option<u64> {
     n.checked_mul(factor)
 }
 
+/// Whole GPUs or MIG instances (count, profile) the pod asks for; `(0, None)` for none.
+fn gpus_asked(a: &super::resources::Asks) -> Result<(u32, Option<String>), String> {
+    match &a.mig {
+        Some((profile, n)) if a.gpus == 0 => Ok(((*n).max(1), Some(profile.clone()))),
+        Some(_) => Err("a pod asks for whole GPUs and MIG instances; ask for one kind".into()),
+        None => Ok((a.gpus, None)),
+    }
+}
+
+/// An RFC 3339 time in Unix seconds.
+pub fn unix_seconds(rfc3339: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+/// Whether the pod is bound to a node and has not finished: it holds what it asked for.
+pub fn holds_resources(pod: &Pod) -> Option<&str> {
+    let node = pod.spec.node_name.as_deref().filter(|n| !n.is_empty())?;
+    match pod.status.phase.as_deref() {
+        Some("Succeeded" | "Failed") => None,
+        _ => Some(node),
+    }
+}
+
+/// A pod bound to a node and not finished, as a running one-member job: its GPUs (or MIG
+/// instances) counted on the node by number — the API does not say which device the
+/// device plugin gave it — and its CPU and memory, GPU or not. `None` for a pod that
+/// holds nothing (not bound, or finished).
+pub fn bound_job(pod: &Pod) -> Result<Option<Job>, String> {
+    let Some(node) = holds_resources(pod) else {
+        return Ok(None);
+    };
+    let a = super::resources::asks(pod)?;
+    let (gpus, mig) = gpus_asked(&a)?;
+    let started_at = pod
+        .status
+        .start_time
+        .as_deref()
+        .or(pod.metadata.creation_timestamp.as_deref())
+        .and_then(unix_seconds);
+    Ok(Some(Job {
+        id: pod.id(None),
+        namespace: pod.metadata.namespace.clone(),
+        team: pod.attribute("team").map(str::to_string),
+        tier: pod.attribute("tier").map(str::to_string),
+        shape: JobShape {
+            members: 1,
+            member: Request {
+                cpu_milli: a.cpu_milli,
+                memory_mib: a.memory_mib,
+                num_gpu: gpus,
+                gpu_milli: MILLI,
+                models: Vec::new(),
+                vram_mib: 0,
+                mig_profile: mig,
+            },
+            ..JobShape::default()
+        },
+        submitted_at: pod
+            .metadata
+            .creation_timestamp
+            .as_deref()
+            .and_then(unix_seconds),
+        checkpoint_interval_s: pod.attribute("checkpoint-interval").and_then(duration_s),
+        interactive: pod.attribute("interactive") == Some("true"),
+        placement: vec![PlacedMember {
+            node: node.to_string(),
+            gpus: Vec::new(),
+            gpu_milli: None,
+            mig_starts: Vec::new(),
+        }],
+        started_at,
+        ..Job::default()
+    }))
+}
+
 /// The job a GPU pod stands for; `None` for a pod without GPUs or MIG instances.
 pub fn job(pod: &Pod, namespace: Option<&str>, now: i64) -> Result<Option<Job>, String> {
     let a = super::resources::asks(pod)?;
-    let (gpus, mig) = match &a.mig {
-        Some((profile, n)) if a.gpus == 0 => ((*n).max(1), Some(profile.clone())),
-        Some(_) => {
-            return Err("a pod asks for whole GPUs and MIG instances; ask for one kind".into())
-        }
-        None if a.gpus == 0 => return Ok(None),
-        None => (a.gpus, None),
-    };
+    let (gpus, mig) = gpus_asked(&a)?;
+    if gpus == 0 {
+        return Ok(None);
+    }
     let vram_mib = match pod.attribute("vram") {
         None => 0,
         Some(v) => {

@@ -2,9 +2,11 @@
 //! on a bad one), the last reload's outcome, the inventory and the metrics.
 
 use super::metrics::Metrics;
+use super::occupancy::Occupancy;
 use crate::cli::{files, policy};
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
+use crate::inventory::jobs_file::Job;
 use crate::inventory::nvml::probe::NvmlProbe;
 use crate::inventory::nvml::{self, HostReading};
 use crate::inventory::{catalog, fleet_file};
@@ -97,13 +99,49 @@ fn git_commit(dir: &Path) -> Option<String> {
 pub struct Seen {
     pub fleet: Fleet,
     pub notes: Vec<String>,
+    /// What already runs on the fleet (bound pods of a cluster view), with node-level
+    /// placements; empty for NVML and fleet files, which see no workload.
+    pub running: Vec<Job>,
+    /// Nodes that take nothing new, with why (cordoned, NotReady, a node-condition taint).
+    pub closed: BTreeMap<String, String>,
 }
 
-/// Where GPUs are seen: NVML on this machine, or a fleet file.
+/// Where GPUs are seen: NVML on this machine, a fleet file, or a Kubernetes cluster.
 pub trait InventorySource: Send + Sync {
-    /// `nvml` or `file:PATH`.
+    /// `nvml`, `file:PATH` or `kubernetes:SERVER`.
     fn name(&self) -> String;
     fn read(&self) -> Result<Seen, String>;
+    /// For a source that knows when it changed (a cluster watch): a counter bumped on
+    /// every change, so the service re-reads at once instead of at the next tick.
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+}
+
+/// Starts a cluster view: the `cluster` crate's Kubernetes watches, kept out of this
+/// crate so the engine builds and tests without the Kubernetes API types.
+pub trait ClusterConnector: Send + Sync {
+    /// Connects, lists nodes and pods, and returns the view once it holds a first
+    /// complete list (or why it could not: no kubeconfig, refused by RBAC, timed out).
+    fn connect<'a>(&'a self, options: &'a ClusterOptions) -> Connecting<'a>;
+}
+
+/// A cluster view on its way: resolves once the first lists are in.
+pub type Connecting<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<Arc<dyn InventorySource>, String>> + Send + 'a>,
+>;
+
+/// How to reach the cluster and read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterOptions {
+    /// A kubeconfig file; `None` with `in_cluster` false means kube's own inference
+    /// (`$KUBECONFIG`, `~/.kube/config`, then the in-cluster service account).
+    pub kubeconfig: Option<PathBuf>,
+    pub in_cluster: bool,
+    /// The node label that names a node's pool.
+    pub pool_label: String,
+    /// How long to wait for the first complete list of nodes and pods.
+    pub sync_timeout: std::time::Duration,
 }
 
 /// A fleet file as the inventory.
@@ -120,7 +158,7 @@ impl InventorySource for FleetFile {
             fleet_file::parse(&name, &text, catalog::stdlib_models()).map_err(|e| e.to_string())?;
         Ok(Seen {
             fleet,
-            notes: Vec::new(),
+            ..Seen::default()
         })
     }
 }
@@ -158,7 +196,11 @@ impl InventorySource for NvmlInventory {
         let reading = self.probe.read()?;
         let (fleet, notes) =
             nvml::fleet_from_reading(&reading, catalog::stdlib_models(), self.pool.as_deref());
-        Ok(Seen { fleet, notes })
+        Ok(Seen {
+            fleet,
+            notes,
+            ..Seen::default()
+        })
     }
 }
 
@@ -170,6 +212,13 @@ pub struct Inventory {
     /// The last read's error; the fleet is then the one from the last good read.
     pub error: Option<String>,
     pub notes: Vec<String>,
+    /// Jobs running on the fleet (a cluster view's bound pods).
+    pub running: Arc<Vec<Job>>,
+    /// Nodes that take nothing new, with why.
+    pub closed: Arc<BTreeMap<String, String>>,
+    /// Bumped whenever fleet, running jobs or closed nodes change: the key of the
+    /// occupancy computed from them.
+    pub generation: u64,
 }
 
 impl Inventory {
@@ -207,6 +256,9 @@ pub struct AppState {
     pub plan_deadline: std::time::Duration,
     /// `/v1/status` with absolute paths and policy source excerpts (`--status-detail`).
     pub status_detail: bool,
+    /// The occupancy of the current inventory under the current policy, built on first
+    /// use after either changes.
+    occupancy: Mutex<Option<Arc<Occupancy>>>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -227,6 +279,7 @@ impl AppState {
             plan_slot: Arc::new(tokio::sync::Semaphore::new(1)),
             plan_deadline: super::app::PLAN_DEADLINE,
             status_detail: false,
+            occupancy: Mutex::new(None),
         }
     }
 
@@ -248,6 +301,36 @@ impl AppState {
         }
     }
 
+    /// What is free on `inventory` under `policy`: the cached occupancy when it was built
+    /// for this inventory generation and policy revision, else a new one (built once;
+    /// concurrent callers wait for it rather than building it again).
+    pub fn occupancy(&self, policy: &LoadedPolicy, inventory: &Inventory) -> Arc<Occupancy> {
+        let key = (inventory.generation, policy.revision.clone());
+        let mut slot = match self.occupancy.lock() {
+            Ok(s) => s,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(o) = slot.as_ref().filter(|o| o.key == key) {
+            return o.clone();
+        }
+        let built = Arc::new(Occupancy::build(
+            key,
+            &inventory.fleet,
+            &inventory.running,
+            &inventory.closed,
+            &policy.mig,
+        ));
+        if !built.problems.is_empty() {
+            tracing::warn!(
+                problems = built.problems.len(),
+                first = %built.problems.first().map(String::as_str).unwrap_or(""),
+                "running pods that do not fit their node as gantry knows it; those nodes count as full"
+            );
+        }
+        *slot = Some(built.clone());
+        built
+    }
+
     pub fn set_inventory(&self, inventory: Inventory) {
         match self.inventory.write() {
             Ok(mut slot) => *slot = Some(inventory),
@@ -262,14 +345,24 @@ impl AppState {
         let now = self.now();
         let result = source.read();
         self.metrics.inventory_read(result.is_ok());
-        let next = match (result, self.inventory()) {
-            (Ok(seen), _) => Inventory {
-                fleet: Arc::new(seen.fleet),
-                source: source.name(),
-                read_at: now,
-                error: None,
-                notes: seen.notes,
-            },
+        let last = self.inventory();
+        let next = match (result, last.clone()) {
+            (Ok(seen), last) => {
+                let same = last.as_ref().is_some_and(|l| {
+                    *l.fleet == seen.fleet && *l.running == seen.running && *l.closed == seen.closed
+                });
+                let generation = last.as_ref().map_or(0, |l| l.generation);
+                Inventory {
+                    fleet: Arc::new(seen.fleet),
+                    source: source.name(),
+                    read_at: now,
+                    error: None,
+                    notes: seen.notes,
+                    running: Arc::new(seen.running),
+                    closed: Arc::new(seen.closed),
+                    generation: if same { generation } else { generation + 1 },
+                }
+            }
             (Err(e), Some(last)) => {
                 let kept = Inventory {
                     error: Some(e.clone()),
@@ -280,9 +373,7 @@ impl AppState {
             }
             (Err(e), None) => return Err(e),
         };
-        let changed = self
-            .inventory()
-            .is_none_or(|last| last.fleet != next.fleet || last.notes != next.notes);
+        let changed = last.is_none_or(|last| last.fleet != next.fleet || last.notes != next.notes);
         if changed {
             for note in &next.notes {
                 tracing::warn!(%note, source = %next.source, "inventory");

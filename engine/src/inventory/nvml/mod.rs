@@ -100,7 +100,11 @@ const MIB: u64 = 1024 * 1024;
 
 /// The catalog model for an NVML product name: the same `product`, the closest memory when
 /// several share it. Unknown products keep NVML's name as the model, without `NVIDIA `.
-fn model_for(name: &str, memory_mib: Option<u64>, models: &[GpuModel]) -> (String, Option<u64>) {
+pub fn model_for(
+    name: &str,
+    memory_mib: Option<u64>,
+    models: &[GpuModel],
+) -> (String, Option<u64>) {
     let matching = models.iter().filter(|m| {
         m.product
             .as_deref()

@@ -1,0 +1,136 @@
+//! The view's caches: every node and every unfinished pod, already converted, kept by name
+//! and updated by watch events the way a reflector's store is (a relist replaces the
+//! whole cache at once, so a reader never sees half of one). Full API objects are not
+//! kept: 50,000 pods would hold gigabytes the engine never reads.
+
+use crate::nodes::NodeSeen;
+use crate::pods::PodSeen;
+use engine::inventory::jobs_file::Job;
+use engine::serve::state::Seen;
+use std::collections::BTreeMap;
+
+/// One kind's cache: objects by key, and the relist in progress.
+#[derive(Debug)]
+pub struct Cache<T> {
+    pub objects: BTreeMap<String, T>,
+    relist: Option<BTreeMap<String, T>>,
+    /// A first complete list has been applied.
+    pub synced: bool,
+}
+
+impl<T> Default for Cache<T> {
+    fn default() -> Self {
+        Cache {
+            objects: BTreeMap::new(),
+            relist: None,
+            synced: false,
+        }
+    }
+}
+
+/// A watch event, converted: the watcher's `Event` without the API type.
+#[derive(Debug)]
+pub enum Change<T> {
+    /// A (re)list starts.
+    Init,
+    InitApply(String, T),
+    /// The list is complete: it replaces the cache.
+    InitDone,
+    Apply(String, T),
+    Delete(String),
+}
+
+impl<T> Cache<T> {
+    /// Applies one change; returns whether what readers see changed.
+    pub fn apply(&mut self, change: Change<T>) -> bool {
+        match change {
+            Change::Init => {
+                self.relist = Some(BTreeMap::new());
+                false
+            }
+            Change::InitApply(key, value) => {
+                self.relist
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(key, value);
+                false
+            }
+            Change::InitDone => {
+                self.objects = self.relist.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+            Change::Apply(key, value) => {
+                self.objects.insert(key, value);
+                true
+            }
+            Change::Delete(key) => self.objects.remove(&key).is_some(),
+        }
+    }
+}
+
+/// Both caches.
+#[derive(Debug, Default)]
+pub struct Stores {
+    pub nodes: Cache<NodeSeen>,
+    pub pods: Cache<PodSeen>,
+}
+
+/// How many problems are listed by name in the notes; the rest are counted.
+const NOTES_SHOWN: usize = 10;
+
+impl Stores {
+    /// The fleet (nodes with GPUs, by name), what runs on it, closed nodes and notes.
+    /// `Err` until both caches hold a complete first list.
+    pub fn seen(&self) -> Result<Seen, String> {
+        if !self.nodes.synced || !self.pods.synced {
+            return Err(format!(
+                "waiting for the first complete list of {}",
+                match (self.nodes.synced, self.pods.synced) {
+                    (false, false) => "nodes and pods",
+                    (false, true) => "nodes",
+                    _ => "pods",
+                }
+            ));
+        }
+        let mut seen = Seen::default();
+        for n in self.nodes.objects.values().filter(|n| n.has_gpus()) {
+            seen.fleet.nodes.push(n.node.clone());
+            if let Some(why) = &n.closed {
+                seen.closed.insert(n.node.name.clone(), why.clone());
+            }
+            seen.notes.extend(n.notes.iter().cloned());
+        }
+        let gpu_node = |name: &str| self.nodes.objects.get(name).is_some_and(NodeSeen::has_gpus);
+        let mut unreadable = Vec::new();
+        for (key, p) in &self.pods.objects {
+            match p {
+                PodSeen::Holds(job) if job.placement.iter().all(|m| gpu_node(&m.node)) => {
+                    seen.running.push(Job::clone(job));
+                }
+                PodSeen::Unreadable { node, error } if gpu_node(node) => {
+                    unreadable.push(format!("pod {key} on {node}: {error}"));
+                }
+                _ => {}
+            }
+        }
+        if !unreadable.is_empty() {
+            // The scheduler counts these pods; gantry cannot: their nodes take nothing new.
+            for p in &self.pods.objects {
+                if let (key, PodSeen::Unreadable { node, .. }) = p {
+                    if gpu_node(node) {
+                        seen.closed.entry(node.clone()).or_insert_with(|| {
+                            format!("pod {key} holds resources gantry cannot read")
+                        });
+                    }
+                }
+            }
+            let more = unreadable.len().saturating_sub(NOTES_SHOWN);
+            seen.notes.extend(unreadable.into_iter().take(NOTES_SHOWN));
+            if more > 0 {
+                seen.notes
+                    .push(format!("{more} more bound pods with unreadable requests"));
+            }
+        }
+        Ok(seen)
+    }
+}
