@@ -99,7 +99,9 @@ fn pods() -> Vec<Pod> {
             ));
         }
     }
-    let mut free: Vec<u32> = (0..NODES).map(|i| if i % 25 == 24 { 4 } else { 8 }).collect();
+    let mut free: Vec<u32> = (0..NODES)
+        .map(|i| if i % 25 == 24 { 4 } else { 8 })
+        .collect();
     let mut mig_free: Vec<u32> = (0..NODES).map(|_| 4).collect();
     let mut next = 0usize;
     let mut k = 0usize;
@@ -175,7 +177,8 @@ fn main() {
         s.nodes.apply(Change::Init);
         for n in &node_objects {
             let seen = nodes::node(n, "gantry.dev/pool").unwrap();
-            s.nodes.apply(Change::InitApply(seen.node.name.clone(), seen));
+            s.nodes
+                .apply(Change::InitApply(seen.node.name.clone(), seen));
         }
         s.nodes.apply(Change::InitDone);
         s.pods.apply(Change::Init);
@@ -227,7 +230,9 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let names: Vec<String> = (0..CANDIDATES).map(|i| format!("gpu-{:05}", (i * 10) % NODES)).collect();
+    let names: Vec<String> = (0..CANDIDATES)
+        .map(|i| format!("gpu-{:05}", (i * 10) % NODES))
+        .collect();
     let args = json!({
         "Pod": {"metadata": {"name": "p", "namespace": "research", "labels": {"gantry.dev/team": "research"}},
                 "spec": {"containers": [{"name": "main", "resources": {

@@ -367,6 +367,8 @@ async fn status(State(state): State<Arc<AppState>>) -> Response {
             "read_at": i.read_at,
             "nodes": i.fleet.nodes.len(),
             "gpus": i.fleet.gpu_count(),
+            "running_jobs": i.running.len(),
+            "closed_nodes": i.closed.as_ref(),
             "error": i.error.as_deref().map(shown),
             "notes": i.notes.iter().map(|n| shown(n)).collect::<Vec<_>>(),
         })

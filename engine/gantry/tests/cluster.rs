@@ -1,0 +1,173 @@
+//! `gantry serve --kubeconfig` as a user runs it, against the in-process API server of
+//! the cluster crate's tests: it lists the cluster, becomes ready, answers the extender
+//! from the bound pods, and follows a pod bound later without a restart.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+#[path = "../../cluster/tests/apiserver/mod.rs"]
+mod apiserver;
+
+use apiserver::{FakeApi, Kind};
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Killed(Child);
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.0 request; the status and the JSON body.
+fn http(port: u16, method: &str, path: &str, body: &str) -> Option<(u16, Value)> {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let code = out.split(' ').nth(1)?.parse().ok()?;
+    let json = out.split_once("\r\n\r\n").map(|(_, b)| b)?;
+    Some((code, serde_json::from_str(json).unwrap_or(Value::Null)))
+}
+
+fn fixture(name: &str) -> Vec<Value> {
+    let path = format!(
+        "{}/../cluster/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let list: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    list["items"].as_array().unwrap().clone()
+}
+
+const POLICY: &str = r#"
+use std.nodes.{dgx_h100, dgx_a100}
+use std.tiers
+
+pool training { capacity = reserved; node = dgx_h100; nodes = 8 }
+pool inference { capacity = reserved; node = dgx_h100; nodes = 1 }
+pool notebooks { capacity = reserved; node = dgx_a100; nodes = 1 }
+
+placement { packing = least_fragmentation }
+
+team research { guaranteed = 16 gpu in training; burst = 40 gpu }
+team serving { guaranteed = 4 gpu in inference }
+team students { guaranteed = 4 gpu in notebooks }
+"#;
+
+fn filter(port: u16, gpus: u32, nodes: &[&str]) -> Value {
+    let args = json!({
+        "Pod": {"metadata": {"name": "p", "namespace": "research", "labels": {"gantry.dev/team": "research"}},
+                "spec": {"containers": [{"name": "main", "resources": {
+                    "requests": {"nvidia.com/gpu": gpus.to_string()},
+                    "limits": {"nvidia.com/gpu": gpus.to_string()}}}]}},
+        "NodeNames": nodes,
+    });
+    let (code, body) = http(port, "POST", "/extender/filter", &args.to_string()).unwrap();
+    assert_eq!(code, 200, "{body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_follows_the_cluster() {
+    let api = FakeApi::new();
+    for n in fixture("nodes.json") {
+        api.apply(Kind::Nodes, n);
+    }
+    for p in fixture("pods.json") {
+        api.apply(Kind::Pods, p);
+    }
+    let url = api.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policy")).unwrap();
+    std::fs::write(dir.path().join("policy/policy.gantry"), POLICY).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = Killed(
+        Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["serve", "--policy"])
+            .arg(dir.path().join("policy"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while http(port, "GET", "/readyz", "").is_none_or(|(c, _)| c != 200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (_, status) = http(port, "GET", "/v1/status", "").unwrap();
+    assert!(
+        status["inventory"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("kubernetes:"),
+        "{status}"
+    );
+    assert_eq!(status["inventory"]["nodes"], 7, "{status}");
+    assert_eq!(status["inventory"]["running_jobs"], 7, "{status}");
+    assert_eq!(
+        status["inventory"]["closed_nodes"]["train-3"],
+        "cordoned (spec.unschedulable)"
+    );
+
+    // b200-0 is empty; train-0 is full.
+    let r = filter(port, 8, &["train-0", "b200-0"]);
+    assert_eq!(r["NodeNames"], json!(["b200-0"]), "{r}");
+    // A pod bound to b200-0 later fills it: serve sees it without a restart.
+    let mut pod = fixture("pods.json")
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == "llama-70b-0")
+        .unwrap();
+    pod["metadata"]["name"] = json!("llama-70b-1");
+    pod["spec"]["nodeName"] = json!("b200-0");
+    api.apply(Kind::Pods, pod);
+    let start = Instant::now();
+    loop {
+        let r = filter(port, 8, &["train-0", "b200-0"]);
+        if r["NodeNames"] == json!([]) {
+            assert!(
+                r["FailedNodes"]["b200-0"]
+                    .as_str()
+                    .unwrap()
+                    .contains("does not fit now"),
+                "{r}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "serve did not follow the cluster: {r}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
