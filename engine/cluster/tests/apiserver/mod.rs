@@ -158,6 +158,11 @@ impl FakeApi {
         rv
     }
 
+    /// The object stored under `key`, if any.
+    pub fn get_object(&self, kind: Kind, key: &str) -> Option<Value> {
+        self.lock().objects.get(&(kind, key.to_string())).cloned()
+    }
+
     /// Changes an object in place with `f`.
     pub fn update(&self, kind: Kind, key: &str, f: impl FnOnce(&mut Value)) {
         let mut obj = self
