@@ -14,8 +14,11 @@
 //!
 //! No streaming lists (`sendInitialEvents`, alpha in 1.28) and no watch-list feature gate.
 
+pub mod controller;
+pub mod enact;
 pub mod nodes;
 pub mod pods;
+pub mod queue;
 pub mod store;
 pub mod watch;
 

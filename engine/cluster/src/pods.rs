@@ -9,16 +9,67 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
-/// A pod as the view keeps it: what it holds on its node, if anything.
+/// The scheduling gate that holds a GPU pod in gantry's queue (added by the mutating
+/// webhook with `serve --queue`).
+pub use engine::serve::admission::QUEUE_GATE;
+/// The node the controller chose for a gated member: the first phase of placing a job.
+pub const ASSIGNED_ANNOTATION: &str = "gantry.dev/assigned-node";
+/// Set on a pod the controller evicted: the job it made room for and why.
+pub const PREEMPTED_ANNOTATION: &str = "gantry.dev/preempted";
+/// The pod condition saying why a pod waits.
+pub const WAITING_CONDITION: &str = "gantry.dev/Queued";
+/// Labels that name a pod's gang, in order: gantry's own, then the owners' that platform
+/// teams use (a batch/v1 Job, a JobSet, a Kubeflow training job). A gang also needs
+/// `gantry.dev/gang-size`.
+pub const GANG_LABELS: &[&str] = &[
+    "gantry.dev/gang",
+    "batch.kubernetes.io/job-name",
+    "job-name",
+    "jobset.sigs.k8s.io/jobset-name",
+    "training.kubeflow.org/job-name",
+];
+
+/// A pod as the view keeps it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PodSeen {
-    /// Bound and not finished: a one-member running job with a node-level placement.
-    Holds(Box<Job>),
-    /// Not bound yet (pending) or finished: holds nothing.
-    Idle,
-    /// Bound, but its requests cannot be read (the API server would not have admitted
-    /// it; kept so the problem shows).
-    Unreadable { node: String, error: String },
+pub struct PodSeen {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    /// What it holds on its node when bound and not finished (a one-member running job
+    /// with a node-level placement).
+    pub holds: Option<Box<Job>>,
+    /// What it asks for while unbound (waiting in gantry's queue, or released and not
+    /// bound yet): a one-member job whose `members` is the gang's declared size.
+    pub asks: Option<Box<Job>>,
+    /// Bound, but what it holds cannot be read (kept so the problem shows).
+    pub unreadable: Option<(String, String)>,
+    /// The node it is bound to.
+    pub node: Option<String>,
+    pub gated: bool,
+    /// Admitted by gantry's webhook (it carries the policy-revision label).
+    pub managed: bool,
+    /// Gates of other controllers: gantry never removes those.
+    pub other_gates: Vec<String>,
+    /// `namespace/gang` when the pod belongs to a gang of `gang_size` > 1.
+    pub gang: Option<String>,
+    pub gang_size: u32,
+    pub assigned: Option<String>,
+    pub preempted: Option<String>,
+    pub terminating: bool,
+    /// The waiting condition as it is on the pod: (reason, message).
+    pub waiting: Option<(String, String)>,
+    /// Required node-affinity terms the pod already has (kept when gantry adds its own).
+    pub affinity_terms: Option<serde_json::Value>,
+    pub created_at: Option<i64>,
+    /// When kube-scheduler bound it (the PodScheduled condition), else its start time.
+    pub bound_at: Option<i64>,
+}
+
+impl PodSeen {
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }
 
 fn quantities(m: Option<&BTreeMap<String, Quantity>>) -> BTreeMap<String, serde_json::Value> {
@@ -73,6 +124,7 @@ pub fn wire_pod(pod: &core::Pod) -> wire::Pod {
             priority_class_name: spec.and_then(|s| s.priority_class_name.clone()),
             priority: spec.and_then(|s| s.priority).map(i64::from),
             node_name: spec.and_then(|s| s.node_name.clone()),
+            scheduling_gates: None,
         },
         status: wire::PodStatus {
             phase: status.and_then(|s| s.phase.clone()),
@@ -86,13 +138,106 @@ pub fn wire_pod(pod: &core::Pod) -> wire::Pod {
 /// The pod as the view keeps it.
 pub fn pod(k: &core::Pod) -> PodSeen {
     let p = wire_pod(k);
-    match wire::bound_job(&p) {
-        Ok(Some(job)) => PodSeen::Holds(Box::new(job)),
-        Ok(None) => PodSeen::Idle,
-        Err(error) => PodSeen::Unreadable {
-            node: p.spec.node_name.unwrap_or_default(),
-            error,
-        },
+    let spec = k.spec.as_ref();
+    let gates: Vec<String> = spec
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .map(|g| g.iter().map(|g| g.name.clone()).collect())
+        .unwrap_or_default();
+    let gated = gates.iter().any(|g| g == QUEUE_GATE);
+    let labels = k.metadata.labels.as_ref();
+    let annotations = k.metadata.annotations.as_ref();
+    let attribute = |key: &str| {
+        labels
+            .and_then(|l| l.get(key))
+            .or_else(|| annotations.and_then(|a| a.get(key)))
+            .cloned()
+    };
+    let namespace = k.metadata.namespace.clone().unwrap_or_default();
+    let gang_size: u32 = attribute("gantry.dev/gang-size")
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1);
+    let gang = (gang_size > 1)
+        .then(|| GANG_LABELS.iter().find_map(|l| attribute(l)))
+        .flatten()
+        .map(|g| format!("{namespace}/{g}"));
+    let (holds, unreadable) = match wire::bound_job(&p) {
+        Ok(job) => (job.map(Box::new), None),
+        Err(e) => (
+            None,
+            Some((p.spec.node_name.clone().unwrap_or_default(), e)),
+        ),
+    };
+    let created_at = p
+        .metadata
+        .creation_timestamp
+        .as_deref()
+        .and_then(wire::unix_seconds);
+    // Unbound pods: what a gated one asks for, and what a released one (not bound yet)
+    // will hold where it was assigned.
+    let asks = if p.spec.node_name.is_none() {
+        wire::job(&p, None, created_at.unwrap_or(0))
+            .ok()
+            .flatten()
+            .map(Box::new)
+    } else {
+        None
+    };
+    let status = k.status.as_ref();
+    let condition = |t: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == t))
+    };
+    let bound_at = condition("PodScheduled")
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0.as_second())
+        .or_else(|| {
+            status
+                .and_then(|s| s.start_time.as_ref())
+                .map(|t| t.0.as_second())
+        });
+    let mut holds = holds;
+    if let (Some(job), Some(at)) = (holds.as_mut(), bound_at) {
+        job.started_at = Some(at);
+    }
+    PodSeen {
+        name: k.metadata.name.clone().unwrap_or_default(),
+        uid: k.metadata.uid.clone().unwrap_or_default(),
+        resource_version: k.metadata.resource_version.clone().unwrap_or_default(),
+        holds,
+        asks,
+        unreadable,
+        node: p.spec.node_name.clone(),
+        gated,
+        managed: labels.is_some_and(|l| l.contains_key(crate::queue::REVISION_LABEL)),
+        other_gates: gates.into_iter().filter(|g| g != QUEUE_GATE).collect(),
+        gang,
+        gang_size,
+        assigned: annotations
+            .and_then(|a| a.get(ASSIGNED_ANNOTATION))
+            .cloned(),
+        preempted: annotations
+            .and_then(|a| a.get(PREEMPTED_ANNOTATION))
+            .cloned(),
+        terminating: k.metadata.deletion_timestamp.is_some(),
+        waiting: condition(WAITING_CONDITION).map(|c| {
+            (
+                c.reason.clone().unwrap_or_default(),
+                c.message.clone().unwrap_or_default(),
+            )
+        }),
+        affinity_terms: spec
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .and_then(|r| serde_json::to_value(&r.node_selector_terms).ok()),
+        created_at,
+        bound_at,
+        namespace,
     }
 }
 

@@ -5,7 +5,6 @@
 
 use crate::nodes::NodeSeen;
 use crate::pods::PodSeen;
-use engine::inventory::jobs_file::Job;
 use engine::serve::state::Seen;
 use std::collections::BTreeMap;
 
@@ -103,27 +102,23 @@ impl Stores {
         let gpu_node = |name: &str| self.nodes.objects.get(name).is_some_and(NodeSeen::has_gpus);
         let mut unreadable = Vec::new();
         for (key, p) in &self.pods.objects {
-            match p {
-                PodSeen::Holds(job) if job.placement.iter().all(|m| gpu_node(&m.node)) => {
-                    seen.running.push(Job::clone(job));
+            if let Some(job) = p.holds.as_deref() {
+                if job.placement.iter().all(|m| gpu_node(&m.node)) {
+                    seen.running.push(job.clone());
                 }
-                PodSeen::Unreadable { node, error } if gpu_node(node) => {
+            }
+            if let Some((node, error)) = &p.unreadable {
+                if gpu_node(node) {
                     unreadable.push(format!("pod {key} on {node}: {error}"));
+                    // The scheduler counts this pod; gantry cannot: the node takes
+                    // nothing new.
+                    seen.closed
+                        .entry(node.clone())
+                        .or_insert_with(|| format!("pod {key} holds resources gantry cannot read"));
                 }
-                _ => {}
             }
         }
         if !unreadable.is_empty() {
-            // The scheduler counts these pods; gantry cannot: their nodes take nothing new.
-            for p in &self.pods.objects {
-                if let (key, PodSeen::Unreadable { node, .. }) = p {
-                    if gpu_node(node) {
-                        seen.closed.entry(node.clone()).or_insert_with(|| {
-                            format!("pod {key} holds resources gantry cannot read")
-                        });
-                    }
-                }
-            }
             let more = unreadable.len().saturating_sub(NOTES_SHOWN);
             seen.notes.extend(unreadable.into_iter().take(NOTES_SHOWN));
             if more > 0 {

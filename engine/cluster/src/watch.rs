@@ -4,7 +4,7 @@
 use crate::nodes;
 use crate::pods;
 use crate::store::{Cache, Change, Stores};
-use engine::serve::state::{ClusterOptions, InventorySource, Seen};
+use engine::serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::watcher::{self, Event};
@@ -22,10 +22,13 @@ type Failing = Arc<Mutex<Vec<(&'static str, String)>>>;
 /// Nodes and pods of one cluster, watched.
 pub struct Live {
     server: String,
+    client: Client,
     stores: Arc<Mutex<Stores>>,
     changes: tokio::sync::watch::Receiver<u64>,
     failing: Failing,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The queue controller's last cycle (`serve --queue`).
+    pub last_cycle: Arc<Mutex<crate::controller::LastCycle>>,
 }
 
 impl std::fmt::Debug for Live {
@@ -38,7 +41,7 @@ impl std::fmt::Debug for Live {
 
 impl Drop for Live {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in lock(&self.tasks).iter() {
             t.abort();
         }
     }
@@ -110,7 +113,7 @@ impl Live {
             },
         ));
         let pods_task = tokio::spawn(follow(
-            Api::<Pod>::all(client),
+            Api::<Pod>::all(client.clone()),
             watcher::Config::default().fields(POD_FIELDS),
             "pods",
             |p: &Pod| Some((pods::key(p), pods::pod(p))),
@@ -124,10 +127,12 @@ impl Live {
         ));
         let live = Live {
             server,
+            client,
             stores,
             changes,
             failing,
-            tasks: vec![nodes_task, pods_task],
+            tasks: Mutex::new(vec![nodes_task, pods_task]),
+            last_cycle: Arc::default(),
         };
         live.synced(options.sync_timeout).await?;
         Ok(live)
@@ -247,5 +252,24 @@ impl InventorySource for Live {
 
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.changes.clone())
+    }
+
+    fn start_queue(&self, state: Arc<AppState>) -> Result<(), String> {
+        let task = tokio::spawn(crate::controller::run(
+            self.client.clone(),
+            self.stores.clone(),
+            self.changes.clone(),
+            state,
+            self.last_cycle.clone(),
+        ));
+        lock(&self.tasks).push(task);
+        Ok(())
+    }
+}
+
+impl Live {
+    /// The caches, for a cycle computed outside the controller (tests, `/v1/queue`).
+    pub fn stores(&self) -> MutexGuard<'_, Stores> {
+        lock(&self.stores)
     }
 }

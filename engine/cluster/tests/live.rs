@@ -202,9 +202,11 @@ async fn a_compacted_resource_version_means_a_fresh_list() {
     let lists_before = api.lists().len();
     // The API server restarts and compacts while gantry is not watching: the resume
     // point is gone, and so is a pod.
+    api.pause();
     api.hang_up();
     api.delete(Kind::Pods, "research/sweep-7");
     api.compact();
+    api.resume();
     let seen = until(&live, "the view relisted", |s| {
         !running_ids(s).contains(&"research/sweep-7".into())
     })

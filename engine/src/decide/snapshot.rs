@@ -71,6 +71,15 @@ pub struct Snapshot {
     /// Nodes with a spot interruption notice: their jobs are requeued and nothing new
     /// is placed on them.
     pub interrupted: std::collections::BTreeSet<usize>,
+    /// Nodes that take nothing new (cordoned, not Ready, draining); what runs there stays.
+    pub closed: std::collections::BTreeSet<usize>,
+}
+
+impl Snapshot {
+    /// Whether new work may be placed on node `n`.
+    pub fn takes_new(&self, n: usize) -> bool {
+        !self.interrupted.contains(&n) && !self.closed.contains(&n)
+    }
 }
 
 /// A spot interruption notice for a node.
@@ -173,6 +182,7 @@ impl Snapshot {
                 scale_state: Default::default(),
                 starts: Vec::new(),
                 interrupted: Default::default(),
+                closed: Default::default(),
             })
         } else {
             Err(errors)

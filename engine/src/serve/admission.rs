@@ -40,7 +40,12 @@ pub struct Context<'a> {
     pub now: i64,
     /// What is free once running jobs are counted (see [`super::occupancy`]).
     pub occupancy: &'a super::occupancy::Occupancy,
+    /// Gantry runs the queue (`serve --queue`): `/mutate` gates GPU pods.
+    pub queue: bool,
 }
+
+/// The scheduling gate that holds a GPU pod until gantry places it.
+pub const QUEUE_GATE: &str = "gantry.dev/queue";
 
 pub fn review(
     ctx: &Context<'_>,
@@ -351,6 +356,22 @@ fn patch_ops(
             // A priority resolved from an earlier class would contradict the new class.
             if pod.spec.priority.is_some() {
                 ops.push(json!({"op": "remove", "path": "/spec/priority"}));
+            }
+        }
+    }
+    if ctx.queue && pod.spec.node_name.is_none() {
+        // Held until gantry places it; a reinvocation finds the gate already there.
+        let gate = json!({"name": QUEUE_GATE});
+        match &pod.spec.scheduling_gates {
+            None => {
+                ops.push(json!({"op": "add", "path": "/spec/schedulingGates", "value": [gate]}))
+            }
+            Some(list)
+                if list
+                    .iter()
+                    .any(|g| g.get("name").and_then(Value::as_str) == Some(QUEUE_GATE)) => {}
+            Some(_) => {
+                ops.push(json!({"op": "add", "path": "/spec/schedulingGates/-", "value": gate}))
             }
         }
     }

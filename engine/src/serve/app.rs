@@ -141,6 +141,7 @@ fn with_context<T: serde::de::DeserializeOwned>(
         mig: &policy.mig,
         now: state.now(),
         occupancy: &occupancy,
+        queue: state.queue,
     };
     handle(&ctx, parsed)
 }

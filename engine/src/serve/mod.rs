@@ -59,6 +59,10 @@ pub struct ServeArgs {
     /// The node label naming a node's pool in the cluster view.
     #[arg(long, default_value = pod::POOL_LABEL)]
     pub pool_label: String,
+    /// Run the queue: the webhook gates GPU pods (`gantry.dev/queue`) and this process
+    /// places, preempts and explains them through the API server. Needs a cluster view.
+    #[arg(long)]
+    pub queue: bool,
     /// Seconds to wait for the first complete list of nodes and pods.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub sync_timeout: u64,
@@ -195,6 +199,7 @@ pub fn run(args: &ServeArgs, cluster: Option<&dyn ClusterConnector>) -> Result<(
     let tls_config = certificates.clone().map(tls::server_config).transpose()?;
     let mut state = AppState::new(Box::new(now));
     state.status_detail = args.status_detail;
+    state.queue = args.queue;
     let state = Arc::new(state);
     state
         .reload_policy(&args.policy)
@@ -208,6 +213,9 @@ pub fn run(args: &ServeArgs, cluster: Option<&dyn ClusterConnector>) -> Result<(
         state
             .refresh_inventory(source.as_ref())
             .map_err(|e| format!("inventory {}: {e}", source.name()))?;
+        if args.queue {
+            source.start_queue(state.clone())?;
+        }
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;

@@ -138,6 +138,7 @@ pub struct PodSpec {
     pub priority: Option<i64>,
     /// The node the pod is bound to.
     pub node_name: Option<String>,
+    pub scheduling_gates: Option<Vec<serde_json::Value>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -116,6 +116,14 @@ pub trait InventorySource: Send + Sync {
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         None
     }
+    /// Starts running the queue over this source (`serve --queue`): only a cluster view
+    /// can, since it needs the pods and a way to change them.
+    fn start_queue(&self, _state: Arc<AppState>) -> Result<(), String> {
+        Err(format!(
+            "--queue needs a cluster view (--kubeconfig, --in-cluster or --inventory kubernetes), not {}",
+            self.name()
+        ))
+    }
 }
 
 /// Starts a cluster view: the `cluster` crate's Kubernetes watches, kept out of this
@@ -256,6 +264,8 @@ pub struct AppState {
     pub plan_deadline: std::time::Duration,
     /// `/v1/status` with absolute paths and policy source excerpts (`--status-detail`).
     pub status_detail: bool,
+    /// Gantry runs the queue: the webhook gates GPU pods and the controller places them.
+    pub queue: bool,
     /// The occupancy of the current inventory under the current policy, built on first
     /// use after either changes.
     occupancy: Mutex<Option<Arc<Occupancy>>>,
@@ -279,6 +289,7 @@ impl AppState {
             plan_slot: Arc::new(tokio::sync::Semaphore::new(1)),
             plan_deadline: super::app::PLAN_DEADLINE,
             status_detail: false,
+            queue: false,
             occupancy: Mutex::new(None),
         }
     }

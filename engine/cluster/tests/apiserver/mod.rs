@@ -14,7 +14,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, patch, post};
 use axum::Router;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -69,6 +69,12 @@ struct Inner {
     /// (kind, limit, continue given) of every list request.
     lists: Vec<(Kind, Option<usize>, bool)>,
     forbidden: BTreeSet<Kind>,
+    /// Events created, in order.
+    events: Vec<Value>,
+    /// Every write: (verb, path).
+    writes: Vec<(String, String)>,
+    /// Writes refused on purpose after this many more succeed (a crash mid-enactment).
+    fail_after: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -77,6 +83,7 @@ pub struct FakeApi {
     events: tokio::sync::broadcast::Sender<Logged>,
     /// Bumped to end every open watch (an API server restart, a load balancer timeout).
     hangup: tokio::sync::watch::Sender<u64>,
+    paused: tokio::sync::watch::Sender<bool>,
     pub bookmark_every: Duration,
 }
 
@@ -129,6 +136,7 @@ impl FakeApi {
             }),
             events: tokio::sync::broadcast::channel(100_000).0,
             hangup: tokio::sync::watch::channel(0).0,
+            paused: tokio::sync::watch::channel(false).0,
             bookmark_every: Duration::from_millis(200),
         })
     }
@@ -199,6 +207,15 @@ impl FakeApi {
         inner.oldest = inner.rv;
     }
 
+    /// Holds new watch requests until [`FakeApi::resume`] (the server is down).
+    pub fn pause(&self) {
+        self.paused.send_replace(true);
+    }
+
+    pub fn resume(&self) {
+        self.paused.send_replace(false);
+    }
+
     /// Ends every open watch.
     pub fn hang_up(&self) {
         self.hangup.send_modify(|n| *n += 1);
@@ -220,6 +237,159 @@ impl FakeApi {
         self.lock().lists.clone()
     }
 
+    pub fn events(&self) -> Vec<Value> {
+        self.lock().events.clone()
+    }
+
+    pub fn writes(&self) -> Vec<(String, String)> {
+        self.lock().writes.clone()
+    }
+
+    /// After `n` more writes succeed, refuse every write (409) until `heal`.
+    pub fn fail_after(&self, n: usize) {
+        self.lock().fail_after = Some(n);
+    }
+
+    pub fn heal(&self) {
+        self.lock().fail_after = None;
+    }
+
+    /// Pods of the store, by key.
+    pub fn pods(&self) -> BTreeMap<String, Value> {
+        self.lock()
+            .objects
+            .iter()
+            .filter(|((k, _), _)| *k == Kind::Pods)
+            .map(|((_, key), o)| (key.clone(), o.clone()))
+            .collect()
+    }
+
+    /// What kube-scheduler would do for a released pod in these tests: bind every pod with
+    /// no node, no gates and a required `metadata.name` to that node. Returns how many.
+    pub fn bind_released(&self) -> usize {
+        let mut bound = 0;
+        for (key, p) in self.pods() {
+            let gated = p["spec"]["schedulingGates"]
+                .as_array()
+                .is_some_and(|g| !g.is_empty());
+            if p["spec"]["nodeName"].is_string() || gated {
+                continue;
+            }
+            let node = p
+                .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms/0/matchFields/0/values/0")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if let Some(node) = node {
+                self.update(Kind::Pods, &key, |p| {
+                    p["spec"]["nodeName"] = json!(node);
+                    p["status"] = json!({"phase": "Pending", "conditions": [
+                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-24T08:00:00Z"}]});
+                });
+                bound += 1;
+            }
+        }
+        bound
+    }
+
+    /// Deletes pods whose deletion has begun (no kubelet here to finish it).
+    pub fn finish_deletions(&self) -> usize {
+        let going: Vec<String> = self
+            .pods()
+            .into_iter()
+            .filter(|(_, p)| p["metadata"]["deletionTimestamp"].is_string())
+            .map(|(k, _)| k)
+            .collect();
+        for k in &going {
+            self.delete(Kind::Pods, k);
+        }
+        going.len()
+    }
+
+    /// Counts a write; `Err` when writes are being refused.
+    #[allow(clippy::result_large_err, reason = "test code; the error is the response")]
+    fn write(&self, verb: &str, path: String) -> Result<(), Response> {
+        let mut inner = self.lock();
+        match inner.fail_after {
+            Some(0) => {
+                // Not a status a client retries: the writer stops here, as if it died.
+                return Err(json_response(
+                    StatusCode::CONFLICT,
+                    &status(409, "Conflict", "the object has been modified; please apply your changes to the latest version and try again"),
+                ));
+            }
+            Some(n) => inner.fail_after = Some(n - 1),
+            None => {}
+        }
+        inner.writes.push((verb.to_string(), path));
+        Ok(())
+    }
+
+    /// A JSON merge patch (or, for `status`, a strategic merge of `status.conditions` by
+    /// type) with the API server's checks on gated pods: a uid in the patch is a
+    /// precondition; a gate cannot be added; node affinity may change only while gated.
+    fn patch_pod(&self, key: &str, patch: &Value, status_only: bool) -> Response {
+        let Some(mut pod) = self.get_object(Kind::Pods, key) else {
+            return json_response(
+                StatusCode::NOT_FOUND,
+                &status(404, "NotFound", &format!("pods \"{key}\" not found")),
+            );
+        };
+        if let Some(uid) = patch.pointer("/metadata/uid").and_then(Value::as_str) {
+            if pod["metadata"]["uid"].as_str() != Some(uid) {
+                return json_response(
+                    StatusCode::CONFLICT,
+                    &status(409, "Conflict", "Precondition failed: UID in precondition"),
+                );
+            }
+        }
+        let before = pod.clone();
+        if status_only {
+            let mut conditions = pod["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for c in patch
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                match conditions.iter_mut().find(|x| x["type"] == c["type"]) {
+                    Some(x) => json_patch::merge(x, c),
+                    None => conditions.push(c.clone()),
+                }
+            }
+            pod["status"]["conditions"] = Value::Array(conditions);
+        } else {
+            json_patch::merge(&mut pod, patch);
+        }
+        let gates = |p: &Value| -> Vec<Value> {
+            p["spec"]["schedulingGates"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        };
+        let was_gated = !gates(&before).is_empty();
+        if gates(&pod).iter().any(|g| !gates(&before).contains(g)) {
+            return json_response(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                &status(
+                    422,
+                    "Invalid",
+                    "spec.schedulingGates: Forbidden: only deletion is allowed",
+                ),
+            );
+        }
+        if before["spec"]["affinity"] != pod["spec"]["affinity"] && !was_gated {
+            return json_response(StatusCode::UNPROCESSABLE_ENTITY, &status(422, "Invalid", "spec: Forbidden: pod updates may not change fields other than ... (affinity only while gated)"));
+        }
+        self.apply(Kind::Pods, pod.clone());
+        json_response(
+            StatusCode::OK,
+            &self.get_object(Kind::Pods, key).unwrap_or(pod),
+        )
+    }
+
     pub fn resource_version(&self) -> u64 {
         self.lock().rv
     }
@@ -230,7 +400,19 @@ impl FakeApi {
             .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/pods", get(list_pods))
             .route("/api/v1/nodes/{name}", get(get_node))
-            .route("/api/v1/namespaces/{ns}/pods/{name}", get(get_pod))
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}",
+                get(get_pod).patch(patch_pod),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}/status",
+                patch(patch_pod_status),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/pods/{name}/eviction",
+                post(evict_pod),
+            )
+            .route("/api/v1/namespaces/{ns}/events", post(create_event))
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -442,22 +624,117 @@ async fn list_nodes(
     State(api): State<Arc<FakeApi>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    list_or_watch(&api, Kind::Nodes, &q)
+    list_or_watch(&api, Kind::Nodes, &q).await
 }
 
 async fn list_pods(
     State(api): State<Arc<FakeApi>>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
-    list_or_watch(&api, Kind::Pods, &q)
+    list_or_watch(&api, Kind::Pods, &q).await
 }
 
-fn list_or_watch(api: &Arc<FakeApi>, kind: Kind, q: &HashMap<String, String>) -> Response {
+async fn list_or_watch(api: &Arc<FakeApi>, kind: Kind, q: &HashMap<String, String>) -> Response {
+    let mut paused = api.paused.subscribe();
+    let _ = paused.wait_for(|p| !*p).await;
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {
         api.watch(kind, q)
     } else {
         api.list(kind, q)
     }
+}
+
+async fn patch_pod(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("PATCH", format!("pods/{ns}/{name}")) {
+        return r;
+    }
+    let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    api.patch_pod(&format!("{ns}/{name}"), &patch, false)
+}
+
+async fn patch_pod_status(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("PATCH", format!("pods/{ns}/{name}/status")) {
+        return r;
+    }
+    let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    api.patch_pod(&format!("{ns}/{name}"), &patch, true)
+}
+
+/// `policy/v1` Eviction: an unbound pod, or one with no grace, goes at once; a bound one
+/// starts terminating (there is no kubelet to finish: see `finish_deletions`).
+async fn evict_pod(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("POST", format!("pods/{ns}/{name}/eviction")) {
+        return r;
+    }
+    let eviction: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if eviction["apiVersion"] != "policy/v1" || eviction["kind"] != "Eviction" {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &status(400, "BadRequest", "not a policy/v1 Eviction"),
+        );
+    }
+    let key = format!("{ns}/{name}");
+    let Some(pod) = api.get_object(Kind::Pods, &key) else {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            &status(404, "NotFound", &format!("pods \"{name}\" not found")),
+        );
+    };
+    let grace = eviction
+        .pointer("/deleteOptions/gracePeriodSeconds")
+        .and_then(Value::as_u64)
+        .unwrap_or(30);
+    if grace == 0 || !pod["spec"]["nodeName"].is_string() {
+        api.delete(Kind::Pods, &key);
+    } else if !pod["metadata"]["deletionTimestamp"].is_string() {
+        api.update(Kind::Pods, &key, |p| {
+            p["metadata"]["deletionTimestamp"] = json!("2026-11-24T08:00:00Z");
+            p["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+        });
+    }
+    json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    )
+}
+
+async fn create_event(
+    State(api): State<Arc<FakeApi>>,
+    Path(ns): Path<String>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("POST", format!("events/{ns}")) {
+        return r;
+    }
+    let mut event: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if event["involvedObject"]["kind"].as_str().is_none() || event["reason"].as_str().is_none() {
+        return json_response(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &status(422, "Invalid", "involvedObject and reason are required"),
+        );
+    }
+    let mut inner = api.lock();
+    let n = inner.events.len();
+    if let Some(prefix) = event["metadata"]["generateName"]
+        .as_str()
+        .map(str::to_string)
+    {
+        event["metadata"]["name"] = json!(format!("{prefix}{n:05}"));
+    }
+    inner.events.push(event.clone());
+    json_response(StatusCode::CREATED, &event)
 }
 
 async fn get_node(State(api): State<Arc<FakeApi>>, Path(name): Path<String>) -> Response {

@@ -862,9 +862,9 @@ impl<'a> Cycle<'a> {
     fn place(&mut self, js: &'a JobState, shape: &JobShape) -> Outcome {
         let ends_at = js.job.runtime_s.map(|r| self.now + r as i64);
         let reservation = self.reservation.clone();
-        let interrupted = &self.snapshot.interrupted;
+        let snapshot = self.snapshot;
         let respects = |r: &Option<Reserved>, node: usize| {
-            !interrupted.contains(&node)
+            snapshot.takes_new(node)
                 && match r {
                     Some(res) => {
                         !res.nodes.contains(&node) || ends_at.is_some_and(|e| e <= res.start_at)

@@ -237,7 +237,7 @@ impl<'a> Cycle<'a> {
             let usable = (shape.pools.is_empty()
                 || node.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
                 && shape.member.accepts_model(node.gpu_model())
-                && !self.snapshot.interrupted.contains(&n)
+                && self.snapshot.takes_new(n)
                 && !reserved(n);
             if protected.is_empty() || !usable {
                 continue;

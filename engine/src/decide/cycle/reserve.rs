@@ -75,8 +75,8 @@ impl Cycle<'_> {
         if !self.room_on(&res.nodes, shape) {
             return blocked;
         }
-        let interrupted = &self.snapshot.interrupted;
-        match self.try_place(js, shape, &|n| !interrupted.contains(&n)) {
+        let snapshot = self.snapshot;
+        match self.try_place(js, shape, &|n| snapshot.takes_new(n)) {
             Ok(_) => Blocked::Reservation(res),
             Err(_) => blocked,
         }

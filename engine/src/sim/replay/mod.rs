@@ -222,6 +222,7 @@ impl<'p> Sim<'p> {
             scale_state: Default::default(),
             starts: config.history.clone(),
             interrupted: Default::default(),
+            closed: Default::default(),
         };
         Ok(Sim {
             program,

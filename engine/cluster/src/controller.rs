@@ -1,0 +1,276 @@
+//! Gantry as the queue: each cycle (on a change in the cluster, debounced, and on a tick)
+//! builds the decision snapshot from the view, runs `decide`, and carries the plan out
+//! through the API server (`enact` says what to do; this file does it, in order, stopping
+//! at the first refusal so the next cycle starts again from what the pods say).
+
+use crate::enact::{self, Action};
+use crate::queue::{self, QueueView};
+use crate::store::Stores;
+use engine::decide::plan::Plan;
+use engine::decide::snapshot::Snapshot;
+use engine::serve::state::{AppState, LoadedPolicy};
+use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Changes closer together than this are one cycle.
+const DEBOUNCE: Duration = Duration::from_millis(200);
+/// A cycle runs at least this often (ETAs, gang timeouts, reservations age).
+const TICK: Duration = Duration::from_secs(10);
+/// The `source.component` of gantry's Events and the field manager of its patches.
+pub const COMPONENT: &str = "gantry";
+
+/// One cycle's decisions: the view, the plan and the actions, from the caches alone.
+pub fn cycle(
+    stores: &Stores,
+    policy: &LoadedPolicy,
+    now: i64,
+) -> Result<(QueueView, Plan, Vec<Action>), String> {
+    let view = queue::view(stores)?;
+    let snapshot = snapshot(&view, policy)?;
+    let plan = engine::decide::decide(&policy.program, &snapshot, now);
+    let actions = enact::actions(&view, &stores.pods.objects, &plan, now);
+    Ok((view, plan, actions))
+}
+
+/// The decision snapshot of `view`. Running jobs that do not fit their node as gantry
+/// knows it (the node shrank) are left out with a warning rather than stopping the queue.
+pub fn snapshot(view: &QueueView, policy: &LoadedPolicy) -> Result<Snapshot, String> {
+    let mut jobs = view.jobs.clone();
+    let mut snapshot =
+        match Snapshot::build(view.fleet.clone(), jobs.clone(), Vec::new(), &policy.mig) {
+            Ok(s) => s,
+            Err(errors) => {
+                let bad: BTreeSet<&str> = errors.iter().map(|e| e.job.as_str()).collect();
+                for e in &errors {
+                    tracing::warn!(job = %e.job, error = %e.message, "left out of the cycle");
+                }
+                jobs.retain(|j| !bad.contains(j.id.as_str()));
+                Snapshot::build(view.fleet.clone(), jobs, Vec::new(), &policy.mig).map_err(|e| {
+                    e.iter()
+                        .map(|e| e.to_string())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                })?
+            }
+        };
+    snapshot.closed = view.closed.keys().copied().collect();
+    Ok(snapshot)
+}
+
+fn params() -> PatchParams {
+    PatchParams {
+        field_manager: Some(COMPONENT.into()),
+        ..PatchParams::default()
+    }
+}
+
+fn time(now: i64) -> Option<Time> {
+    k8s_openapi::jiff::Timestamp::from_second(now)
+        .ok()
+        .map(Time)
+}
+
+async fn event(
+    client: &Client,
+    pod: &enact::PodRef,
+    kind: &str,
+    reason: &str,
+    message: &str,
+    now: i64,
+) -> Result<(), String> {
+    let events: Api<Event> = Api::namespaced(client.clone(), &pod.namespace);
+    let e = Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.gantry-", pod.name)),
+            namespace: Some(pod.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(pod.name.clone()),
+            namespace: Some(pod.namespace.clone()),
+            uid: Some(pod.uid.clone()),
+            ..ObjectReference::default()
+        },
+        reason: Some(reason.into()),
+        message: Some(message.chars().take(1024).collect()),
+        type_: Some(kind.into()),
+        source: Some(k8s_openapi::api::core::v1::EventSource {
+            component: Some(COMPONENT.into()),
+            host: None,
+        }),
+        first_timestamp: time(now),
+        last_timestamp: time(now),
+        event_time: k8s_openapi::jiff::Timestamp::from_second(now)
+            .ok()
+            .map(MicroTime),
+        reporting_component: Some(COMPONENT.into()),
+        reporting_instance: Some(COMPONENT.into()),
+        action: Some(reason.into()),
+        count: Some(1),
+        ..Event::default()
+    };
+    events
+        .create(&PostParams::default(), &e)
+        .await
+        .map(|_| ())
+        .map_err(|err| format!("event on {}/{}: {err}", pod.namespace, pod.name))
+}
+
+/// A `policy/v1` Eviction with the tier's grace. Written out rather than through
+/// `Api::evict`, whose body (kube 5) names the options `delete_options`, which the API
+/// server does not read: the grace period would be lost.
+async fn evict(client: &Client, pod: &enact::PodRef, grace_s: u64) -> Result<(), kube::Error> {
+    let body = json!({
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod.name, "namespace": pod.namespace},
+        "deleteOptions": {
+            "gracePeriodSeconds": grace_s,
+            "preconditions": {"uid": pod.uid}
+        }
+    });
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{}/pods/{}/eviction",
+        pod.namespace, pod.name
+    ))
+    .header(http::header::CONTENT_TYPE, "application/json")
+    .body(serde_json::to_vec(&body).unwrap_or_default())
+    .map_err(kube::Error::HttpError)?;
+    client
+        .request::<kube::core::Status>(request)
+        .await
+        .map(|_| ())
+}
+
+/// Carries out one action.
+pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), String> {
+    let pod = action.pod();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
+    let fail = |what: &str, e: kube::Error| format!("{what} {}/{}: {e}", pod.namespace, pod.name);
+    match action {
+        Action::Assign { node, .. } => {
+            let patch = enact::assign_patch(&pod.uid, Some(node));
+            pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| fail("assign", e))?;
+        }
+        Action::Unassign { .. } => {
+            let patch = enact::assign_patch(&pod.uid, None);
+            pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| fail("unassign", e))?;
+        }
+        Action::Release {
+            job, node, patch, ..
+        } => {
+            pods.patch(&pod.name, &params(), &Patch::Merge(patch))
+                .await
+                .map_err(|e| fail("release", e))?;
+            let message = format!("job {job} placed on {node} by gantry");
+            event(client, pod, "Normal", "Placed", &message, now).await?;
+        }
+        Action::Evict {
+            job,
+            for_job,
+            cause,
+            grace_s,
+            ..
+        } => {
+            let mark = format!("{cause}: for {for_job}");
+            let patch = json!({"metadata": {"uid": pod.uid, "annotations": {crate::pods::PREEMPTED_ANNOTATION: mark}}});
+            pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| fail("mark", e))?;
+            evict(client, pod, *grace_s)
+                .await
+                .map_err(|e| fail("evict", e))?;
+            let message = format!("job {job} preempted for {for_job} ({cause}); grace {grace_s}s");
+            event(client, pod, "Warning", "Preempted", &message, now).await?;
+        }
+        Action::Wait {
+            reason, message, ..
+        } => {
+            let patch = enact::condition_patch(reason, message, now);
+            pods.patch_status(&pod.name, &params(), &Patch::Strategic(&patch))
+                .await
+                .map_err(|e| fail("condition", e))?;
+            event(client, pod, "Normal", reason, message, now).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The last cycle, for `/v1/queue` and tests.
+#[derive(Debug, Clone, Default)]
+pub struct LastCycle {
+    pub at: i64,
+    pub plan: Option<Plan>,
+    pub actions: usize,
+    pub errors: Vec<String>,
+}
+
+/// Runs cycles until the task is aborted.
+pub async fn run(
+    client: Client,
+    stores: Arc<Mutex<Stores>>,
+    mut changes: tokio::sync::watch::Receiver<u64>,
+    state: Arc<AppState>,
+    last: Arc<Mutex<LastCycle>>,
+) {
+    loop {
+        let _ = tokio::time::timeout(TICK, changes.changed()).await;
+        tokio::time::sleep(DEBOUNCE).await;
+        changes.borrow_and_update();
+        let Some(policy) = state.policy() else {
+            continue;
+        };
+        let now = state.now();
+        let decided = {
+            let s = match stores.lock() {
+                Ok(s) => s,
+                Err(p) => p.into_inner(),
+            };
+            cycle(&s, &policy, now)
+        };
+        let (_, plan, actions) = match decided {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::warn!(error = %e, "queue cycle skipped");
+                continue;
+            }
+        };
+        let mut errors = Vec::new();
+        for a in &actions {
+            if let Err(e) = apply(&client, a, now).await {
+                tracing::warn!(error = %e, "enactment stopped; the next cycle starts from what the pods say");
+                errors.push(e);
+                break;
+            }
+        }
+        if !actions.is_empty() {
+            tracing::info!(
+                actions = actions.len(),
+                errors = errors.len(),
+                "queue cycle"
+            );
+        }
+        let mut l = match last.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        *l = LastCycle {
+            at: now,
+            plan: Some(plan),
+            actions: actions.len(),
+            errors,
+        };
+    }
+}

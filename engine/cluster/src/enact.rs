@@ -1,0 +1,301 @@
+//! A plan as API actions: pure, from the queue view, the pods and the plan.
+//!
+//! Placing a job is a two-phase commit over its pods, so a gang is never half released:
+//! 1. **assign**: every member gets the node chosen for it as an annotation
+//!    ([`ASSIGNED_ANNOTATION`]), still gated;
+//! 2. **release**: once all are assigned, each member gets a required node affinity for its
+//!    node (`matchFields metadata.name`, which a gated pod may gain since 1.27) and loses
+//!    gantry's scheduling gate, in one patch; kube-scheduler binds it there.
+//!
+//! A crash between the phases is resolved from what the pods say: all assigned and one
+//! released — complete the release; some assigned and none released — clear the
+//! assignments and decide again (`queue` reverts them). Preempting evicts every pod of the
+//! victim job (Eviction API, the tier's grace) after marking it with the job it makes
+//! room for and why; the preemptor stays gated until the victims are gone and a later
+//! cycle places it without them. A waiting pod's condition (and an Event) changes only
+//! when its reason, message, place or expected start does.
+
+use crate::pods::{PodSeen, ASSIGNED_ANNOTATION, WAITING_CONDITION};
+use crate::queue::QueueView;
+use engine::decide::plan::{Action as PlanAction, Plan, Reason};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The pod an action is for; the uid makes every patch conditional on the same pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PodRef {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+impl PodRef {
+    fn of(p: &PodSeen) -> PodRef {
+        PodRef {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            uid: p.uid.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// Phase 1: the member's node, as an annotation.
+    Assign {
+        pod: PodRef,
+        job: String,
+        node: String,
+    },
+    /// Clears an assignment that did not finish.
+    Unassign { pod: PodRef },
+    /// Phase 2: `patch` (a JSON merge patch) requires the node and removes the gate.
+    Release {
+        pod: PodRef,
+        job: String,
+        node: String,
+        patch: Value,
+    },
+    /// Marks the pod, then evicts it.
+    Evict {
+        pod: PodRef,
+        job: String,
+        for_job: String,
+        cause: String,
+        grace_s: u64,
+    },
+    /// The waiting condition, and an Event with the same words.
+    Wait {
+        pod: PodRef,
+        reason: String,
+        message: String,
+    },
+}
+
+impl Action {
+    pub fn pod(&self) -> &PodRef {
+        match self {
+            Action::Assign { pod, .. }
+            | Action::Unassign { pod }
+            | Action::Release { pod, .. }
+            | Action::Evict { pod, .. }
+            | Action::Wait { pod, .. } => pod,
+        }
+    }
+}
+
+/// The merge patch that releases a gated pod onto `node`: its other gates kept, and a
+/// `metadata.name In [node]` requirement added to each required node-affinity term it
+/// has (or one term of its own), which is all a gated pod's affinity may gain.
+pub fn release_patch(p: &PodSeen, node: &str) -> Value {
+    let ours = json!({"key": "metadata.name", "operator": "In", "values": [node]});
+    let terms: Vec<Value> = match p.affinity_terms.as_ref().and_then(Value::as_array) {
+        Some(terms) if !terms.is_empty() => terms
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                if let Some(m) = t.as_object_mut() {
+                    let mut fields = m
+                        .get("matchFields")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
+                    if !fields.contains(&ours) {
+                        fields.push(ours.clone());
+                    }
+                    m.insert("matchFields".into(), Value::Array(fields));
+                }
+                t
+            })
+            .collect(),
+        _ => vec![json!({"matchFields": [ours]})],
+    };
+    let gates: Value = if p.other_gates.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(p.other_gates.iter().map(|g| json!({"name": g})).collect())
+    };
+    json!({
+        "metadata": {"uid": p.uid},
+        "spec": {
+            "schedulingGates": gates,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": terms}}}
+        }
+    })
+}
+
+/// `NoCapacity` for `no_capacity`.
+fn camel(code: &impl Serialize) -> String {
+    let snake = serde_json::to_value(code)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    snake
+        .split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+/// The waiting condition's reason and message. The expected start is absolute and to the
+/// minute, so it changes only when the estimate does, not every cycle.
+pub fn waiting(reason: &Reason, now: i64) -> (String, String) {
+    let code = if reason.gang_timeout_exceeded {
+        "GangTimeout".to_string()
+    } else {
+        camel(&reason.code)
+    };
+    let mut message = reason.message.clone();
+    if let Some(p) = reason.position {
+        message.push_str(&format!("; queue position {p}"));
+    }
+    if let Some(eta) = reason.eta_s {
+        let at = (now + eta.max(0) + 59) / 60 * 60;
+        let when = chrono::DateTime::from_timestamp(at, 0)
+            .map(|t| t.format("%Y-%m-%dT%H:%MZ").to_string())
+            .unwrap_or_default();
+        message.push_str(&format!("; expected to start by {when}"));
+    }
+    if let Some(u) = &reason.unblock {
+        message.push_str(&format!("; {u}"));
+    }
+    (code, message)
+}
+
+/// What to do so the cluster carries out `plan`.
+pub fn actions(
+    view: &QueueView,
+    pods: &BTreeMap<String, PodSeen>,
+    plan: &Plan,
+    now: i64,
+) -> Vec<Action> {
+    let mut out = Vec::new();
+    let pod = |key: &String| pods.get(key);
+    // Assignments that did not finish are cleared, unless this cycle places the job
+    // again: then the new assignment (the same annotation, or a new node) stands in.
+    let placed_again: std::collections::BTreeSet<&String> = plan
+        .decisions
+        .iter()
+        .filter(|d| d.action == PlanAction::Place && d.victims.is_empty())
+        .flat_map(|d| view.members.get(&d.job).into_iter().flatten())
+        .collect();
+    for key in view.reverts.iter().filter(|k| !placed_again.contains(k)) {
+        if let Some(p) = pod(key) {
+            out.push(Action::Unassign { pod: PodRef::of(p) });
+        }
+    }
+    // Finish what an earlier cycle began: every member is assigned, release the rest.
+    for job in &view.committing {
+        for p in view.members.get(job).into_iter().flatten().filter_map(pod) {
+            if let (true, Some(node)) = (p.gated, &p.assigned) {
+                out.push(Action::Release {
+                    pod: PodRef::of(p),
+                    job: job.clone(),
+                    node: node.clone(),
+                    patch: release_patch(p, node),
+                });
+            }
+        }
+    }
+    for d in &plan.decisions {
+        let members: Vec<&PodSeen> = view
+            .members
+            .get(&d.job)
+            .into_iter()
+            .flatten()
+            .filter_map(pod)
+            .collect();
+        if d.action == PlanAction::Place && d.victims.is_empty() {
+            let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
+            if nodes.len() != members.len() {
+                continue;
+            }
+            for (p, node) in members.iter().zip(&nodes) {
+                if p.assigned.as_deref() != Some(*node) {
+                    out.push(Action::Assign {
+                        pod: PodRef::of(p),
+                        job: d.job.clone(),
+                        node: (*node).to_string(),
+                    });
+                }
+            }
+            for (p, node) in members.iter().zip(&nodes) {
+                if p.gated {
+                    out.push(Action::Release {
+                        pod: PodRef::of(p),
+                        job: d.job.clone(),
+                        node: (*node).to_string(),
+                        patch: release_patch(p, node),
+                    });
+                }
+            }
+            continue;
+        }
+        let (reason, message) = if d.action == PlanAction::Place {
+            (
+                "Preempting".to_string(),
+                format!(
+                    "placed once {} stop{} (evicted to make room)",
+                    d.victims.join(", "),
+                    if d.victims.len() == 1 { "s" } else { "" }
+                ),
+            )
+        } else {
+            match &d.reason {
+                Some(r) => waiting(r, now),
+                None => continue,
+            }
+        };
+        for p in members {
+            if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) {
+                out.push(Action::Wait {
+                    pod: PodRef::of(p),
+                    reason: reason.clone(),
+                    message: message.clone(),
+                });
+            }
+        }
+    }
+    for e in &plan.preemptions {
+        for p in view
+            .members
+            .get(&e.job)
+            .into_iter()
+            .flatten()
+            .filter_map(pod)
+            .filter(|p| !p.terminating)
+        {
+            out.push(Action::Evict {
+                pod: PodRef::of(p),
+                job: e.job.clone(),
+                for_job: e.for_job.clone(),
+                cause: e.cause.clone(),
+                grace_s: e.grace_s,
+            });
+        }
+    }
+    out
+}
+
+/// The condition patch (strategic merge on `pods/status`: conditions merge by type).
+pub fn condition_patch(reason: &str, message: &str, now: i64) -> Value {
+    let at = chrono::DateTime::from_timestamp(now, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default();
+    json!({"status": {"conditions": [{
+        "type": WAITING_CONDITION, "status": "True", "reason": reason,
+        "message": message, "lastTransitionTime": at
+    }]}})
+}
+
+/// The annotation patch of phase 1 (or its undoing with `None`).
+pub fn assign_patch(uid: &str, node: Option<&str>) -> Value {
+    json!({"metadata": {"uid": uid, "annotations": {ASSIGNED_ANNOTATION: node}}})
+}

@@ -1,0 +1,235 @@
+//! Pods as the decision cycle's jobs. A job is one pod, or a gang: the pods of one
+//! namespace that share a gang name (`gantry.dev/gang`, else a Job's, JobSet's or Kubeflow
+//! training job's name label) and declare `gantry.dev/gang-size` > 1.
+//!
+//! - **Pending**: gated by gantry, unbound, not assigned. A gang with fewer pods than its
+//!   size waits for the rest (`members_present`).
+//! - **Running**: bound and not finished, or assigned by the controller and not bound yet
+//!   (its capacity is promised: it counts on the assigned node).
+//! - A gang whose assignment did not finish before a crash (some members assigned, none
+//!   released) is **reverted**: the assignments are cleared and it is pending again. One
+//!   with a member already released is **completed** (see `enact`).
+//! - **Foreign**: pods gantry did not admit (no `gantry.dev/policy-revision` label) hold
+//!   their node's resources but are never victims: their GPUs are taken out of the fleet
+//!   (a MIG instance takes its whole GPU: which slices it holds is not known) and their
+//!   CPU and memory off the node. CPU-only pods likewise.
+
+use crate::pods::PodSeen;
+use crate::store::Stores;
+use engine::core::fleet::Fleet;
+use engine::inventory::jobs_file::{Job, PlacedMember};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The label the mutating webhook sets on pods it admitted.
+pub const REVISION_LABEL: &str = "gantry.dev/policy-revision";
+
+/// The cluster as the decision cycle sees it.
+#[derive(Debug, Clone, Default)]
+pub struct QueueView {
+    pub fleet: Fleet,
+    /// Nodes (by fleet index) that take nothing new, with why.
+    pub closed: BTreeMap<usize, String>,
+    /// Running and pending jobs, in a stable order (by id).
+    pub jobs: Vec<Job>,
+    /// Each job's pods (keys), in member order.
+    pub members: BTreeMap<String, Vec<String>>,
+    /// Pods whose assignment is cleared: their gang's assignment did not finish.
+    pub reverts: Vec<String>,
+    /// Jobs assigned and not all released yet: the controller completes them first.
+    pub committing: BTreeSet<String>,
+}
+
+/// Gantry admitted it (the webhook's label), queued it or assigned it.
+fn is_foreign(p: &PodSeen) -> bool {
+    !(p.managed || p.gated || p.assigned.is_some())
+}
+
+/// The decision cycle's view of `stores`; `Err` until both are listed.
+pub fn view(stores: &Stores) -> Result<QueueView, String> {
+    let seen = stores.seen()?;
+    let mut out = QueueView {
+        fleet: seen.fleet,
+        ..QueueView::default()
+    };
+    let index: BTreeMap<String, usize> = out
+        .fleet
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.clone(), i))
+        .collect();
+    for (name, why) in &seen.closed {
+        if let Some(&i) = index.get(name) {
+            out.closed.insert(i, why.clone());
+        }
+    }
+    // Group gantry's pods into jobs; take foreign and CPU-only pods out of the fleet.
+    let mut groups: BTreeMap<String, Vec<&PodSeen>> = BTreeMap::new();
+    for p in stores.pods.objects.values() {
+        let holds_gpus = p
+            .holds
+            .as_deref()
+            .is_some_and(|j| j.shape.member.num_gpu > 0 || j.shape.member.mig_profile.is_some());
+        if let (Some(job), Some(node)) = (p.holds.as_deref(), p.node.as_deref()) {
+            if is_foreign(p) || !holds_gpus {
+                if let Some(&i) = index.get(node) {
+                    take_out(&mut out.fleet, i, job);
+                }
+                continue;
+            }
+        }
+        let ours = p.holds.is_some() || p.assigned.is_some() || (p.gated && p.asks.is_some());
+        if !ours || is_foreign(p) {
+            continue;
+        }
+        let key = p.gang.clone().unwrap_or_else(|| p.key());
+        groups.entry(key).or_default().push(p);
+    }
+    for (id, mut pods) in groups {
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        group(&mut out, &id, &pods);
+    }
+    out.jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(out)
+}
+
+/// Takes what a foreign or CPU-only pod holds out of its node: CPU and memory, whole
+/// GPUs (the highest free indices), MIG instances (as in use).
+fn take_out(fleet: &mut Fleet, node: usize, job: &Job) {
+    let Some(n) = fleet.nodes.get_mut(node) else {
+        return;
+    };
+    let m = &job.shape.member;
+    n.cpu_milli = n.cpu_milli.saturating_sub(m.cpu_milli);
+    n.memory_mib = n.memory_mib.saturating_sub(m.memory_mib);
+    if m.mig_profile.is_some() {
+        // Which slices it holds is not known: each instance takes a whole MIG GPU out,
+        // which errs on the safe side.
+        let mut left = m.num_gpu;
+        for g in n.gpus.iter_mut().filter(|g| g.healthy && g.mig.is_some()) {
+            if left == 0 {
+                break;
+            }
+            g.healthy = false;
+            left -= 1;
+        }
+        return;
+    }
+    let mut left = m.num_gpu;
+    for g in n.gpus.iter_mut().rev() {
+        if left == 0 {
+            break;
+        }
+        if g.healthy && g.mig.is_none() {
+            g.healthy = false;
+            left -= 1;
+        }
+    }
+}
+
+/// One group of pods (a single pod or a gang) as a running and/or a pending job.
+fn group(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
+    let placed = |p: &&PodSeen| p.holds.is_some() || p.assigned.is_some();
+    let released = |p: &&PodSeen| p.holds.is_some() || (p.assigned.is_some() && !p.gated);
+    let waiting: Vec<&PodSeen> = pods
+        .iter()
+        .copied()
+        .filter(|p| !placed(p) && p.gated && p.asks.is_some())
+        .collect();
+    let any_released = pods.iter().any(released);
+    let size = pods.iter().map(|p| p.gang_size).max().unwrap_or(1);
+    let assigned_only: Vec<&PodSeen> = pods
+        .iter()
+        .copied()
+        .filter(|p| p.holds.is_none() && p.assigned.is_some() && p.gated)
+        .collect();
+    // An assignment that did not finish: nothing released, and not every member assigned.
+    let complete = pods.len() as u32 >= size && waiting.is_empty();
+    if !any_released && !assigned_only.is_empty() && !complete {
+        out.reverts.extend(assigned_only.iter().map(|p| p.key()));
+        pending(
+            out,
+            id,
+            pods.iter()
+                .copied()
+                .filter(|p| p.gated && p.asks.is_some())
+                .collect(),
+            size,
+        );
+        return;
+    }
+    let running: Vec<&PodSeen> = pods.iter().copied().filter(placed).collect();
+    if !running.is_empty() {
+        if running.iter().any(|p| p.holds.is_none() && p.gated) {
+            out.committing.insert(id.to_string());
+        }
+        running_job(out, id, &running);
+    }
+    if !waiting.is_empty() {
+        if running.is_empty() {
+            pending(out, id, waiting, size);
+        } else {
+            // Members that came after the gang was placed (a replaced pod): they queue
+            // as a job of their own.
+            let n = waiting.len() as u32;
+            pending(
+                out,
+                &format!("{id}+{}", waiting.first().map_or("", |p| p.name.as_str())),
+                waiting,
+                n,
+            );
+        }
+    }
+}
+
+fn running_job(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
+    let Some(first) = pods.first() else {
+        return;
+    };
+    let Some(template) = first.holds.as_deref().or(first.asks.as_deref()) else {
+        return;
+    };
+    let mut job = template.clone();
+    job.id = id.to_string();
+    job.shape.members = pods.len() as u32;
+    job.placement = pods
+        .iter()
+        .map(|p| PlacedMember {
+            node: p
+                .node
+                .clone()
+                .or_else(|| p.assigned.clone())
+                .unwrap_or_default(),
+            gpus: Vec::new(),
+            gpu_milli: None,
+            mig_starts: Vec::new(),
+        })
+        .collect();
+    job.started_at = pods
+        .iter()
+        .filter_map(|p| p.bound_at)
+        .min()
+        .or(job.started_at);
+    job.submitted_at = pods.iter().filter_map(|p| p.created_at).min();
+    job.members_present = None;
+    out.members
+        .insert(id.to_string(), pods.iter().map(|p| p.key()).collect());
+    out.jobs.push(job);
+}
+
+fn pending(out: &mut QueueView, id: &str, pods: Vec<&PodSeen>, size: u32) {
+    let Some(template) = pods.first().and_then(|p| p.asks.as_deref()) else {
+        return;
+    };
+    let mut job = template.clone();
+    job.id = id.to_string();
+    job.shape.members = size.max(1);
+    let present = pods.len() as u32;
+    job.members_present = (present < job.shape.members).then_some(present);
+    job.submitted_at = pods.iter().filter_map(|p| p.created_at).min();
+    job.placement = Vec::new();
+    job.started_at = None;
+    out.members
+        .insert(id.to_string(), pods.iter().map(|p| p.key()).collect());
+    out.jobs.push(job);
+}

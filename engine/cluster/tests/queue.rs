@@ -1,0 +1,345 @@
+//! Gantry as the queue, cycle by cycle, against the in-process API server: a gang waits
+//! for its members and is then released whole, a borrower is evicted whole when the
+//! lender reclaims, a waiting pod carries its reason (once, not every cycle), a crash in
+//! the middle of placing a gang is completed or undone, and a cycle with nothing new
+//! writes nothing.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+mod apiserver;
+
+use apiserver::{FakeApi, Kind};
+use cluster::controller;
+use cluster::enact::Action;
+use cluster::watch::Live;
+use engine::serve::state::{AppState, ClusterOptions, LoadedPolicy};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+const NOW: i64 = 1_795_510_000;
+
+const POLICY: &str = r#"
+use std.nodes.{dgx_h100}
+use std.tiers
+
+pool training { capacity = reserved; node = dgx_h100; nodes = 2 }
+
+placement { gang = all_or_nothing; gang_timeout = 15m; packing = best_fit }
+
+cohort lab {
+  team alpha { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu }
+  team beta { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu }
+}
+"#;
+
+fn node(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gantry.dev/pool": "training", "kubernetes.io/hostname": name}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
+                   "capacity": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}})
+}
+
+/// A GPU pod as the mutating webhook leaves it with `--queue`: labelled, gated.
+fn gated(name: &str, team: &str, tier: &str, gpus: u32, gang: Option<(&str, u32)>) -> Value {
+    let mut labels = json!({"gantry.dev/team": team, "gantry.dev/tier": tier,
+                            "gantry.dev/policy-revision": "r1"});
+    if let Some((g, n)) = gang {
+        labels["gantry.dev/gang"] = json!(g);
+        labels["gantry.dev/gang-size"] = json!(n.to_string());
+    }
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+                     "creationTimestamp": "2026-11-24T08:40:00Z", "labels": labels},
+        "spec": {"schedulingGates": [{"name": "gantry.dev/queue"}],
+                 "containers": [{"name": "main", "image": "trainer", "resources": {
+                     "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": gpus.to_string()},
+                     "limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}})
+}
+
+struct Harness {
+    api: Arc<FakeApi>,
+    live: Live,
+    client: kube::Client,
+    policy: Arc<LoadedPolicy>,
+    _dir: tempfile::TempDir,
+}
+
+async fn harness() -> Harness {
+    let api = FakeApi::new();
+    api.apply(Kind::Nodes, node("n0"));
+    api.apply(Kind::Nodes, node("n1"));
+    let url = api.serve().await;
+    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let options = ClusterOptions {
+        kubeconfig: None,
+        in_cluster: false,
+        pool_label: "gantry.dev/pool".into(),
+        sync_timeout: Duration::from_secs(10),
+    };
+    let live = Live::with_client(client.clone(), url, &options)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let state = AppState::new(Box::new(|| NOW));
+    state.reload_policy(dir.path()).unwrap();
+    Harness {
+        api,
+        live,
+        client,
+        policy: state.policy().unwrap(),
+        _dir: dir,
+    }
+}
+
+impl Harness {
+    /// Waits until the view holds every pod at the API server's version.
+    async fn settle(&self) {
+        for _ in 0..200 {
+            let want: BTreeMap<String, String> = self
+                .api
+                .pods()
+                .into_iter()
+                .map(|(k, p)| {
+                    (
+                        k,
+                        p["metadata"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or("")
+                            .to_string(),
+                    )
+                })
+                .collect();
+            let have: BTreeMap<String, String> = self
+                .live
+                .stores()
+                .pods
+                .objects
+                .iter()
+                .map(|(k, p)| (k.clone(), p.resource_version.clone()))
+                .collect();
+            if want == have {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the view did not catch up with the API server");
+    }
+
+    /// One cycle: decide on the settled view and carry the actions out, stopping at the
+    /// first refusal as the controller does. Returns the actions and how many succeeded.
+    async fn cycle(&self) -> (Vec<Action>, usize) {
+        self.settle().await;
+        let (_, _, actions) = controller::cycle(&self.live.stores(), &self.policy, NOW).unwrap();
+        let mut done = 0;
+        for a in &actions {
+            if controller::apply(&self.client, a, NOW).await.is_err() {
+                break;
+            }
+            done += 1;
+        }
+        self.settle().await;
+        (actions, done)
+    }
+
+    fn pod(&self, name: &str) -> Value {
+        self.api
+            .get_object(Kind::Pods, &format!("ml/{name}"))
+            .unwrap()
+    }
+}
+
+fn kinds(actions: &[Action]) -> Vec<String> {
+    actions
+        .iter()
+        .map(|a| {
+            let v = serde_json::to_value(a).unwrap();
+            format!("{} {}", v["action"].as_str().unwrap(), a.pod().name)
+        })
+        .collect()
+}
+
+fn waiting(pod: &Value) -> Option<(String, String)> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "gantry.dev/Queued")
+        .map(|c| {
+            (
+                c["reason"].as_str().unwrap_or("").into(),
+                c["message"].as_str().unwrap_or("").into(),
+            )
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_waits_for_its_members_then_is_released_whole() {
+    let h = harness().await;
+    h.api.apply(
+        Kind::Pods,
+        gated("g-0", "alpha", "best_effort", 8, Some(("g", 2))),
+    );
+    let (actions, _) = h.cycle().await;
+    assert_eq!(kinds(&actions), ["wait g-0"]);
+    let (reason, message) = waiting(&h.pod("g-0")).unwrap();
+    assert_eq!(reason, "GangIncomplete", "{message}");
+    assert!(
+        message.contains("1 of its 2 members has arrived"),
+        "{message}"
+    );
+    assert!(message.contains("queue position 1"), "{message}");
+    assert_eq!(h.api.events().len(), 1);
+    // Nothing changed: no write at all, and no second Event.
+    let writes = h.api.writes().len();
+    let (actions, _) = h.cycle().await;
+    assert!(actions.is_empty(), "{actions:?}");
+    assert_eq!(h.api.writes().len(), writes);
+
+    h.api.apply(
+        Kind::Pods,
+        gated("g-1", "alpha", "best_effort", 8, Some(("g", 2))),
+    );
+    let (actions, done) = h.cycle().await;
+    assert_eq!(
+        kinds(&actions),
+        ["assign g-0", "assign g-1", "release g-0", "release g-1"]
+    );
+    assert_eq!(done, 4);
+    for p in ["g-0", "g-1"] {
+        let pod = h.pod(p);
+        assert!(pod["spec"]["schedulingGates"].is_null(), "{pod}");
+        assert!(pod["metadata"]["annotations"]["gantry.dev/assigned-node"].is_string());
+    }
+    assert_eq!(h.api.bind_released(), 2);
+    let nodes: Vec<String> = ["g-0", "g-1"]
+        .iter()
+        .map(|p| h.pod(p)["spec"]["nodeName"].as_str().unwrap().to_string())
+        .collect();
+    assert_ne!(nodes[0], nodes[1], "two 8-GPU members on two 8-GPU nodes");
+    let (actions, _) = h.cycle().await;
+    assert!(
+        actions.is_empty(),
+        "a placed gang needs nothing more: {actions:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lender_reclaims_by_evicting_the_borrowing_gang_whole() {
+    let h = harness().await;
+    // alpha borrows beta's 8 GPUs for a 2×8 gang.
+    h.api.apply(
+        Kind::Pods,
+        gated("a-0", "alpha", "best_effort", 8, Some(("a", 2))),
+    );
+    h.api.apply(
+        Kind::Pods,
+        gated("a-1", "alpha", "best_effort", 8, Some(("a", 2))),
+    );
+    h.cycle().await;
+    assert_eq!(h.api.bind_released(), 2);
+    // beta wants its guarantee back.
+    h.api
+        .apply(Kind::Pods, gated("b-0", "beta", "standard", 8, None));
+    let (actions, _) = h.cycle().await;
+    let k = kinds(&actions);
+    assert!(k.contains(&"wait b-0".to_string()), "{k:?}");
+    assert!(
+        k.contains(&"evict a-0".to_string()) && k.contains(&"evict a-1".to_string()),
+        "the whole gang: {k:?}"
+    );
+    for p in ["a-0", "a-1"] {
+        let pod = h.pod(p);
+        assert!(pod["metadata"]["deletionTimestamp"].is_string(), "{pod}");
+        let mark = pod["metadata"]["annotations"]["gantry.dev/preempted"]
+            .as_str()
+            .unwrap();
+        assert!(
+            mark.contains("reclaim") && mark.contains("ml/b-0"),
+            "{mark}"
+        );
+    }
+    assert_eq!(waiting(&h.pod("b-0")).unwrap().0, "Preempting");
+    let events = h.api.events();
+    assert_eq!(
+        events.iter().filter(|e| e["reason"] == "Preempted").count(),
+        2
+    );
+    // While the victims terminate nothing is evicted twice.
+    let (actions, _) = h.cycle().await;
+    assert!(
+        !kinds(&actions).iter().any(|a| a.starts_with("evict")),
+        "{actions:?}"
+    );
+    // They are gone: beta is placed.
+    assert_eq!(h.api.finish_deletions(), 2);
+    let (actions, _) = h.cycle().await;
+    assert_eq!(kinds(&actions), ["assign b-0", "release b-0"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_while_assigning_is_undone_and_one_while_releasing_is_completed() {
+    let h = harness().await;
+    h.api.apply(
+        Kind::Pods,
+        gated("g-0", "alpha", "best_effort", 8, Some(("g", 2))),
+    );
+    h.api.apply(
+        Kind::Pods,
+        gated("g-1", "alpha", "best_effort", 8, Some(("g", 2))),
+    );
+    // Crash after the first assignment.
+    h.api.fail_after(1);
+    let (_, done) = h.cycle().await;
+    assert_eq!(done, 1);
+    h.api.heal();
+    // The next cycle decides again: g-0 keeps its annotation (the same node), g-1 is
+    // assigned, and only then are both released.
+    let (actions, _) = h.cycle().await;
+    assert_eq!(
+        kinds(&actions),
+        ["assign g-1", "release g-0", "release g-1"]
+    );
+
+    // Another gang, crash after one member is released: the next cycle completes it.
+    h.api.apply(
+        Kind::Pods,
+        gated("k-0", "beta", "best_effort", 8, Some(("k", 2))),
+    );
+    h.api.apply(
+        Kind::Pods,
+        gated("k-1", "beta", "best_effort", 8, Some(("k", 2))),
+    );
+    h.api.bind_released();
+    h.api.finish_deletions();
+    // Room for k: g goes away.
+    h.api.delete(Kind::Pods, "ml/g-0");
+    h.api.delete(Kind::Pods, "ml/g-1");
+    h.api.fail_after(3);
+    let (actions, done) = h.cycle().await;
+    assert_eq!(
+        kinds(&actions),
+        ["assign k-0", "assign k-1", "release k-0", "release k-1"]
+    );
+    // Three writes went through: both assignments and k-0's release (its Event did not).
+    assert_eq!(done, 2);
+    let released = |p: &str| h.pod(p)["spec"]["schedulingGates"].is_null();
+    assert!(released("k-0") && !released("k-1"));
+    h.api.heal();
+    let (actions, _) = h.cycle().await;
+    assert!(
+        kinds(&actions).contains(&"release k-1".to_string()),
+        "{actions:?}"
+    );
+    assert!(released("k-0") && released("k-1"));
+}
