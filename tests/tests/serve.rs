@@ -747,3 +747,41 @@ async fn an_update_of_a_pod_being_deleted_is_never_denied() {
     assert_eq!(status, StatusCode::OK);
     assert_eq!(json(&bytes)["response"]["allowed"], true);
 }
+
+/// Issue 18: with `serve --queue` a GPU pod is created gated (`gantry.dev/queue`), other
+/// gates kept; reinvoking adds nothing; CPU-only pods pass ungated.
+#[tokio::test]
+async fn with_the_queue_gpu_pods_are_created_gated() {
+    let mut state = AppState::new(Box::new(|| 1_795_000_000));
+    state.queue = true;
+    let state = Arc::new(state);
+    state
+        .reload_policy(&repo().join("policies/onprem-dgx"))
+        .unwrap();
+    state
+        .refresh_inventory(&FleetFile(repo().join("policies/onprem-dgx/fleet.toml")))
+        .unwrap();
+    let mut review = json(&fixture("gpu_pod.json"));
+    let once = mutated(&state, &review).await;
+    assert_eq!(
+        once["spec"]["schedulingGates"],
+        serde_json::json!([{"name": "gantry.dev/queue"}])
+    );
+    review["request"]["object"] = once.clone();
+    assert_eq!(
+        mutated(&state, &review).await,
+        once,
+        "reinvoked: no second gate"
+    );
+    // Another controller's gate stays, gantry's is added after it.
+    let mut other = json(&fixture("gpu_pod.json"));
+    other["request"]["object"]["spec"]["schedulingGates"] =
+        serde_json::json!([{"name": "example.com/quota"}]);
+    let gated = mutated(&state, &other).await;
+    assert_eq!(
+        gated["spec"]["schedulingGates"],
+        serde_json::json!([{"name": "example.com/quota"}, {"name": "gantry.dev/queue"}])
+    );
+    let cpu = json(&fixture("cpu_only.json"));
+    assert!(mutated(&state, &cpu).await["spec"]["schedulingGates"].is_null());
+}

@@ -171,3 +171,101 @@ async fn serve_follows_the_cluster() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+fn gated(name: &str, gpus: u32, gang: Option<(&str, u32)>) -> Value {
+    let mut labels = json!({"gantry.dev/team": "research", "gantry.dev/tier": "best_effort",
+                            "gantry.dev/policy-revision": "r1"});
+    if let Some((g, n)) = gang {
+        labels["gantry.dev/gang"] = json!(g);
+        labels["gantry.dev/gang-size"] = json!(n.to_string());
+    }
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "research", "uid": format!("uid-{name}"),
+                     "creationTimestamp": "2026-11-24T08:00:00Z", "labels": labels},
+        "spec": {"schedulingGates": [{"name": "gantry.dev/queue"}],
+                 "nodeSelector": {"gantry.dev/pool": "training"},
+                 "containers": [{"name": "main", "image": "trainer", "resources": {
+                     "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": gpus.to_string()},
+                     "limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": "Pending"}})
+}
+
+/// `serve --queue`: the controller's own loop places a gang whole on the two free H100
+/// nodes and tells a pod that cannot fit why it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_queue() {
+    let api = FakeApi::new();
+    for n in fixture("nodes.json") {
+        api.apply(Kind::Nodes, n);
+    }
+    let url = api.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policy")).unwrap();
+    std::fs::write(dir.path().join("policy/policy.gantry"), POLICY).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"),
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = Killed(
+        Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["serve", "--queue", "--policy"])
+            .arg(dir.path().join("policy"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while http(port, "GET", "/readyz", "").is_none_or(|(c, _)| c != 200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Training nodes with 8 free GPUs: train-0 and b200-0 (train-1 has 7 healthy, train-2
+    // is not Ready, train-3 is cordoned). The 2×8 gang takes both; a third 8-GPU pod waits.
+    api.apply(Kind::Pods, gated("g-0", 8, Some(("g", 2))));
+    api.apply(Kind::Pods, gated("g-1", 8, Some(("g", 2))));
+    api.apply(Kind::Pods, gated("solo", 8, None));
+    let start = Instant::now();
+    loop {
+        api.bind_released();
+        let pods = api.pods();
+        let node = |p: &str| {
+            pods[&format!("research/{p}")]["spec"]["nodeName"]
+                .as_str()
+                .map(str::to_string)
+        };
+        let why = pods["research/solo"]["status"]["conditions"]
+            .as_array()
+            .and_then(|c| c.iter().find(|c| c["type"] == "gantry.dev/Queued").cloned());
+        if let (Some(a), Some(b), Some(why)) = (node("g-0"), node("g-1"), why) {
+            assert_ne!(a, b);
+            assert!(
+                pods["research/solo"]["spec"]["schedulingGates"].is_array(),
+                "solo stays gated"
+            );
+            assert!(
+                why["message"].as_str().unwrap().contains("queue position"),
+                "{why}"
+            );
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the queue did not converge: {pods:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

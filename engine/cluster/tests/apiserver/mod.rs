@@ -306,7 +306,10 @@ impl FakeApi {
     }
 
     /// Counts a write; `Err` when writes are being refused.
-    #[allow(clippy::result_large_err, reason = "test code; the error is the response")]
+    #[allow(
+        clippy::result_large_err,
+        reason = "test code; the error is the response"
+    )]
     fn write(&self, verb: &str, path: String) -> Result<(), Response> {
         let mut inner = self.lock();
         match inner.fail_after {
