@@ -217,18 +217,26 @@ pub struct LastCycle {
     pub errors: Vec<String>,
 }
 
-/// Runs cycles until the task is aborted.
+/// Runs cycles until the task is aborted, enacting only while `leader` says this replica
+/// holds the Lease (and stopping mid-cycle when it no longer does).
 pub async fn run(
     client: Client,
     stores: Arc<Mutex<Stores>>,
     mut changes: tokio::sync::watch::Receiver<u64>,
     state: Arc<AppState>,
     last: Arc<Mutex<LastCycle>>,
+    mut leader: tokio::sync::watch::Receiver<bool>,
 ) {
     loop {
-        let _ = tokio::time::timeout(TICK, changes.changed()).await;
+        tokio::select! {
+            _ = tokio::time::timeout(TICK, changes.changed()) => {}
+            _ = leader.changed() => {}
+        }
         tokio::time::sleep(DEBOUNCE).await;
         changes.borrow_and_update();
+        if !*leader.borrow_and_update() {
+            continue;
+        }
         let Some(policy) = state.policy() else {
             continue;
         };
@@ -249,6 +257,10 @@ pub async fn run(
         };
         let mut errors = Vec::new();
         for a in &actions {
+            if !*leader.borrow() {
+                errors.push("leadership lost mid-cycle; the new leader takes over".into());
+                break;
+            }
             if let Err(e) = apply(&client, a, now).await {
                 tracing::warn!(error = %e, "enactment stopped; the next cycle starts from what the pods say");
                 errors.push(e);

@@ -16,6 +16,7 @@
 
 pub mod controller;
 pub mod enact;
+pub mod lease;
 pub mod nodes;
 pub mod pods;
 pub mod queue;

@@ -29,6 +29,7 @@ pub struct Live {
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The queue controller's last cycle (`serve --queue`).
     pub last_cycle: Arc<Mutex<crate::controller::LastCycle>>,
+    leading: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
 }
 
 impl std::fmt::Debug for Live {
@@ -133,6 +134,7 @@ impl Live {
             failing,
             tasks: Mutex::new(vec![nodes_task, pods_task]),
             last_cycle: Arc::default(),
+            leading: Mutex::new(None),
         };
         live.synced(options.sync_timeout).await?;
         Ok(live)
@@ -255,19 +257,37 @@ impl InventorySource for Live {
     }
 
     fn start_queue(&self, state: Arc<AppState>) -> Result<(), String> {
-        let task = tokio::spawn(crate::controller::run(
-            self.client.clone(),
-            self.stores.clone(),
-            self.changes.clone(),
-            state,
-            self.last_cycle.clone(),
-        ));
-        lock(&self.tasks).push(task);
+        let election = crate::lease::Election::new(
+            &crate::lease::own_namespace(),
+            &crate::lease::own_identity(),
+        );
+        self.start_queue_with(state, election);
         Ok(())
     }
 }
 
 impl Live {
+    /// Runs the Lease election and the queue controller, which enacts only while leading.
+    pub fn start_queue_with(&self, state: Arc<AppState>, election: crate::lease::Election) {
+        let (leader, leading) = tokio::sync::watch::channel(false);
+        let elect = tokio::spawn(crate::lease::run(self.client.clone(), election, leader));
+        let control = tokio::spawn(crate::controller::run(
+            self.client.clone(),
+            self.stores.clone(),
+            self.changes.clone(),
+            state,
+            self.last_cycle.clone(),
+            leading.clone(),
+        ));
+        *lock(&self.leading) = Some(leading);
+        lock(&self.tasks).extend([elect, control]);
+    }
+
+    /// Whether this replica leads the queue (`None`: the queue is not running here).
+    pub fn leading(&self) -> Option<bool> {
+        lock(&self.leading).as_ref().map(|l| *l.borrow())
+    }
+
     /// The caches, for a cycle computed outside the controller (tests, `/v1/queue`).
     pub fn stores(&self) -> MutexGuard<'_, Stores> {
         lock(&self.stores)

@@ -343,3 +343,45 @@ async fn a_crash_while_assigning_is_undone_and_one_while_releasing_is_completed(
     );
     assert!(released("k-0") && released("k-1"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_one_lease_one_leader() {
+    use cluster::lease::{run, Election};
+    let api = FakeApi::new();
+    let url = api.serve().await;
+    let client = || kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let election = |who: &str| Election {
+        duration: Duration::from_millis(1_500),
+        renew: Duration::from_millis(200),
+        ..Election::new("gantry-system", who)
+    };
+    let (a_tx, a) = tokio::sync::watch::channel(false);
+    let (b_tx, b) = tokio::sync::watch::channel(false);
+    let task_a = tokio::spawn(run(client(), election("replica-a"), a_tx));
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let task_b = tokio::spawn(run(client(), election("replica-b"), b_tx));
+    // Over a few renewals exactly one leads: the first.
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(*a.borrow() && !*b.borrow(), "a leads, b follows");
+    }
+    let lease = api.lease("gantry-system/gantry-queue").unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-a");
+    // a dies without giving the lease up: b takes it over once it has seen the lease
+    // unrenewed for its whole duration, not before.
+    task_a.abort();
+    let died = std::time::Instant::now();
+    while !*b.borrow() {
+        assert!(died.elapsed() < Duration::from_secs(6), "b never took over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        died.elapsed() >= Duration::from_millis(1_000),
+        "taken over too early: {:?}",
+        died.elapsed()
+    );
+    let lease = api.lease("gantry-system/gantry-queue").unwrap();
+    assert_eq!(lease["spec"]["holderIdentity"], "replica-b");
+    assert_eq!(lease["spec"]["leaseTransitions"], 1);
+    task_b.abort();
+}

@@ -71,6 +71,8 @@ struct Inner {
     forbidden: BTreeSet<Kind>,
     /// Events created, in order.
     events: Vec<Value>,
+    /// Leases by `namespace/name`.
+    leases: BTreeMap<String, Value>,
     /// Every write: (verb, path).
     writes: Vec<(String, String)>,
     /// Writes refused on purpose after this many more succeed (a crash mid-enactment).
@@ -235,6 +237,10 @@ impl FakeApi {
 
     pub fn lists(&self) -> Vec<(Kind, Option<usize>, bool)> {
         self.lock().lists.clone()
+    }
+
+    pub fn lease(&self, key: &str) -> Option<Value> {
+        self.lock().leases.get(key).cloned()
     }
 
     pub fn events(&self) -> Vec<Value> {
@@ -416,6 +422,14 @@ impl FakeApi {
                 post(evict_pod),
             )
             .route("/api/v1/namespaces/{ns}/events", post(create_event))
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
+                post(create_lease),
+            )
+            .route(
+                "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
+                get(get_lease).put(replace_lease),
+            )
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -738,6 +752,83 @@ async fn create_event(
     }
     inner.events.push(event.clone());
     json_response(StatusCode::CREATED, &event)
+}
+
+async fn get_lease(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match api.lease(&format!("{ns}/{name}")) {
+        Some(l) => json_response(StatusCode::OK, &l),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &status(
+                404,
+                "NotFound",
+                &format!("leases.coordination.k8s.io \"{name}\" not found"),
+            ),
+        ),
+    }
+}
+
+/// Creates a Lease; 409 AlreadyExists when another candidate made it first.
+async fn create_lease(
+    State(api): State<Arc<FakeApi>>,
+    Path(ns): Path<String>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("POST", format!("leases/{ns}")) {
+        return r;
+    }
+    let mut lease: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let name = lease["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let mut inner = api.lock();
+    let key = format!("{ns}/{name}");
+    if inner.leases.contains_key(&key) {
+        return json_response(
+            StatusCode::CONFLICT,
+            &status(
+                409,
+                "AlreadyExists",
+                &format!("leases.coordination.k8s.io \"{name}\" already exists"),
+            ),
+        );
+    }
+    inner.rv += 1;
+    lease["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+    lease["metadata"]["namespace"] = json!(ns);
+    inner.leases.insert(key, lease.clone());
+    json_response(StatusCode::CREATED, &lease)
+}
+
+/// Replaces a Lease only at the resourceVersion the writer read (409 Conflict otherwise).
+async fn replace_lease(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("PUT", format!("leases/{ns}/{name}")) {
+        return r;
+    }
+    let mut lease: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut inner = api.lock();
+    let key = format!("{ns}/{name}");
+    let Some(current) = inner.leases.get(&key) else {
+        return json_response(
+            StatusCode::NOT_FOUND,
+            &status(404, "NotFound", "lease not found"),
+        );
+    };
+    if current["metadata"]["resourceVersion"] != lease["metadata"]["resourceVersion"] {
+        return json_response(
+            StatusCode::CONFLICT,
+            &status(409, "Conflict", "Operation cannot be fulfilled on leases.coordination.k8s.io: the object has been modified"),
+        );
+    }
+    inner.rv += 1;
+    lease["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+    inner.leases.insert(key, lease.clone());
+    json_response(StatusCode::OK, &lease)
 }
 
 async fn get_node(State(api): State<Arc<FakeApi>>, Path(name): Path<String>) -> Response {
