@@ -234,9 +234,7 @@ pub async fn run(
         }
         tokio::time::sleep(DEBOUNCE).await;
         changes.borrow_and_update();
-        if !*leader.borrow_and_update() {
-            continue;
-        }
+        let leading = *leader.borrow_and_update();
         let Some(policy) = state.policy() else {
             continue;
         };
@@ -248,31 +246,48 @@ pub async fn run(
             };
             cycle(&s, &policy, now)
         };
-        let (_, plan, actions) = match decided {
+        let (view, plan, actions) = match decided {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "queue cycle skipped");
                 continue;
             }
         };
+        // Every replica shows the queue; only the leader changes the cluster.
+        let mut report = engine::serve::queue::QueueReport::new(&plan, &view.jobs, leading);
+        report.revision = policy.revision.clone();
+        state.set_queue_report(report);
         let mut errors = Vec::new();
-        for a in &actions {
-            if !*leader.borrow() {
-                errors.push("leadership lost mid-cycle; the new leader takes over".into());
-                break;
+        let mut done = 0;
+        if leading {
+            for a in &actions {
+                if !*leader.borrow() {
+                    errors.push("leadership lost mid-cycle; the new leader takes over".into());
+                    break;
+                }
+                if let Err(e) = apply(&client, a, now).await {
+                    tracing::warn!(error = %e, "enactment stopped; the next cycle starts from what the pods say");
+                    state.metrics.enactment_error(action_name(a));
+                    errors.push(e);
+                    break;
+                }
+                done += 1;
             }
-            if let Err(e) = apply(&client, a, now).await {
-                tracing::warn!(error = %e, "enactment stopped; the next cycle starts from what the pods say");
-                errors.push(e);
-                break;
-            }
-        }
-        if !actions.is_empty() {
-            tracing::info!(
-                actions = actions.len(),
-                errors = errors.len(),
-                "queue cycle"
+            count(
+                &state,
+                &view,
+                &plan,
+                actions.get(..done).unwrap_or_default(),
+                now,
             );
+            if !actions.is_empty() {
+                tracing::info!(
+                    actions = actions.len(),
+                    done,
+                    errors = errors.len(),
+                    "queue cycle"
+                );
+            }
         }
         let mut l = match last.lock() {
             Ok(l) => l,
@@ -281,8 +296,55 @@ pub async fn run(
         *l = LastCycle {
             at: now,
             plan: Some(plan),
-            actions: actions.len(),
+            actions: done,
             errors,
         };
+    }
+}
+
+fn action_name(a: &Action) -> &'static str {
+    match a {
+        Action::Assign { .. } => "assign",
+        Action::Unassign { .. } => "unassign",
+        Action::Release { .. } => "release",
+        Action::Evict { .. } => "evict",
+        Action::Wait { .. } => "wait",
+    }
+}
+
+/// Metrics of what was carried out: evictions (and the work they lost) and the waits of
+/// jobs released, by team and tier.
+fn count(state: &AppState, view: &QueueView, plan: &Plan, done: &[Action], now: i64) {
+    let job = |id: &str| view.jobs.iter().find(|j| j.id == id);
+    let labels = |id: &str| {
+        job(id).map_or((String::new(), String::new()), |j| {
+            (
+                j.team.clone().unwrap_or_default(),
+                j.tier.clone().unwrap_or_default(),
+            )
+        })
+    };
+    let mut released = BTreeSet::new();
+    let mut evicted = BTreeSet::new();
+    for a in done {
+        match a {
+            Action::Release { job: id, .. } if released.insert(id.clone()) => {
+                if let Some(j) = job(id).filter(|j| j.placement.is_empty()) {
+                    let (team, tier) = labels(id);
+                    let waited = now - j.submitted_at.unwrap_or(now);
+                    state.metrics.waited(&team, &tier, waited.max(0) as f64);
+                }
+            }
+            Action::Evict { job: id, cause, .. } if evicted.insert(id.clone()) => {
+                let (team, tier) = labels(id);
+                let lost = plan
+                    .preemptions
+                    .iter()
+                    .find(|p| &p.job == id)
+                    .map_or(0.0, |p| p.lost_gpu_s);
+                state.metrics.preempted(&team, &tier, cause, lost);
+            }
+            _ => {}
+        }
     }
 }

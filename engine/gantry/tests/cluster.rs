@@ -268,4 +268,49 @@ async fn serve_runs_the_queue() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // `gantry queue` shows it as an operator sees it, and /metrics per team and tier.
+    let start = Instant::now();
+    loop {
+        let out = Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["queue", "--server", &format!("http://127.0.0.1:{port}")])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let g_runs = text
+            .lines()
+            .any(|l| l.contains("research/g ") && l.contains(" running "));
+        if out.status.success() && g_runs {
+            let solo = text
+                .lines()
+                .find(|l| l.contains("research/solo"))
+                .unwrap_or_default();
+            assert!(
+                solo.trim_start().starts_with('1') && solo.contains("no_capacity"),
+                "{text}"
+            );
+            assert!(text.contains("1 waiting, 1 running"), "{text}");
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "gantry queue: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let metrics = {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    for want in [
+        "gantry_queue_pending_jobs{team=\"research\",tier=\"best_effort\"} 1",
+        "gantry_gpus_in_use{team=\"research\",tier=\"best_effort\"} 16",
+        "gantry_queue_leader 1",
+        "gantry_queue_wait_seconds_count{team=\"research\",tier=\"best_effort\"} 1",
+    ] {
+        assert!(metrics.contains(want), "{want} not in {metrics}");
+    }
 }

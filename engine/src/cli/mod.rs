@@ -11,6 +11,7 @@ mod inventory;
 mod place;
 mod plan;
 pub(crate) mod policy;
+mod queue;
 mod safe_write;
 mod simulate;
 mod test;
@@ -134,6 +135,9 @@ enum Command {
     /// Serve the admission webhook, scheduler extender, plan API, status and metrics over
     /// HTTP or HTTPS, reloading the policy when its files change.
     Serve(crate::serve::ServeArgs),
+    /// The queue of a running `serve --queue`: waiting jobs in order with reason and ETA,
+    /// then running jobs and their nodes.
+    Queue(queue::QueueArgs),
     /// A language server over standard input and output (LSP), for editors.
     Lsp,
     /// Run policy tests (`*.test.toml` next to the policies): admission, placement,
@@ -181,6 +185,7 @@ where
             Ok(()) => EXIT_OK,
             Err(e) => fail(io, e),
         },
+        Command::Queue(args) => queue::run(&args, io),
         Command::Lsp => match crate::lsp::run() {
             Ok(()) => EXIT_OK,
             Err(e) => fail(io, e),

@@ -42,6 +42,7 @@ pub fn app(state: Arc<AppState>) -> Router {
         .route("/extender/prioritize", post(extender_prioritize))
         .route("/v1/plan", post(plan))
         .route("/v1/status", get(status))
+        .route("/v1/queue", get(queue))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
@@ -445,11 +446,26 @@ async fn ready(State(state): State<Arc<AppState>>) -> Response {
 async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     let revision = state.policy().map(|p| p.revision.clone());
     let gpus = state.inventory().map(|i| i.gpus()).unwrap_or_default();
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.metrics.render(revision.as_deref(), &gpus),
-    )
-        .into_response()
+    let mut text = state.metrics.render(revision.as_deref(), &gpus);
+    if let (Some(report), Some(policy)) = (state.queue_report(), state.policy()) {
+        report.render_metrics(&policy.program, &mut text);
+    }
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The queue as the last cycle of `serve --queue` saw it.
+async fn queue(State(state): State<Arc<AppState>>) -> Response {
+    match state.queue_report() {
+        Some(report) => Json(report.as_ref().clone()).into_response(),
+        None if state.queue => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no queue cycle has run yet",
+        ),
+        None => error(
+            StatusCode::NOT_FOUND,
+            "this gantry does not run the queue (serve --queue with a cluster view)",
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -27,6 +27,26 @@ struct Inner {
     reloads: BTreeMap<&'static str, u64>,
     inventory_reads: BTreeMap<&'static str, u64>,
     tls_reloads: BTreeMap<&'static str, u64>,
+    /// (team, tier, cause) → evictions.
+    preemptions: BTreeMap<(String, String, String), u64>,
+    /// (team, tier) → GPU-seconds of work lost to preemption.
+    lost: BTreeMap<(String, String), f64>,
+    /// (team, tier) → waits of jobs placed, seconds.
+    waits: BTreeMap<(String, String), WaitHistogram>,
+    /// Action → API writes refused.
+    enactment_errors: BTreeMap<String, u64>,
+}
+
+/// Wait-time bounds in seconds: a minute to a week.
+const WAIT_BUCKETS: [f64; 10] = [
+    60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14_400.0, 43_200.0, 86_400.0, 604_800.0,
+];
+
+#[derive(Debug, Default)]
+struct WaitHistogram {
+    counts: [u64; WAIT_BUCKETS.len()],
+    count: u64,
+    sum: f64,
 }
 
 fn outcome(ok: bool) -> &'static str {
@@ -87,6 +107,92 @@ impl Metrics {
         self.with(|m| *m.tls_reloads.entry(outcome(ok)).or_insert(0) += 1);
     }
 
+    /// A job of `team` and `tier` evicted for another (`cause`: priority or reclaim).
+    pub fn preempted(&self, team: &str, tier: &str, cause: &str, lost_gpu_s: f64) {
+        self.with(|m| {
+            *m.preemptions
+                .entry((team.into(), tier.into(), cause.into()))
+                .or_insert(0) += 1;
+            *m.lost.entry((team.into(), tier.into())).or_insert(0.0) += lost_gpu_s;
+        });
+    }
+
+    /// A job placed after waiting `seconds`.
+    pub fn waited(&self, team: &str, tier: &str, seconds: f64) {
+        self.with(|m| {
+            let h = m.waits.entry((team.into(), tier.into())).or_default();
+            h.count += 1;
+            h.sum += seconds;
+            for (slot, bound) in h.counts.iter_mut().zip(WAIT_BUCKETS) {
+                if seconds <= bound {
+                    *slot += 1;
+                }
+            }
+        });
+    }
+
+    /// An API write of the queue refused (`action`: assign, release, evict, ...).
+    pub fn enactment_error(&self, action: &str) {
+        self.with(|m| *m.enactment_errors.entry(action.into()).or_insert(0) += 1);
+    }
+
+    fn render_queue(m: &Inner, out: &mut String) {
+        out.push_str("# HELP gantry_preemptions_total Jobs evicted by the queue, by the victim's team and tier and the cause.
+# TYPE gantry_preemptions_total counter
+");
+        for ((team, tier, cause), n) in &m.preemptions {
+            let _ = writeln!(
+                out,
+                "gantry_preemptions_total{{team=\"{}\",tier=\"{}\",cause=\"{}\"}} {n}",
+                esc(team),
+                esc(tier),
+                esc(cause)
+            );
+        }
+        out.push_str("# HELP gantry_preempted_gpu_seconds_total Work lost to preemption (since the last checkpoint), in GPU-seconds.
+# TYPE gantry_preempted_gpu_seconds_total counter
+");
+        for ((team, tier), s) in &m.lost {
+            let _ = writeln!(
+                out,
+                "gantry_preempted_gpu_seconds_total{{team=\"{}\",tier=\"{}\"}} {s}",
+                esc(team),
+                esc(tier)
+            );
+        }
+        out.push_str(
+            "# HELP gantry_queue_wait_seconds How long placed jobs waited in the queue.
+# TYPE gantry_queue_wait_seconds histogram
+",
+        );
+        for ((team, tier), h) in &m.waits {
+            let l = format!("team=\"{}\",tier=\"{}\"", esc(team), esc(tier));
+            for (bound, n) in WAIT_BUCKETS.iter().zip(h.counts) {
+                let _ = writeln!(
+                    out,
+                    "gantry_queue_wait_seconds_bucket{{{l},le=\"{bound}\"}} {n}"
+                );
+            }
+            let _ = writeln!(
+                out,
+                "gantry_queue_wait_seconds_bucket{{{l},le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(out, "gantry_queue_wait_seconds_sum{{{l}}} {}", h.sum);
+            let _ = writeln!(out, "gantry_queue_wait_seconds_count{{{l}}} {}", h.count);
+        }
+        out.push_str("# HELP gantry_enactment_errors_total API writes of the queue that were refused, by action.
+# TYPE gantry_enactment_errors_total counter
+");
+        for (a, n) in &m.enactment_errors {
+            let _ = writeln!(
+                out,
+                "gantry_enactment_errors_total{{action=\"{}\"}} {n}",
+                esc(a)
+            );
+        }
+    }
+
     /// The exposition text; `revision` and `gpus` (model, healthy → count) are current.
     pub fn render(&self, revision: Option<&str>, gpus: &BTreeMap<(String, bool), u64>) -> String {
         let mut out = String::new();
@@ -119,6 +225,7 @@ impl Metrics {
                     let _ = writeln!(out, "{name}{{result=\"{result}\"}} {n}");
                 }
             }
+            Metrics::render_queue(m, &mut out);
         });
         out.push_str("# HELP gantry_policy_info The policy revision being served.\n# TYPE gantry_policy_info gauge\n");
         if let Some(r) = revision {

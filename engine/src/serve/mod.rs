@@ -14,6 +14,7 @@ pub mod occupancy;
 pub mod plan_worker;
 pub mod pod;
 pub mod quantity;
+pub mod queue;
 pub mod reload;
 pub mod resources;
 pub mod state;

@@ -266,6 +266,8 @@ pub struct AppState {
     pub status_detail: bool,
     /// Gantry runs the queue: the webhook gates GPU pods and the controller places them.
     pub queue: bool,
+    /// The queue controller's last cycle, for `/v1/queue` and the queue metrics.
+    queue_report: RwLock<Option<Arc<super::queue::QueueReport>>>,
     /// The occupancy of the current inventory under the current policy, built on first
     /// use after either changes.
     occupancy: Mutex<Option<Arc<Occupancy>>>,
@@ -290,6 +292,7 @@ impl AppState {
             plan_deadline: super::app::PLAN_DEADLINE,
             status_detail: false,
             queue: false,
+            queue_report: RwLock::new(None),
             occupancy: Mutex::new(None),
         }
     }
@@ -340,6 +343,21 @@ impl AppState {
         }
         *slot = Some(built.clone());
         built
+    }
+
+    pub fn set_queue_report(&self, report: super::queue::QueueReport) {
+        let report = Some(Arc::new(report));
+        match self.queue_report.write() {
+            Ok(mut slot) => *slot = report,
+            Err(poisoned) => *poisoned.into_inner() = report,
+        }
+    }
+
+    pub fn queue_report(&self) -> Option<Arc<super::queue::QueueReport>> {
+        match self.queue_report.read() {
+            Ok(r) => r.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
     }
 
     pub fn set_inventory(&self, inventory: Inventory) {
