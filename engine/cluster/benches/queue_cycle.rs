@@ -1,0 +1,289 @@
+//! One queue cycle at 1,000 nodes × 8 GPUs with 10,000 pods, 5,000 of them gated: the
+//! decision snapshot from the caches, `decide`, and the API actions — and how many API
+//! writes a second cycle makes when nothing changed (it must be none).
+//!
+//! `cargo bench -p cluster --bench queue_cycle` prints the median and the peak RSS.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "benchmark code"
+)]
+
+use cluster::controller;
+use cluster::enact::Action;
+use cluster::store::{Change, Stores};
+use cluster::{nodes, pods};
+use engine::serve::state::AppState;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::json;
+use std::time::Instant;
+
+const NODES: usize = 1_000;
+const POLICY: &str = r#"
+use std.nodes.{dgx_h100}
+use std.tiers
+
+pool training { capacity = reserved; node = dgx_h100; nodes = 1000 }
+
+placement { gang = all_or_nothing; packing = least_fragmentation; backfill = on }
+
+cohort research {
+  team t0 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
+  team t1 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
+  team t2 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
+  team t3 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
+  team t4 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
+}
+"#;
+
+fn node(i: usize) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": format!("n{i:04}"), "labels": {"gantry.dev/pool": "training",
+            "gantry.dev/rack": format!("r{}", i / 16),
+            "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"}},
+        "status": {"allocatable": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}
+    }))
+    .unwrap()
+}
+
+/// 5,000 bound pods — one CPU-only pod per node and 4,000 GPU pods of 1 or 2 GPUs, first
+/// fit: 62% of the GPUs held — and 5,000 gated ones: single pods of 1–8 GPUs and gangs of
+/// 2–4 × 8 GPUs, five teams, three tiers.
+fn pods() -> Vec<Pod> {
+    let mut out = Vec::new();
+    let mut free = vec![8u32; NODES];
+    let tiers = ["critical", "standard", "best_effort"];
+    for n in 0..NODES {
+        let mut p = pod(
+            &format!("agent-{n}"),
+            "t0",
+            "standard",
+            0,
+            Some(format!("n{n:04}")),
+            None,
+        );
+        if let Some(l) = p.metadata.labels.as_mut() {
+            l.remove("gantry.dev/policy-revision");
+        }
+        out.push(p);
+    }
+    let mut k = 0usize;
+    let mut node = 0usize;
+    while out.len() < 5_000 {
+        k += 1;
+        let gpus = [1u32, 1, 1, 2][k % 4];
+        let mut scanned = 0;
+        while free[node % NODES] < gpus && scanned < NODES {
+            node += 1;
+            scanned += 1;
+        }
+        let n = node % NODES;
+        assert!(free[n] >= gpus, "the fleet is full");
+        free[n] -= gpus;
+        let team = format!("t{}", k % 5);
+        out.push(pod(
+            &format!("run-{k}"),
+            &team,
+            tiers[1 + k % 2],
+            gpus,
+            Some(format!("n{n:04}")),
+            None,
+        ));
+    }
+    let mut g = 0;
+    while out.len() < 10_000 {
+        k += 1;
+        let team = format!("t{}", k % 5);
+        let tier = tiers[k % 3];
+        if k % 10 == 0 {
+            g += 1;
+            let size = 2 + (g % 3) as u32;
+            for m in 0..size {
+                out.push(pod(
+                    &format!("gang-{g}-{m}"),
+                    &team,
+                    tier,
+                    8,
+                    None,
+                    Some((format!("gang-{g}"), size)),
+                ));
+            }
+        } else {
+            out.push(pod(
+                &format!("job-{k}"),
+                &team,
+                tier,
+                [1u32, 2, 4, 8][k % 4],
+                None,
+                None,
+            ));
+        }
+    }
+    out
+}
+
+fn pod(
+    name: &str,
+    team: &str,
+    tier: &str,
+    gpus: u32,
+    node: Option<String>,
+    gang: Option<(String, u32)>,
+) -> Pod {
+    let mut labels = json!({"gantry.dev/team": team, "gantry.dev/tier": tier,
+                            "gantry.dev/policy-revision": "r1"});
+    if let Some((g, n)) = &gang {
+        labels["gantry.dev/gang"] = json!(g);
+        labels["gantry.dev/gang-size"] = json!(n.to_string());
+    }
+    let mut spec = json!({"containers": [{"name": "main", "image": "x", "resources": {
+        "requests": {"cpu": (gpus * 8 + 1).to_string(), "memory": format!("{}Gi", gpus * 64 + 1), "nvidia.com/gpu": gpus.to_string()},
+        "limits": {"nvidia.com/gpu": gpus.to_string()}}}]});
+    let status = match &node {
+        Some(n) => {
+            spec["nodeName"] = json!(n);
+            json!({"phase": "Running", "startTime": "2026-11-24T06:00:00Z"})
+        }
+        None => {
+            spec["schedulingGates"] = json!([{"name": "gantry.dev/queue"}]);
+            json!({"phase": "Pending"})
+        }
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("u-{name}"),
+                     "creationTimestamp": "2026-11-24T07:00:00Z", "labels": labels},
+        "spec": spec, "status": status
+    }))
+    .unwrap()
+}
+
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// What the API server would hold after the actions: applied to the cached pods.
+fn applied(stores: &mut Stores, actions: &[Action]) {
+    for a in actions {
+        let key = format!("{}/{}", a.pod().namespace, a.pod().name);
+        let Some(p) = stores.pods.objects.get(&key).cloned() else {
+            continue;
+        };
+        let mut p = p;
+        match a {
+            Action::Assign { node, .. } => p.assigned = Some(node.clone()),
+            Action::Unassign { .. } => p.assigned = None,
+            Action::Release { .. } => p.gated = false,
+            Action::Evict { .. } => p.terminating = true,
+            Action::Wait {
+                reason, message, ..
+            } => p.waiting = Some((reason.clone(), message.clone())),
+        }
+        stores.pods.apply(Change::Apply(key, p));
+    }
+}
+
+fn main() {
+    let quick = !std::env::args().any(|a| a == "--bench");
+    let rounds = if quick { 1 } else { 7 };
+    let mut stores = Stores::default();
+    stores.nodes.apply(Change::Init);
+    for i in 0..NODES {
+        let n = nodes::node(&node(i), "gantry.dev/pool").unwrap();
+        stores
+            .nodes
+            .apply(Change::InitApply(n.node.name.clone(), n));
+    }
+    stores.nodes.apply(Change::InitDone);
+    stores.pods.apply(Change::Init);
+    for p in pods() {
+        stores
+            .pods
+            .apply(Change::InitApply(pods::key(&p), pods::pod(&p)));
+    }
+    stores.pods.apply(Change::InitDone);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let state = AppState::new(Box::new(|| 1_795_510_000));
+    state.reload_policy(dir.path()).unwrap();
+    let policy = state.policy().unwrap();
+    let before = rss_mib();
+    let mut times = Vec::new();
+    let mut last = None;
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let out = controller::cycle(&stores, &policy, 1_795_510_000).unwrap();
+        times.push(t.elapsed());
+        last = Some(out);
+    }
+    times.sort();
+    let (view, plan, actions) = last.unwrap();
+    let placed = plan
+        .decisions
+        .iter()
+        .filter(|d| d.action == engine::decide::plan::Action::Place)
+        .count();
+    let count = |f: fn(&Action) -> bool| actions.iter().filter(|a| f(a)).count();
+    println!(
+        "{NODES} nodes x 8 GPUs, {} pods ({} jobs in the cycle); placed {placed}, preempted {}",
+        stores.pods.objects.len(),
+        view.jobs.len(),
+        plan.preemptions.len()
+    );
+    println!(
+        "actions: {} assign, {} release, {} evict, {} wait",
+        count(|a| matches!(a, Action::Assign { .. })),
+        count(|a| matches!(a, Action::Release { .. })),
+        count(|a| matches!(a, Action::Evict { .. })),
+        count(|a| matches!(a, Action::Wait { .. })),
+    );
+    println!(
+        "cycle (snapshot + decide + actions): median {:.1} ms, max {:.1} ms over {rounds}; peak RSS {:.0} MiB ({:.0} MiB before the cycles)",
+        times[times.len() / 2].as_secs_f64() * 1e3,
+        times.last().unwrap().as_secs_f64() * 1e3,
+        rss_mib(),
+        before
+    );
+    // The cluster carries the actions out (victims gone, released pods bound where they
+    // were assigned); cycles then run until nothing more is to be done. A cycle with
+    // nothing new must write nothing.
+    let mut actions = actions;
+    let mut cycles = 1;
+    while !actions.is_empty() && cycles < 20 {
+        applied(&mut stores, &actions);
+        let gone: Vec<String> = stores
+            .pods
+            .objects
+            .iter()
+            .filter(|(_, p)| p.terminating)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            stores.pods.apply(Change::Delete(k));
+        }
+        actions = controller::cycle(&stores, &policy, 1_795_510_000)
+            .unwrap()
+            .2;
+        cycles += 1;
+    }
+    let again = controller::cycle(&stores, &policy, 1_795_510_000)
+        .unwrap()
+        .2;
+    println!(
+        "after {cycles} cycles the queue is settled; API writes in a cycle with nothing new: {}",
+        again.len()
+    );
+    assert!(again.is_empty(), "{again:?}");
+}
