@@ -100,7 +100,7 @@ fn pods() -> Vec<Pod> {
         k += 1;
         let team = format!("t{}", k % 5);
         let tier = tiers[k % 3];
-        if k % 10 == 0 {
+        if k.is_multiple_of(10) {
             g += 1;
             let size = 2 + (g % 3) as u32;
             for m in 0..size {
