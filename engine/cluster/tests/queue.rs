@@ -385,3 +385,149 @@ async fn two_replicas_one_lease_one_leader() {
     assert_eq!(lease["spec"]["leaseTransitions"], 1);
     task_b.abort();
 }
+
+mod replay {
+    //! Random arrivals and completions over many cycles, with the cluster carrying each
+    //! cycle out (released pods bound, evicted pods gone): gangs are released whole, no
+    //! node holds more GPUs than it has, every waiting pod says why, and once nothing
+    //! changes a cycle writes nothing.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Debug, Clone)]
+    enum Step {
+        Single {
+            team: bool,
+            tier: u8,
+            gpus: u32,
+        },
+        Gang {
+            team: bool,
+            tier: u8,
+            size: u32,
+            gpus: u32,
+        },
+        Finish {
+            pick: usize,
+        },
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            4 => (any::<bool>(), 0..3u8, 1..=8u32).prop_map(|(team, tier, gpus)| Step::Single { team, tier, gpus }),
+            2 => (any::<bool>(), 0..3u8, 2..=3u32, prop_oneof![Just(4u32), Just(8u32)])
+                .prop_map(|(team, tier, size, gpus)| Step::Gang { team, tier, size, gpus }),
+            2 => any::<usize>().prop_map(|pick| Step::Finish { pick }),
+        ]
+    }
+
+    fn gpus_of(p: &Value) -> u64 {
+        p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            .as_str()
+            .and_then(|g| g.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn check(h: &Harness) {
+        let pods = h.api.pods();
+        let mut gangs: BTreeMap<String, (u32, u32, u32)> = BTreeMap::new();
+        let mut per_node: BTreeMap<String, u64> = BTreeMap::new();
+        for (key, p) in &pods {
+            let gated = p["spec"]["schedulingGates"]
+                .as_array()
+                .is_some_and(|g| !g.is_empty());
+            if let Some(g) = p["metadata"]["labels"]["gantry.dev/gang"].as_str() {
+                let size: u32 = p["metadata"]["labels"]["gantry.dev/gang-size"]
+                    .as_str()
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                let e = gangs.entry(g.to_string()).or_insert((size, 0, 0));
+                if gated {
+                    e.1 += 1
+                } else {
+                    e.2 += 1
+                }
+            }
+            let node = p["spec"]["nodeName"]
+                .as_str()
+                .or_else(|| p["metadata"]["annotations"]["gantry.dev/assigned-node"].as_str());
+            if let Some(n) = node {
+                if !p["metadata"]["deletionTimestamp"].is_string()
+                    || p["spec"]["nodeName"].is_string()
+                {
+                    *per_node.entry(n.to_string()).or_insert(0) += gpus_of(p);
+                }
+            }
+            if gated && p["metadata"]["annotations"]["gantry.dev/assigned-node"].is_null() {
+                assert!(waiting(p).is_some(), "{key} waits without a reason: {p}");
+            }
+        }
+        for (g, (size, gated, released)) in gangs {
+            // Members may finish (be deleted) one by one; what must never be seen is
+            // part of a gang released while another part is still held.
+            assert!(
+                released == 0 || gated == 0,
+                "gang {g} half released: {released} of {size} released, {gated} gated"
+            );
+        }
+        for (n, used) in per_node {
+            assert!(used <= 8, "{n} holds {used} GPUs");
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+        #[test]
+        fn many_cycles_keep_gangs_whole_and_nodes_within_capacity(steps in prop::collection::vec(step(), 4..14)) {
+            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            runtime.block_on(async {
+                let h = harness().await;
+                let tiers = ["critical", "standard", "best_effort"];
+                let mut n = 0;
+                for s in &steps {
+                    n += 1;
+                    match *s {
+                        Step::Single { team, tier, gpus } => {
+                            let team = if team { "alpha" } else { "beta" };
+                            h.api.apply(Kind::Pods, gated(&format!("s{n}"), team, tiers[tier as usize], gpus, None));
+                        }
+                        Step::Gang { team, tier, size, gpus } => {
+                            let team = if team { "alpha" } else { "beta" };
+                            for m in 0..size {
+                                h.api.apply(Kind::Pods, gated(&format!("g{n}-{m}"), team, tiers[tier as usize], gpus, Some((&format!("g{n}"), size))));
+                            }
+                        }
+                        Step::Finish { pick } => {
+                            let bound: Vec<String> = h.api.pods().into_iter().filter(|(_, p)| p["spec"]["nodeName"].is_string()).map(|(k, _)| k).collect();
+                            if !bound.is_empty() {
+                                let k = &bound[pick % bound.len()];
+                                h.api.delete(Kind::Pods, k);
+                            }
+                        }
+                    }
+                    h.cycle().await;
+                    check(&h);
+                    h.api.bind_released();
+                    h.api.finish_deletions();
+                }
+                // Let it settle, then nothing more is written.
+                for _ in 0..8 {
+                    let (actions, _) = h.cycle().await;
+                    h.api.bind_released();
+                    h.api.finish_deletions();
+                    check(&h);
+                    if actions.is_empty() {
+                        break;
+                    }
+                }
+                let writes = h.api.writes().len();
+                let (actions, _) = h.cycle().await;
+                assert!(actions.is_empty(), "settled, yet: {actions:?}");
+                assert_eq!(h.api.writes().len(), writes);
+            });
+        }
+    }
+}
