@@ -4,6 +4,7 @@
 //! at the first refusal so the next cycle starts again from what the pods say).
 
 use crate::enact::{self, Action};
+use crate::memory::{self, Memory};
 use crate::queue::{self, QueueView};
 use crate::store::Stores;
 use engine::decide::plan::Plan;
@@ -31,8 +32,21 @@ pub fn cycle(
     policy: &LoadedPolicy,
     now: i64,
 ) -> Result<(QueueView, Plan, Vec<Action>), String> {
+    cycle_with(stores, policy, &Memory::default(), now)
+}
+
+/// [`cycle`] with what the engine remembers (usage, autoscaler state, starts).
+pub fn cycle_with(
+    stores: &Stores,
+    policy: &LoadedPolicy,
+    memory: &Memory,
+    now: i64,
+) -> Result<(QueueView, Plan, Vec<Action>), String> {
     let view = queue::view(stores)?;
-    let snapshot = snapshot(&view, policy)?;
+    let mut snapshot = snapshot(&view, policy)?;
+    snapshot.usage = memory.usage.clone();
+    snapshot.scale_state = memory.scale.clone();
+    snapshot.starts = memory.starts.clone();
     let plan = engine::decide::decide(&policy.program, &snapshot, now);
     let actions = enact::actions(&view, &stores.pods.objects, &plan, now);
     Ok((view, plan, actions))
@@ -217,16 +231,52 @@ pub struct LastCycle {
     pub errors: Vec<String>,
 }
 
+/// What the controller works with.
+pub struct Queue {
+    pub client: Client,
+    pub stores: Arc<Mutex<Stores>>,
+    /// Bumped on every change in the cluster view.
+    pub changes: tokio::sync::watch::Receiver<u64>,
+    pub state: Arc<AppState>,
+    pub last: Arc<Mutex<LastCycle>>,
+    /// Whether this replica holds the Lease.
+    pub leader: tokio::sync::watch::Receiver<bool>,
+    /// Where the Lease and the memory ConfigMap live.
+    pub namespace: String,
+    pub save_every: Duration,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("namespace", &self.namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often the leader writes the engine's memory (when it changed).
+pub const SAVE_EVERY: Duration = Duration::from_secs(60);
+
 /// Runs cycles until the task is aborted, enacting only while `leader` says this replica
-/// holds the Lease (and stopping mid-cycle when it no longer does).
-pub async fn run(
-    client: Client,
-    stores: Arc<Mutex<Stores>>,
-    mut changes: tokio::sync::watch::Receiver<u64>,
-    state: Arc<AppState>,
-    last: Arc<Mutex<LastCycle>>,
-    mut leader: tokio::sync::watch::Receiver<bool>,
-) {
+/// holds the Lease (and stopping mid-cycle when it no longer does). The engine's memory
+/// is read from the cluster at start and whenever this replica becomes the leader, and
+/// the leader writes it back at most once a minute.
+pub async fn run(q: Queue) {
+    let Queue {
+        client,
+        stores,
+        mut changes,
+        state,
+        last,
+        mut leader,
+        namespace,
+        save_every,
+    } = q;
+    let mut memory = Memory::default();
+    let mut loaded = false;
+    let mut was_leading = false;
+    let mut saved = memory.clone();
+    let mut saved_at: Option<std::time::Instant> = None;
     loop {
         tokio::select! {
             _ = tokio::time::timeout(TICK, changes.changed()) => {}
@@ -235,6 +285,19 @@ pub async fn run(
         tokio::time::sleep(DEBOUNCE).await;
         changes.borrow_and_update();
         let leading = *leader.borrow_and_update();
+        if !loaded || (leading && !was_leading) {
+            match memory::load(&client, &namespace).await {
+                Ok(m) => {
+                    memory = m;
+                    saved = memory.clone();
+                    loaded = true;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "engine memory not read; fair share starts from now")
+                }
+            }
+        }
+        was_leading = leading;
         let Some(policy) = state.policy() else {
             continue;
         };
@@ -244,7 +307,7 @@ pub async fn run(
                 Ok(s) => s,
                 Err(p) => p.into_inner(),
             };
-            cycle(&s, &policy, now)
+            cycle_with(&s, &policy, &memory, now)
         };
         let (view, plan, actions) = match decided {
             Ok(d) => d,
@@ -280,6 +343,25 @@ pub async fn run(
                 actions.get(..done).unwrap_or_default(),
                 now,
             );
+            let pools: std::collections::BTreeMap<String, String> = view
+                .fleet
+                .nodes
+                .iter()
+                .filter_map(|n| Some((n.name.clone(), n.pool.clone()?)))
+                .collect();
+            memory.remember(&plan, &view.jobs, &pools);
+            memory.account(&view.jobs, now);
+            if memory != saved && saved_at.is_none_or(|t| t.elapsed() >= save_every) {
+                match memory::save(&client, &namespace, &memory).await {
+                    Ok(()) => {
+                        saved = memory.clone();
+                        saved_at = Some(std::time::Instant::now());
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "engine memory not written; retried next cycle")
+                    }
+                }
+            }
             if !actions.is_empty() {
                 tracing::info!(
                     actions = actions.len(),

@@ -17,6 +17,7 @@
 pub mod controller;
 pub mod enact;
 pub mod lease;
+pub mod memory;
 pub mod nodes;
 pub mod pods;
 pub mod queue;

@@ -261,24 +261,33 @@ impl InventorySource for Live {
             &crate::lease::own_namespace(),
             &crate::lease::own_identity(),
         );
-        self.start_queue_with(state, election);
+        self.start_queue_with(state, election, crate::controller::SAVE_EVERY);
         Ok(())
     }
 }
 
 impl Live {
-    /// Runs the Lease election and the queue controller, which enacts only while leading.
-    pub fn start_queue_with(&self, state: Arc<AppState>, election: crate::lease::Election) {
+    /// Runs the Lease election and the queue controller, which enacts only while leading
+    /// and writes the engine's memory at most every `save_every`.
+    pub fn start_queue_with(
+        &self,
+        state: Arc<AppState>,
+        election: crate::lease::Election,
+        save_every: std::time::Duration,
+    ) {
+        let namespace = election.namespace.clone();
         let (leader, leading) = tokio::sync::watch::channel(false);
         let elect = tokio::spawn(crate::lease::run(self.client.clone(), election, leader));
-        let control = tokio::spawn(crate::controller::run(
-            self.client.clone(),
-            self.stores.clone(),
-            self.changes.clone(),
+        let control = tokio::spawn(crate::controller::run(crate::controller::Queue {
+            client: self.client.clone(),
+            stores: self.stores.clone(),
+            changes: self.changes.clone(),
             state,
-            self.last_cycle.clone(),
-            leading.clone(),
-        ));
+            last: self.last_cycle.clone(),
+            leader: leading.clone(),
+            namespace,
+            save_every,
+        }));
         *lock(&self.leading) = Some(leading);
         lock(&self.tasks).extend([elect, control]);
     }

@@ -531,3 +531,64 @@ mod replay {
         }
     }
 }
+
+/// The engine's memory (usage for fair share, autoscaler state, starts) is written to the
+/// ConfigMap gantry-state by the leader and read back by the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_keeps_the_engines_memory_in_a_config_map() {
+    let h = harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let clock = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    };
+    let state = Arc::new(AppState::new(Box::new(clock)));
+    state.reload_policy(dir.path()).unwrap();
+    let election = cluster::lease::Election {
+        duration: Duration::from_secs(2),
+        renew: Duration::from_millis(200),
+        ..cluster::lease::Election::new("gantry-system", "replica-a")
+    };
+    h.live
+        .start_queue_with(state.clone(), election, Duration::from_millis(500));
+    h.api
+        .apply(Kind::Pods, gated("m-0", "alpha", "best_effort", 8, None));
+    // Nudge cycles until the pod runs and its usage has been written.
+    let start = std::time::Instant::now();
+    let saved = loop {
+        h.api.bind_released();
+        let mut touch = gated("nudge", "beta", "best_effort", 1, None);
+        touch["metadata"]["labels"]["n"] = json!(start.elapsed().as_millis().to_string());
+        h.api.apply(Kind::Pods, touch);
+        if let Some(cm) = h.api.config_map("gantry-system/gantry-state") {
+            let memory: cluster::memory::Memory =
+                serde_json::from_str(cm["data"]["memory.json"].as_str().unwrap()).unwrap();
+            if memory
+                .usage
+                .iter()
+                .any(|u| u.team == "alpha" && u.gpu_s > 0.0)
+            {
+                break memory;
+            }
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no memory written"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert!(
+        saved
+            .starts
+            .iter()
+            .any(|s| s.team.as_deref() == Some("alpha")),
+        "{saved:?}"
+    );
+    // A new leader starts from it.
+    let loaded = cluster::memory::load(&h.client, "gantry-system")
+        .await
+        .unwrap();
+    assert_eq!(loaded.usage, saved.usage);
+}

@@ -45,7 +45,7 @@ impl JobState {
 
 /// Past usage of a team: `gpu_s` GPU-seconds (and optionally CPU and memory) consumed
 /// around `at`, decayed by the cohort's half-life in fair share.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UsageRecord {
     pub team: String,

@@ -73,6 +73,8 @@ struct Inner {
     events: Vec<Value>,
     /// Leases by `namespace/name`.
     leases: BTreeMap<String, Value>,
+    /// ConfigMaps by `namespace/name`.
+    config_maps: BTreeMap<String, Value>,
     /// Every write: (verb, path).
     writes: Vec<(String, String)>,
     /// Writes refused on purpose after this many more succeed (a crash mid-enactment).
@@ -237,6 +239,10 @@ impl FakeApi {
 
     pub fn lists(&self) -> Vec<(Kind, Option<usize>, bool)> {
         self.lock().lists.clone()
+    }
+
+    pub fn config_map(&self, key: &str) -> Option<Value> {
+        self.lock().config_maps.get(key).cloned()
     }
 
     pub fn lease(&self, key: &str) -> Option<Value> {
@@ -422,6 +428,10 @@ impl FakeApi {
                 post(evict_pod),
             )
             .route("/api/v1/namespaces/{ns}/events", post(create_event))
+            .route(
+                "/api/v1/namespaces/{ns}/configmaps/{name}",
+                get(get_config_map).patch(apply_config_map),
+            )
             .route(
                 "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases",
                 post(create_lease),
@@ -752,6 +762,58 @@ async fn create_event(
     }
     inner.events.push(event.clone());
     json_response(StatusCode::CREATED, &event)
+}
+
+async fn get_config_map(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match api.config_map(&format!("{ns}/{name}")) {
+        Some(c) => json_response(StatusCode::OK, &c),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &status(404, "NotFound", &format!("configmaps \"{name}\" not found")),
+        ),
+    }
+}
+
+/// Server-side apply (`application/apply-patch+yaml`, JSON being YAML): creates the
+/// ConfigMap or sets the fields the patch names.
+async fn apply_config_map(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("PATCH", format!("configmaps/{ns}/{name}")) {
+        return r;
+    }
+    let apply = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/apply-patch"));
+    if !apply || !q.contains_key("fieldManager") {
+        return json_response(
+            StatusCode::BAD_REQUEST,
+            &status(
+                400,
+                "BadRequest",
+                "expected server-side apply with a fieldManager",
+            ),
+        );
+    }
+    let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut inner = api.lock();
+    let key = format!("{ns}/{name}");
+    let mut cm = inner.config_maps.get(&key).cloned().unwrap_or_else(|| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}})
+    });
+    json_patch::merge(&mut cm, &patch);
+    inner.rv += 1;
+    cm["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+    inner.config_maps.insert(key, cm.clone());
+    json_response(StatusCode::OK, &cm)
 }
 
 async fn get_lease(

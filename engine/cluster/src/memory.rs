@@ -1,0 +1,238 @@
+//! What the engine remembers across cycles and restarts, kept in the cluster: the teams'
+//! past usage (fair share decays it), the autoscaler's timers and cooldowns, and the start
+//! history warm pools size themselves by. It lives in the ConfigMap `gantry-state` (key
+//! `memory.json`) in gantry's namespace; the leader writes it at most once a minute when
+//! it changed, and every replica reads it when it starts.
+//!
+//! Usage is kept in hourly buckets per team for the last day and daily ones for 30 days,
+//! so the ConfigMap stays far below its 1 MiB limit (50 teams: about 150 KB).
+
+use engine::decide::plan::{Action, Plan};
+use engine::decide::snapshot::UsageRecord;
+use engine::inventory::jobs_file::Job;
+use engine::scale::state::{ScaleState, Start};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, Patch, PatchParams};
+use kube::Client;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+pub const CONFIG_MAP: &str = "gantry-state";
+pub const KEY: &str = "memory.json";
+const HOUR: i64 = 3_600;
+const DAY: i64 = 86_400;
+/// Usage and starts older than this are dropped.
+const HORIZON: i64 = 30 * DAY;
+/// Starts kept at most (the warm-pool histories read recent ones).
+const MAX_STARTS: usize = 20_000;
+/// The most one accounting step charges, seconds.
+const MAX_STEP: i64 = 300;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Memory {
+    /// Up to when usage is accounted.
+    pub accounted_to: Option<i64>,
+    pub usage: Vec<UsageRecord>,
+    pub scale: ScaleState,
+    pub starts: Vec<Start>,
+}
+
+impl Memory {
+    /// Adds what the running jobs used since the last call, in GPU-, CPU- and
+    /// memory-seconds per team, then compacts old buckets.
+    pub fn account(&mut self, running: &[Job], now: i64) {
+        let since = self.accounted_to.unwrap_or(now).min(now);
+        self.accounted_to = Some(now);
+        // A gap longer than a few cycles (no leader for a while) is not charged to the
+        // jobs running now: they may not have run through it.
+        let dt = (now - since).min(MAX_STEP) as f64;
+        if dt <= 0.0 {
+            return;
+        }
+        let bucket = now - now.rem_euclid(HOUR);
+        let mut added: BTreeMap<String, (f64, f64, f64)> = BTreeMap::new();
+        for j in running.iter().filter(|j| !j.placement.is_empty()) {
+            let Some(team) = &j.team else { continue };
+            let m = &j.shape.member;
+            let members = j.placement.len() as f64;
+            let gpus = if m.mig_profile.is_some() {
+                f64::from(m.num_gpu) / 7.0
+            } else {
+                f64::from(m.num_gpu) * f64::from(m.gpu_milli) / 1000.0
+            };
+            let e = added.entry(team.clone()).or_default();
+            e.0 += gpus * members * dt;
+            e.1 += m.cpu_milli as f64 / 1000.0 * members * dt;
+            e.2 += m.memory_mib as f64 * members * dt;
+        }
+        for (team, (gpu_s, cpu_s, memory_mib_s)) in added {
+            match self
+                .usage
+                .iter_mut()
+                .find(|u| u.team == team && u.at == bucket)
+            {
+                Some(u) => {
+                    u.gpu_s += gpu_s;
+                    u.cpu_s += cpu_s;
+                    u.memory_mib_s += memory_mib_s;
+                }
+                None => self.usage.push(UsageRecord {
+                    team,
+                    at: bucket,
+                    gpu_s,
+                    cpu_s,
+                    memory_mib_s,
+                }),
+            }
+        }
+        self.compact(now);
+    }
+
+    /// Hourly buckets older than a day become daily ones; anything past the horizon goes.
+    fn compact(&mut self, now: i64) {
+        let mut kept: BTreeMap<(String, i64), UsageRecord> = BTreeMap::new();
+        for u in self.usage.drain(..) {
+            if now - u.at > HORIZON {
+                continue;
+            }
+            let at = if now - u.at > DAY {
+                u.at - u.at.rem_euclid(DAY)
+            } else {
+                u.at
+            };
+            let e = kept
+                .entry((u.team.clone(), at))
+                .or_insert_with(|| UsageRecord {
+                    team: u.team.clone(),
+                    at,
+                    gpu_s: 0.0,
+                    cpu_s: 0.0,
+                    memory_mib_s: 0.0,
+                });
+            e.gpu_s += u.gpu_s;
+            e.cpu_s += u.cpu_s;
+            e.memory_mib_s += u.memory_mib_s;
+        }
+        self.usage = kept.into_values().collect();
+        self.starts.retain(|s| now - s.at <= HORIZON);
+        let over = self.starts.len().saturating_sub(MAX_STARTS);
+        self.starts.drain(..over);
+    }
+
+    /// After a cycle: the autoscaler's next state, and a start for each job placed.
+    pub fn remember(&mut self, plan: &Plan, jobs: &[Job], pools: &BTreeMap<String, String>) {
+        if let Some(s) = &plan.state {
+            self.scale = s.clone();
+        }
+        for d in plan
+            .decisions
+            .iter()
+            .filter(|d| d.action == Action::Place && d.victims.is_empty())
+        {
+            let pool = d
+                .placement
+                .first()
+                .and_then(|a| pools.get(&a.node))
+                .cloned();
+            let job = jobs.iter().find(|j| j.id == d.job);
+            self.starts.push(Start {
+                at: plan.now,
+                pool,
+                team: d.team.clone().or_else(|| job.and_then(|j| j.team.clone())),
+                tier: d.tier.clone(),
+                gpus: d.gpus,
+            });
+        }
+    }
+}
+
+/// Reads the memory; empty when the ConfigMap does not exist yet. A ConfigMap that does
+/// not parse is reported and replaced at the next save rather than stopping the queue.
+pub async fn load(client: &Client, namespace: &str) -> Result<Memory, String> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let found = maps
+        .get_opt(CONFIG_MAP)
+        .await
+        .map_err(|e| format!("read configmap {namespace}/{CONFIG_MAP}: {e}"))?;
+    let Some(text) = found.and_then(|c| c.data).and_then(|d| d.get(KEY).cloned()) else {
+        return Ok(Memory::default());
+    };
+    serde_json::from_str(&text).or_else(|e| {
+        tracing::warn!(error = %e, "configmap {namespace}/{CONFIG_MAP} does not parse; starting with empty memory");
+        Ok(Memory::default())
+    })
+}
+
+/// Writes the memory (server-side apply: creates the ConfigMap or updates its key).
+pub async fn save(client: &Client, namespace: &str, memory: &Memory) -> Result<(), String> {
+    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let text = serde_json::to_string(memory).map_err(|e| e.to_string())?;
+    let body = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CONFIG_MAP, "namespace": namespace},
+        "data": {KEY: text}
+    });
+    maps.patch(
+        CONFIG_MAP,
+        &PatchParams::apply(crate::controller::COMPONENT).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("write configmap {namespace}/{CONFIG_MAP}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::inventory::jobs_file::PlacedMember;
+
+    fn running(team: &str, gpus: u32) -> Job {
+        let mut j = Job {
+            id: format!("{team}-job"),
+            team: Some(team.into()),
+            placement: vec![PlacedMember {
+                node: "n0".into(),
+                gpus: Vec::new(),
+                gpu_milli: None,
+                mig_starts: Vec::new(),
+            }],
+            ..Job::default()
+        };
+        j.shape.members = 1;
+        j.shape.member.num_gpu = gpus;
+        j.shape.member.gpu_milli = 1000;
+        j
+    }
+
+    #[test]
+    fn usage_is_accounted_in_buckets_and_compacted() {
+        let mut m = Memory::default();
+        let t0 = 1_795_500_000 - 1_795_500_000 % DAY;
+        m.account(&[running("a", 8)], t0);
+        assert!(m.usage.is_empty(), "the first call only starts the clock");
+        m.account(&[running("a", 8), running("b", 2)], t0 + 300);
+        let gpu_s = |m: &Memory, t: &str| {
+            m.usage
+                .iter()
+                .filter(|u| u.team == t)
+                .map(|u| u.gpu_s)
+                .sum::<f64>()
+        };
+        assert_eq!(gpu_s(&m, "a"), 8.0 * 300.0);
+        assert_eq!(gpu_s(&m, "b"), 2.0 * 300.0);
+        // Two days of hourly accounting: the first day folds into one daily bucket per
+        // team, and nothing is lost.
+        for step in 1..=48 * 12 {
+            m.account(&[running("a", 8)], t0 + 300 + step * 300);
+        }
+        assert_eq!(gpu_s(&m, "a"), 8.0 * 300.0 + 8.0 * 48.0 * 3600.0);
+        assert!(m.usage.len() < 30, "{} records", m.usage.len());
+        // A long gap is charged a few minutes at most; past the horizon usage goes.
+        m.account(&[running("b", 1)], t0 + 33 * DAY);
+        assert_eq!(gpu_s(&m, "b"), 300.0, "only the new bucket of b is left");
+        assert_eq!(gpu_s(&m, "a"), 0.0);
+    }
+}
