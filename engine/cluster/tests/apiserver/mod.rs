@@ -563,8 +563,10 @@ impl FakeApi {
             ticks.tick().await;
             loop {
                 tokio::select! {
-                    () = &mut deadline => return,
+                    // A hang-up wins over events already queued, as a dropped connection does.
+                    biased;
                     _ = hangup.changed() => return,
+                    () = &mut deadline => return,
                     _ = ticks.tick(), if bookmarks => {
                         let mark = json!({"type": "BOOKMARK", "object": {
                             "kind": kind.kind(), "apiVersion": "v1",
