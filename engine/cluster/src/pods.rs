@@ -9,11 +9,11 @@ use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use std::collections::BTreeMap;
 
+/// The node the controller chose for a gated member: the first phase of placing a job.
+pub use engine::serve::admission::ASSIGNED_ANNOTATION;
 /// The scheduling gate that holds a GPU pod in gantry's queue (added by the mutating
 /// webhook with `serve --queue`).
 pub use engine::serve::admission::QUEUE_GATE;
-/// The node the controller chose for a gated member: the first phase of placing a job.
-pub const ASSIGNED_ANNOTATION: &str = "gantry.dev/assigned-node";
 /// Set on a pod the controller evicted: the job it made room for and why.
 pub const PREEMPTED_ANNOTATION: &str = "gantry.dev/preempted";
 /// The pod condition saying why a pod waits.

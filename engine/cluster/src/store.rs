@@ -106,6 +106,20 @@ impl Stores {
                 if job.placement.iter().all(|m| gpu_node(&m.node)) {
                     seen.running.push(job.clone());
                 }
+            } else if let (Some(node), Some(job)) = (&p.assigned, p.asks.as_deref()) {
+                // Assigned by the queue, not bound yet: its capacity is promised, so no
+                // other pod may take it (the extender lets the pod itself through).
+                if gpu_node(node) && !p.terminating {
+                    let mut promised = job.clone();
+                    promised.shape.members = 1;
+                    promised.placement = vec![engine::inventory::jobs_file::PlacedMember {
+                        node: node.clone(),
+                        gpus: Vec::new(),
+                        gpu_milli: None,
+                        mig_starts: Vec::new(),
+                    }];
+                    seen.running.push(promised);
+                }
             }
             if let Some((node, error)) = &p.unreadable {
                 if gpu_node(node) {

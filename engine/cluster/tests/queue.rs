@@ -592,3 +592,54 @@ async fn the_leader_keeps_the_engines_memory_in_a_config_map() {
         .unwrap();
     assert_eq!(loaded.usage, saved.usage);
 }
+
+/// Between its release and its binding a pod's room is promised: the extender lets that
+/// pod onto its node and keeps every other pod off it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extender_keeps_released_pods_room_for_them() {
+    use engine::serve::state::InventorySource;
+    use tower::ServiceExt;
+    let h = harness().await;
+    h.api
+        .apply(Kind::Pods, gated("p-0", "alpha", "best_effort", 8, None));
+    let (actions, _) = h.cycle().await;
+    assert_eq!(kinds(&actions), ["assign p-0", "release p-0"]);
+    let node = h.pod("p-0")["metadata"]["annotations"]["gantry.dev/assigned-node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let state = Arc::new(AppState::new(Box::new(|| NOW)));
+    state.reload_policy(dir.path()).unwrap();
+    state.refresh_inventory(&h.live).unwrap();
+    assert_eq!(
+        h.live.read().unwrap().running.len(),
+        1,
+        "the promise counts"
+    );
+    let app = engine::serve::app::app(state);
+    let filter = |pod: Value| {
+        let app = app.clone();
+        let node = node.clone();
+        async move {
+            let body = json!({"Pod": pod, "NodeNames": [node]}).to_string();
+            let request = axum::http::Request::post("/extender/filter")
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(body))
+                .unwrap();
+            let response = app.oneshot(request).await.unwrap();
+            let bytes = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            serde_json::from_slice::<Value>(&bytes).unwrap()
+        }
+    };
+    let released = filter(h.pod("p-0")).await;
+    assert_eq!(released["NodeNames"], json!([node]), "{released}");
+    let mut other = gated("intruder", "beta", "best_effort", 8, None);
+    other["spec"]["schedulingGates"] = Value::Null;
+    let refused = filter(other).await;
+    assert_eq!(refused["NodeNames"], json!([]), "{refused}");
+}

@@ -46,6 +46,8 @@ pub struct Context<'a> {
 
 /// The scheduling gate that holds a GPU pod until gantry places it.
 pub const QUEUE_GATE: &str = "gantry.dev/queue";
+/// The node the queue assigned a pod to (the first phase of placing it).
+pub const ASSIGNED_ANNOTATION: &str = "gantry.dev/assigned-node";
 
 pub fn review(
     ctx: &Context<'_>,

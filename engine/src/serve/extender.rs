@@ -117,10 +117,13 @@ struct Judge<'a> {
     /// Pools where the pod's team has a guarantee of its own: an unpinned pod goes there
     /// first, as `decide` places it.
     preferred_pools: Vec<String>,
+    /// The node gantry's queue assigned the pod to: its capacity there is already counted
+    /// as the pod's own.
+    assigned: Option<String>,
 }
 
 impl<'a> Judge<'a> {
-    fn new(ctx: &Ctx<'a>, shape: &JobShape, team: Option<&str>) -> Judge<'a> {
+    fn new(ctx: &Ctx<'a>, shape: &JobShape, team: Option<&str>, pod: &Pod) -> Judge<'a> {
         let preferred_pools = if shape.pools.is_empty() {
             team.and_then(|t| ctx.program.teams.iter().find(|x| x.name == t))
                 .map(|t| {
@@ -142,6 +145,12 @@ impl<'a> Judge<'a> {
             strategy: Strategy::from_policy(ctx.program.placement.packing),
             mig: ctx.mig,
             preferred_pools,
+            assigned: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(super::admission::ASSIGNED_ANNOTATION))
+                .cloned(),
         }
     }
 
@@ -193,6 +202,10 @@ impl<'a> Judge<'a> {
         }
         if let Some(why) = self.occupancy.closed.get(&i) {
             return Verdict::NotNow(format!("gantry: takes nothing new: {why}"));
+        }
+        if self.assigned.as_deref() == Some(name) {
+            // The queue placed it here and holds its room: what it would take is counted.
+            return Verdict::Fits;
         }
         let free = self.occupancy.free.nodes.get(i);
         if !free.is_some_and(|f| packing::feasible(&ctx, node, f, member)) {
@@ -337,7 +350,8 @@ fn read_pod(args: &ExtenderArgs) -> Result<Pod, String> {
 pub fn filter(ctx: &Ctx<'_>, args: ExtenderArgs) -> Result<FilterResult, String> {
     let names = candidates(&args);
     let mut result = FilterResult::default();
-    let shape = job_shape(ctx, &read_pod(&args)?);
+    let pod = read_pod(&args)?;
+    let shape = job_shape(ctx, &pod);
     let mut keep: Vec<String> = Vec::new();
     match shape {
         Err(e) => {
@@ -350,7 +364,7 @@ pub fn filter(ctx: &Ctx<'_>, args: ExtenderArgs) -> Result<FilterResult, String>
         }
         Ok(None) => keep = names,
         Ok(Some((shape, team))) => {
-            let judge = Judge::new(ctx, &shape, team.as_deref());
+            let judge = Judge::new(ctx, &shape, team.as_deref(), &pod);
             for n in names {
                 match judge.verdict(&n, &shape) {
                     Verdict::Fits => keep.push(n),
@@ -388,7 +402,7 @@ pub fn prioritize(ctx: &Ctx<'_>, args: ExtenderArgs) -> Result<Vec<HostPriority>
             .map(|host| HostPriority { host, score: 0 })
             .collect());
     };
-    let judge = Judge::new(ctx, &shape, team.as_deref());
+    let judge = Judge::new(ctx, &shape, team.as_deref(), &pod);
     let scores: Vec<Option<(bool, packing::Score)>> = names
         .iter()
         .map(|n| {
