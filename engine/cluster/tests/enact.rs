@@ -1,0 +1,189 @@
+//! The enactment as a pure function: real-format Pod objects (as the watch delivers
+//! them, with gantry's annotations, gates and conditions) through the queue view, the
+//! decision and `enact::actions`, with no API server at all.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+use cluster::controller;
+use cluster::enact::Action;
+use cluster::store::{Change, Stores};
+use cluster::{nodes, pods};
+use engine::serve::state::{AppState, LoadedPolicy};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+const NOW: i64 = 1_795_510_000;
+const POLICY: &str = r#"
+use std.nodes.{dgx_h100}
+use std.tiers
+pool training { capacity = reserved; node = dgx_h100; nodes = 2 }
+placement { gang = all_or_nothing; gang_timeout = 15m }
+cohort lab {
+  team alpha { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu }
+  team beta { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu }
+}
+"#;
+
+fn policy() -> (Arc<LoadedPolicy>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let state = AppState::new(Box::new(|| NOW));
+    state.reload_policy(dir.path()).unwrap();
+    (state.policy().unwrap(), dir)
+}
+
+fn node(name: &str) -> Node {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gantry.dev/pool": "training"}},
+        "status": {"allocatable": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}}))
+    .unwrap()
+}
+
+/// A gang member of `alpha` asking for 8 GPUs, gated, as the webhook leaves it.
+fn member(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
+            "creationTimestamp": "2026-11-24T08:40:00Z",
+            "labels": {"gantry.dev/team": "alpha", "gantry.dev/tier": "best_effort",
+                       "gantry.dev/policy-revision": "r1", "gantry.dev/gang": "g", "gantry.dev/gang-size": "2"}},
+        "spec": {"schedulingGates": [{"name": "gantry.dev/queue"}],
+                 "containers": [{"name": "main", "resources": {
+                     "requests": {"cpu": "8", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]},
+        "status": {"phase": "Pending"}})
+}
+
+fn assigned(mut p: Value, node: &str) -> Value {
+    p["metadata"]["annotations"] = json!({"gantry.dev/assigned-node": node});
+    p
+}
+
+fn released(mut p: Value, node: &str) -> Value {
+    p = assigned(p, node);
+    p["spec"]["schedulingGates"] = Value::Null;
+    p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+        {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}});
+    p
+}
+
+fn bound(mut p: Value, node: &str) -> Value {
+    p = released(p, node);
+    p["spec"]["nodeName"] = json!(node);
+    p["status"] = json!({"phase": "Running", "startTime": "2026-11-24T08:41:00Z"});
+    p
+}
+
+fn stores(pods_json: &[Value]) -> Stores {
+    let mut s = Stores::default();
+    s.nodes.apply(Change::Init);
+    for n in ["n0", "n1"] {
+        let seen = nodes::node(&node(n), "gantry.dev/pool").unwrap();
+        s.nodes.apply(Change::InitApply(n.into(), seen));
+    }
+    s.nodes.apply(Change::InitDone);
+    s.pods.apply(Change::Init);
+    for p in pods_json {
+        let p: Pod = serde_json::from_value(p.clone()).unwrap();
+        s.pods
+            .apply(Change::InitApply(pods::key(&p), pods::pod(&p)));
+    }
+    s.pods.apply(Change::InitDone);
+    s
+}
+
+fn actions(pods_json: &[Value]) -> Vec<String> {
+    let (policy, _dir) = policy();
+    let (_, _, actions) = controller::cycle(&stores(pods_json), &policy, NOW).unwrap();
+    actions
+        .iter()
+        .map(|a| {
+            let v = serde_json::to_value(a).unwrap();
+            format!("{} {}", v["action"].as_str().unwrap(), a.pod().name)
+        })
+        .collect()
+}
+
+#[test]
+fn a_gang_is_assigned_whole_then_released_whole() {
+    assert_eq!(
+        actions(&[member("a"), member("b")]),
+        ["assign a", "assign b", "release a", "release b"]
+    );
+}
+
+#[test]
+fn after_a_crash_while_releasing_the_release_is_completed() {
+    // a was released before the crash, b still holds its gate: only b is left to do.
+    assert_eq!(
+        actions(&[released(member("a"), "n0"), assigned(member("b"), "n1")]),
+        ["release b"]
+    );
+    // Even once a is bound.
+    assert_eq!(
+        actions(&[bound(member("a"), "n0"), assigned(member("b"), "n1")]),
+        ["release b"]
+    );
+}
+
+#[test]
+fn after_a_crash_while_assigning_nothing_is_released_early() {
+    // a assigned, b not, none released: decide again; a's annotation stands for the new
+    // assignment, and releases come only after b's.
+    let got = actions(&[assigned(member("a"), "n0"), member("b")]);
+    let release = got.iter().position(|a| a.starts_with("release")).unwrap();
+    let assign_b = got.iter().position(|a| a == "assign b").unwrap();
+    assert!(assign_b < release, "{got:?}");
+}
+
+#[test]
+fn a_placed_gang_needs_nothing_more() {
+    assert!(actions(&[bound(member("a"), "n0"), bound(member("b"), "n1")]).is_empty());
+}
+
+#[test]
+fn a_waiting_reason_is_written_once() {
+    let (policy, _dir) = policy();
+    let only = [member("a")];
+    let (_, _, first) = controller::cycle(&stores(&only), &policy, NOW).unwrap();
+    let Some(Action::Wait {
+        reason, message, ..
+    }) = first.first()
+    else {
+        panic!("{first:?}");
+    };
+    assert_eq!(reason, "GangIncomplete");
+    // The pod now carries the condition: the next cycle writes nothing.
+    let mut with = member("a");
+    with["status"]["conditions"] = json!([{"type": "gantry.dev/Queued", "status": "True", "reason": reason, "message": message}]);
+    let (_, _, second) = controller::cycle(&stores(&[with]), &policy, NOW).unwrap();
+    assert!(second.is_empty(), "{second:?}");
+}
+
+#[test]
+fn a_reclaim_evicts_the_whole_gang_and_never_a_pod_already_going() {
+    let mut lender = member("beta-0");
+    lender["metadata"]["labels"] = json!({"gantry.dev/team": "beta", "gantry.dev/tier": "standard", "gantry.dev/policy-revision": "r1"});
+    let got = actions(&[
+        bound(member("a"), "n0"),
+        bound(member("b"), "n1"),
+        lender.clone(),
+    ]);
+    assert!(
+        got.contains(&"evict a".to_string()) && got.contains(&"evict b".to_string()),
+        "{got:?}"
+    );
+    // Once they are terminating they are not evicted again; the lender waits for them.
+    let mut going_a = bound(member("a"), "n0");
+    going_a["metadata"]["deletionTimestamp"] = json!("2026-11-24T08:45:00Z");
+    let mut going_b = bound(member("b"), "n1");
+    going_b["metadata"]["deletionTimestamp"] = json!("2026-11-24T08:45:00Z");
+    let got = actions(&[going_a, going_b, lender]);
+    assert!(!got.iter().any(|a| a.starts_with("evict")), "{got:?}");
+}
