@@ -643,3 +643,95 @@ async fn the_extender_keeps_released_pods_room_for_them() {
     let refused = filter(other).await;
     assert_eq!(refused["NodeNames"], json!([]), "{refused}");
 }
+
+/// Two replicas run the queue on one cluster: only the Lease holder writes, so each pod
+/// of a gang is assigned once and released once; when the holder stops, the other
+/// carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_write_as_one() {
+    let h = harness().await;
+    let second = {
+        let url = h.api.serve().await;
+        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let options = ClusterOptions {
+            kubeconfig: None,
+            in_cluster: false,
+            pool_label: "gantry.dev/pool".into(),
+            sync_timeout: Duration::from_secs(10),
+        };
+        Live::with_client(client, url, &options).await.unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let start_queue = |live: &Live, who: &str| {
+        let state = Arc::new(AppState::new(Box::new(|| NOW)));
+        state.reload_policy(dir.path()).unwrap();
+        let election = cluster::lease::Election {
+            duration: Duration::from_millis(1_500),
+            renew: Duration::from_millis(200),
+            ..cluster::lease::Election::new("gantry-system", who)
+        };
+        live.start_queue_with(state.clone(), election, Duration::from_secs(60));
+        state
+    };
+    let a = start_queue(&h.live, "replica-a");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let b = start_queue(&second, "replica-b");
+    h.api.apply(
+        Kind::Pods,
+        gated("g-0", "alpha", "best_effort", 8, Some(("g", 2))),
+    );
+    h.api.apply(
+        Kind::Pods,
+        gated("g-1", "alpha", "best_effort", 8, Some(("g", 2))),
+    );
+    let released = |p: &str| h.pod(p)["spec"]["schedulingGates"].is_null();
+    let start = std::time::Instant::now();
+    while !(released("g-0") && released("g-1")) {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the gang was never released"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let writes = |p: &str| {
+        h.api
+            .writes()
+            .iter()
+            .filter(|(verb, path)| verb == "PATCH" && path == &format!("pods/ml/{p}"))
+            .count()
+    };
+    assert_eq!(
+        (writes("g-0"), writes("g-1")),
+        (2, 2),
+        "one assign and one release each: {:?}",
+        h.api.writes()
+    );
+    assert_eq!(h.live.leading(), Some(true));
+    assert_eq!(second.leading(), Some(false));
+    // Both replicas show the queue.
+    assert!(a.queue_report().is_some() && b.queue_report().is_some());
+    // The leader goes away: the other takes over and places the next pod.
+    drop(h.live);
+    let start = std::time::Instant::now();
+    while second.leading() != Some(true) {
+        assert!(start.elapsed() < Duration::from_secs(10), "no takeover");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    h.api.bind_released();
+    h.api
+        .apply(Kind::Pods, gated("late", "beta", "best_effort", 8, None));
+    let start = std::time::Instant::now();
+    loop {
+        let pod = h.api.get_object(Kind::Pods, "ml/late").unwrap();
+        if waiting(&pod).is_some() || pod["spec"]["schedulingGates"].is_null() {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the new leader did not act: {pod}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
