@@ -263,6 +263,25 @@ pub fn actions(
             }
         }
     }
+    // Released onto a node kube-scheduler will not bind it to (a taint it does not
+    // tolerate, a node selector, a full node): say so on the pod, once.
+    for p in pods.values() {
+        if let (false, None, Some(node), Some(why)) =
+            (p.gated, &p.node, &p.assigned, &p.unschedulable)
+        {
+            let reason = "NotBound".to_string();
+            let message = format!(
+                "released to {node}, but kube-scheduler does not bind it there: {why}; delete the pod to queue it again"
+            );
+            if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) && !p.terminating {
+                out.push(Action::Wait {
+                    pod: PodRef::of(p),
+                    reason,
+                    message,
+                });
+            }
+        }
+    }
     for e in &plan.preemptions {
         for p in view
             .members

@@ -59,6 +59,8 @@ pub struct PodSeen {
     pub terminating: bool,
     /// The waiting condition as it is on the pod: (reason, message).
     pub waiting: Option<(String, String)>,
+    /// kube-scheduler's refusal (PodScheduled False, Unschedulable): its message.
+    pub unschedulable: Option<String>,
     /// Required node-affinity terms the pod already has (kept when gantry adds its own).
     pub affinity_terms: Option<serde_json::Value>,
     pub created_at: Option<i64>,
@@ -227,6 +229,9 @@ pub fn pod(k: &core::Pod) -> PodSeen {
                 c.message.clone().unwrap_or_default(),
             )
         }),
+        unschedulable: condition("PodScheduled")
+            .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
+            .map(|c| c.message.clone().unwrap_or_default()),
         affinity_terms: spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())

@@ -187,3 +187,36 @@ fn a_reclaim_evicts_the_whole_gang_and_never_a_pod_already_going() {
     let got = actions(&[going_a, going_b, lender]);
     assert!(!got.iter().any(|a| a.starts_with("evict")), "{got:?}");
 }
+
+#[test]
+fn a_pod_kube_scheduler_will_not_bind_says_so_once() {
+    let mut refused = released(member("a"), "n0");
+    refused["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/2 nodes are available: 1 node(s) had untolerated taint {nvidia.com/gpu: present}"}]);
+    let got = actions(&[refused.clone(), released(member("b"), "n1")]);
+    assert_eq!(got, ["wait a"]);
+    let (policy, _dir) = policy();
+    let (_, _, acts) = controller::cycle(
+        &stores(&[refused.clone(), released(member("b"), "n1")]),
+        &policy,
+        NOW,
+    )
+    .unwrap();
+    let Some(Action::Wait {
+        reason, message, ..
+    }) = acts.first()
+    else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(reason, "NotBound");
+    assert!(
+        message.contains("untolerated taint") && message.contains("n0"),
+        "{message}"
+    );
+    let conditions = refused["status"]["conditions"].as_array().unwrap().clone();
+    let mut noted = refused;
+    let mut all = conditions;
+    all.push(json!({"type": "gantry.dev/Queued", "status": "True", "reason": reason, "message": message}));
+    noted["status"]["conditions"] = Value::Array(all);
+    assert!(actions(&[noted, released(member("b"), "n1")]).is_empty());
+}
