@@ -222,6 +222,40 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
     Ok(())
 }
 
+/// Carries out `actions` in order while `leading()` holds. A refused write skips the
+/// rest of that job's writes this cycle (a gang is never released past a failed
+/// assignment); other jobs go on, so one PodDisruptionBudget refusing an eviction does not
+/// hold up the queue. Returns what was done and what was refused, with why.
+pub async fn enact(
+    client: &Client,
+    actions: &[Action],
+    now: i64,
+    leading: impl Fn() -> bool,
+) -> (Vec<Action>, Vec<(Action, String)>) {
+    let mut done = Vec::new();
+    let mut refused: Vec<(Action, String)> = Vec::new();
+    let mut failed_jobs = BTreeSet::new();
+    for a in actions {
+        if !leading() {
+            break;
+        }
+        if a.job().is_some_and(|j| failed_jobs.contains(j)) {
+            continue;
+        }
+        match apply(client, a, now).await {
+            Ok(()) => done.push(a.clone()),
+            Err(e) => {
+                tracing::warn!(error = %e, "a write was refused; the next cycle starts from what the pods say");
+                if let Some(j) = a.job() {
+                    failed_jobs.insert(j.to_string());
+                }
+                refused.push((a.clone(), e));
+            }
+        }
+    }
+    (done, refused)
+}
+
 /// The last cycle, for `/v1/queue` and tests.
 #[derive(Debug, Clone, Default)]
 pub struct LastCycle {
@@ -323,26 +357,13 @@ pub async fn run(q: Queue) {
         let mut errors = Vec::new();
         let mut done = 0;
         if leading {
-            for a in &actions {
-                if !*leader.borrow() {
-                    errors.push("leadership lost mid-cycle; the new leader takes over".into());
-                    break;
-                }
-                if let Err(e) = apply(&client, a, now).await {
-                    tracing::warn!(error = %e, "enactment stopped; the next cycle starts from what the pods say");
-                    state.metrics.enactment_error(action_name(a));
-                    errors.push(e);
-                    break;
-                }
-                done += 1;
+            let (succeeded, refused) = enact(&client, &actions, now, || *leader.borrow()).await;
+            for (a, e) in &refused {
+                state.metrics.enactment_error(action_name(a));
+                errors.push(e.clone());
             }
-            count(
-                &state,
-                &view,
-                &plan,
-                actions.get(..done).unwrap_or_default(),
-                now,
-            );
+            done = succeeded.len();
+            count(&state, &view, &plan, &succeeded, now);
             let pools: std::collections::BTreeMap<String, String> = view
                 .fleet
                 .nodes

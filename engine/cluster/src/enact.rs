@@ -75,6 +75,17 @@ pub enum Action {
 }
 
 impl Action {
+    /// The job an assignment, release or eviction is part of: when one of its writes is
+    /// refused, the rest of that job's are skipped this cycle.
+    pub fn job(&self) -> Option<&str> {
+        match self {
+            Action::Assign { job, .. }
+            | Action::Release { job, .. }
+            | Action::Evict { job, .. } => Some(job),
+            Action::Unassign { .. } | Action::Wait { .. } => None,
+        }
+    }
+
     pub fn pod(&self) -> &PodRef {
         match self {
             Action::Assign { pod, .. }

@@ -78,7 +78,11 @@ pub async fn config(options: &ClusterOptions) -> Result<Config, String> {
 impl Live {
     /// Connects with `options` and waits for the first complete lists.
     pub async fn start(options: &ClusterOptions) -> Result<Live, String> {
-        let config = config(options).await?;
+        let mut config = config(options).await?;
+        // kube's client would retry a 429 up to 15 times with growing waits: a
+        // PodDisruptionBudget refusing an eviction would stall a whole cycle for minutes.
+        // Watches back off on their own and the queue retries next cycle.
+        config.default_retry = false;
         let server = config.cluster_url.to_string();
         let client = Client::try_from(config)
             .map_err(|e| format!("cannot make a client for {server}: {e}"))?;

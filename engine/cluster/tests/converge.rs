@@ -93,7 +93,7 @@ fn options() -> ClusterOptions {
 
 async fn connect(api: &Arc<FakeApi>) -> Live {
     let url = api.serve().await;
-    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
     Live::with_client(client, url, &options()).await.unwrap()
 }
 

@@ -50,7 +50,7 @@ fn options(timeout: Duration) -> ClusterOptions {
 
 async fn connect(api: &Arc<FakeApi>, timeout: Duration) -> Result<Live, String> {
     let url = api.serve().await;
-    let config = kube::Config::new(url.parse().unwrap());
+    let config = apiserver::config(&url);
     let client = kube::Client::try_from(config).unwrap();
     Live::with_client(client, url, &options(timeout)).await
 }

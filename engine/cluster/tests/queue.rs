@@ -80,7 +80,7 @@ async fn harness() -> Harness {
     api.apply(Kind::Nodes, node("n0"));
     api.apply(Kind::Nodes, node("n1"));
     let url = api.serve().await;
-    let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
     let options = ClusterOptions {
         kubeconfig: None,
         in_cluster: false,
@@ -137,20 +137,14 @@ impl Harness {
         panic!("the view did not catch up with the API server");
     }
 
-    /// One cycle: decide on the settled view and carry the actions out, stopping at the
-    /// first refusal as the controller does. Returns the actions and how many succeeded.
+    /// One cycle: decide on the settled view and carry the actions out as the controller
+    /// does. Returns the actions and how many succeeded.
     async fn cycle(&self) -> (Vec<Action>, usize) {
         self.settle().await;
         let (_, _, actions) = controller::cycle(&self.live.stores(), &self.policy, NOW).unwrap();
-        let mut done = 0;
-        for a in &actions {
-            if controller::apply(&self.client, a, NOW).await.is_err() {
-                break;
-            }
-            done += 1;
-        }
+        let (done, _) = controller::enact(&self.client, &actions, NOW, || true).await;
         self.settle().await;
-        (actions, done)
+        (actions, done.len())
     }
 
     fn pod(&self, name: &str) -> Value {
@@ -349,7 +343,7 @@ async fn two_replicas_one_lease_one_leader() {
     use cluster::lease::{run, Election};
     let api = FakeApi::new();
     let url = api.serve().await;
-    let client = || kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+    let client = || kube::Client::try_from(apiserver::config(&url)).unwrap();
     let election = |who: &str| Election {
         duration: Duration::from_millis(1_500),
         renew: Duration::from_millis(200),
@@ -652,7 +646,7 @@ async fn two_replicas_write_as_one() {
     let h = harness().await;
     let second = {
         let url = h.api.serve().await;
-        let client = kube::Client::try_from(kube::Config::new(url.parse().unwrap())).unwrap();
+        let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
         let options = ClusterOptions {
             kubeconfig: None,
             in_cluster: false,
@@ -734,4 +728,67 @@ async fn two_replicas_write_as_one() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A refused write skips the rest of its job's writes and nothing else: a
+/// PodDisruptionBudget refusing one eviction (429) holds up no other job, and a gang whose
+/// assignment failed is not released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_holds_up_only_its_own_job() {
+    use cluster::enact::PodRef;
+    let h = harness().await;
+    h.api
+        .apply(Kind::Pods, gated("a-0", "alpha", "best_effort", 8, None));
+    h.api
+        .apply(Kind::Pods, gated("a-1", "alpha", "best_effort", 8, None));
+    h.cycle().await;
+    h.api.bind_released();
+    h.api.update(Kind::Pods, "ml/a-0", |p| {
+        p["metadata"]["labels"]["pdb"] = json!("block")
+    });
+    let pod = |name: &str| PodRef {
+        namespace: "ml".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+    };
+    let evict = |name: &str| Action::Evict {
+        pod: pod(name),
+        job: format!("ml/{name}"),
+        for_job: "ml/b".into(),
+        cause: "reclaim".into(),
+        grace_s: 30,
+    };
+    let actions = vec![
+        evict("a-0"),
+        evict("a-1"),
+        // A gang whose first member no longer exists: its release must not follow.
+        Action::Assign {
+            pod: pod("gone"),
+            job: "ml/g".into(),
+            node: "n0".into(),
+        },
+        Action::Release {
+            pod: pod("gone-too"),
+            job: "ml/g".into(),
+            node: "n0".into(),
+            patch: json!({}),
+        },
+    ];
+    let (done, refused) = controller::enact(&h.client, &actions, NOW, || true).await;
+    assert_eq!(kinds(&done), ["evict a-1"], "{refused:?}");
+    assert_eq!(
+        kinds(&refused.iter().map(|(a, _)| a.clone()).collect::<Vec<_>>()),
+        ["evict a-0", "assign gone"]
+    );
+    assert!(refused[0].1.contains("disruption budget"), "{refused:?}");
+    assert!(
+        !h.api
+            .writes()
+            .iter()
+            .any(|(_, path)| path.contains("gone-too")),
+        "the gang's release was skipped"
+    );
+    h.settle().await;
+    assert!(h.pod("a-1")["metadata"]["deletionTimestamp"].is_string());
+    assert!(h.pod("a-0")["metadata"]["deletionTimestamp"].is_null());
 }

@@ -91,6 +91,13 @@ pub struct FakeApi {
     pub bookmark_every: Duration,
 }
 
+/// A client configuration for `url`, with kube's retries off as `Live::start` sets them.
+pub fn config(url: &str) -> kube::Config {
+    let mut c = kube::Config::new(url.parse().unwrap_or_default());
+    c.default_retry = false;
+    c
+}
+
 fn key_of(kind: Kind, obj: &Value) -> String {
     let name = obj
         .pointer("/metadata/name")
@@ -721,6 +728,16 @@ async fn evict_pod(
             &status(404, "NotFound", &format!("pods \"{name}\" not found")),
         );
     };
+    if pod["metadata"]["labels"]["pdb"] == "block" {
+        return json_response(
+            StatusCode::TOO_MANY_REQUESTS,
+            &status(
+                429,
+                "TooManyRequests",
+                "Cannot evict pod as it would violate the pod's disruption budget.",
+            ),
+        );
+    }
     let grace = eviction
         .pointer("/deleteOptions/gracePeriodSeconds")
         .and_then(Value::as_u64)
