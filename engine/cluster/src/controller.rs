@@ -1,7 +1,8 @@
 //! Gantry as the queue: each cycle (on a change in the cluster, debounced, and on a tick)
 //! builds the decision snapshot from the view, runs `decide`, and carries the plan out
-//! through the API server (`enact` says what to do; this file does it, in order, stopping
-//! at the first refusal so the next cycle starts again from what the pods say).
+//! through the API server (`enact` says what to do; this file does it, in order; a refused
+//! write skips the rest of its job's writes, and the next cycle starts again from what the
+//! pods say).
 
 use crate::enact::{self, Action};
 use crate::memory::{self, Memory};

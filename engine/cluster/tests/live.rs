@@ -271,13 +271,7 @@ async fn a_kubeconfig_file_selects_the_cluster() {
     let url = api.serve().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("kubeconfig");
-    std::fs::write(
-        &path,
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tester\ncurrent-context: fake\nusers:\n- name: tester\n  user: {{}}\n"
-        ),
-    )
-    .unwrap();
+    std::fs::write(&path, apiserver::kubeconfig(&url)).unwrap();
     let mut opts = options(Duration::from_secs(10));
     opts.kubeconfig = Some(path.clone());
     let live = Live::start(&opts).await.unwrap();

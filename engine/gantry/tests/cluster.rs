@@ -68,6 +68,45 @@ team serving { guaranteed = 4 gpu in inference }
 team students { guaranteed = 4 gpu in notebooks }
 "#;
 
+/// `gantry serve --kubeconfig` (plus `extra`) on the test policy against `api`, once ready:
+/// the process (killed on drop), its port, and the directory holding its files.
+async fn serve(api: &std::sync::Arc<FakeApi>, extra: &[&str]) -> (Killed, u16, tempfile::TempDir) {
+    let url = api.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("policy")).unwrap();
+    std::fs::write(dir.path().join("policy/policy.gantry"), POLICY).unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, apiserver::kubeconfig(&url)).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let server = Killed(
+        Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .arg("serve")
+            .args(extra)
+            .arg("--policy")
+            .arg(dir.path().join("policy"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while http(port, "GET", "/readyz", "").is_none_or(|(c, _)| c != 200) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "serve never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (server, port, dir)
+}
+
 fn filter(port: u16, gpus: u32, nodes: &[&str]) -> Value {
     let args = json!({
         "Pod": {"metadata": {"name": "p", "namespace": "research", "labels": {"gantry.dev/team": "research"}},
@@ -90,41 +129,7 @@ async fn serve_follows_the_cluster() {
     for p in fixture("pods.json") {
         api.apply(Kind::Pods, p);
     }
-    let url = api.serve().await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("policy")).unwrap();
-    std::fs::write(dir.path().join("policy/policy.gantry"), POLICY).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"),
-    )
-    .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _server = Killed(
-        Command::new(env!("CARGO_BIN_EXE_gantry"))
-            .args(["serve", "--policy"])
-            .arg(dir.path().join("policy"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let start = Instant::now();
-    while http(port, "GET", "/readyz", "").is_none_or(|(c, _)| c != 200) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "serve never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_server, port, _dir) = serve(&api, &[]).await;
     let (_, status) = http(port, "GET", "/v1/status", "").unwrap();
     assert!(
         status["inventory"]["source"]
@@ -198,41 +203,7 @@ async fn serve_runs_the_queue() {
     for n in fixture("nodes.json") {
         api.apply(Kind::Nodes, n);
     }
-    let url = api.serve().await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(dir.path().join("policy")).unwrap();
-    std::fs::write(dir.path().join("policy/policy.gantry"), POLICY).unwrap();
-    let kubeconfig = dir.path().join("kubeconfig");
-    std::fs::write(
-        &kubeconfig,
-        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: {url}\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {{}}\n"),
-    )
-    .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let _server = Killed(
-        Command::new(env!("CARGO_BIN_EXE_gantry"))
-            .args(["serve", "--queue", "--policy"])
-            .arg(dir.path().join("policy"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--listen", &format!("127.0.0.1:{port}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let start = Instant::now();
-    while http(port, "GET", "/readyz", "").is_none_or(|(c, _)| c != 200) {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "serve never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_server, port, _dir) = serve(&api, &["--queue"]).await;
     // Training nodes with 8 free GPUs: train-0 and b200-0 (train-1 has 7 healthy, train-2
     // is not Ready, train-3 is cordoned). The 2×8 gang takes both; a third 8-GPU pod waits.
     api.apply(Kind::Pods, gated("g-0", 8, Some(("g", 2))));

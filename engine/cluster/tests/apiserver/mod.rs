@@ -91,6 +91,13 @@ pub struct FakeApi {
     pub bookmark_every: Duration,
 }
 
+/// A kubeconfig file's text pointing at `url`, with no credentials.
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {url}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: tester\ncurrent-context: fake\nusers:\n- name: tester\n  user: {{}}\n"
+    )
+}
+
 /// A client configuration for `url`, with kube's retries off as `Live::start` sets them.
 pub fn config(url: &str) -> kube::Config {
     let mut c = kube::Config::new(url.parse().unwrap_or_default());
