@@ -1112,6 +1112,24 @@ fn serve_says_why_it_cannot_reach_a_cluster() {
         "{}",
         text(&out.stderr)
     );
+    // The queue needs a cluster to act on.
+    let out = gantry(
+        &[
+            "serve",
+            "--policy",
+            policy,
+            "--listen",
+            "127.0.0.1:0",
+            "--queue",
+        ],
+        &dir,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--queue needs a cluster view"),
+        "{}",
+        text(&out.stderr)
+    );
     // A kubeconfig naming a server nobody answers on: it gives up after --sync-timeout.
     let config = dir.join("kubeconfig");
     std::fs::write(
