@@ -337,12 +337,20 @@ pub async fn run(q: Queue) {
             continue;
         };
         let now = state.now();
+        // Deciding takes a CPU for a while at scale: off the runtime's workers, so the
+        // webhook and the extender keep answering meanwhile.
         let decided = {
-            let s = match stores.lock() {
-                Ok(s) => s,
-                Err(p) => p.into_inner(),
-            };
-            cycle_with(&s, &policy, &memory, now)
+            let (stores, policy, snapshot_memory) =
+                (stores.clone(), policy.clone(), memory.clone());
+            tokio::task::spawn_blocking(move || {
+                let s = match stores.lock() {
+                    Ok(s) => s,
+                    Err(p) => p.into_inner(),
+                };
+                cycle_with(&s, &policy, &snapshot_memory, now)
+            })
+            .await
+            .unwrap_or_else(|e| Err(format!("the cycle failed: {e}")))
         };
         let (view, plan, actions) = match decided {
             Ok(d) => d,
