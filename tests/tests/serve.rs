@@ -748,6 +748,37 @@ async fn an_update_of_a_pod_being_deleted_is_never_denied() {
     assert_eq!(json(&bytes)["response"]["allowed"], true);
 }
 
+/// Issue 18: the queue's own patches — the assignment annotation, the gate removed and the
+/// node affinity added, the eviction mark — are not judged again, so a pod the current
+/// policy would refuse (vision may not run critical) is still placed and evicted.
+#[tokio::test]
+async fn the_queues_own_patches_are_never_denied() {
+    let state = loaded();
+    let mut review: Value =
+        serde_json::from_slice(&fixture("update_finalizer_removed.json")).unwrap();
+    let old = review["request"]["object"].clone();
+    review["request"]["oldObject"] = old;
+    let pod = &mut review["request"]["object"];
+    pod["metadata"]["annotations"] = serde_json::json!({
+        "gantry.dev/assigned-node": "train-0",
+        "gantry.dev/preempted": "reclaim: for ml/other"
+    });
+    pod["spec"]["affinity"] = serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+        {"nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["train-0"]}]}]}}});
+    let (status, bytes) = call(&state, "POST", "/admit", review.to_string().into_bytes()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        json(&bytes)["response"]["allowed"],
+        true,
+        "{}",
+        String::from_utf8_lossy(&bytes)
+    );
+    // A change of what a decision reads is still judged.
+    review["request"]["object"]["metadata"]["labels"]["gantry.dev/team"] = "vision2".into();
+    let (_, bytes) = call(&state, "POST", "/admit", review.to_string().into_bytes()).await;
+    assert_eq!(json(&bytes)["response"]["allowed"], false);
+}
+
 /// Issue 18: with `serve --queue` a GPU pod is created gated (`gantry.dev/queue`), other
 /// gates kept; reinvoking adds nothing; CPU-only pods pass ungated.
 #[tokio::test]

@@ -379,7 +379,7 @@ pub async fn run(q: Queue) {
                 .iter()
                 .filter_map(|n| Some((n.name.clone(), n.pool.clone()?)))
                 .collect();
-            memory.remember(&plan, &view.jobs, &pools);
+            memory.remember(&plan, &pools);
             memory.account(&view.jobs, now);
             if memory != saved && saved_at.is_none_or(|t| t.elapsed() >= save_every) {
                 match memory::save(&client, &namespace, &memory).await {
@@ -427,7 +427,18 @@ fn action_name(a: &Action) -> &'static str {
 /// Metrics of what was carried out: evictions (and the work they lost) and the waits of
 /// jobs released, by team and tier.
 fn count(state: &AppState, view: &QueueView, plan: &Plan, done: &[Action], now: i64) {
-    let job = |id: &str| view.jobs.iter().find(|j| j.id == id);
+    // `view.jobs` is sorted by id.
+    let job = |id: &str| {
+        view.jobs
+            .binary_search_by(|j| j.id.as_str().cmp(id))
+            .ok()
+            .and_then(|i| view.jobs.get(i))
+    };
+    let lost: std::collections::BTreeMap<&str, f64> = plan
+        .preemptions
+        .iter()
+        .map(|p| (p.job.as_str(), p.lost_gpu_s))
+        .collect();
     let labels = |id: &str| {
         job(id).map_or((String::new(), String::new()), |j| {
             (
@@ -449,11 +460,7 @@ fn count(state: &AppState, view: &QueueView, plan: &Plan, done: &[Action], now: 
             }
             Action::Evict { job: id, cause, .. } if evicted.insert(id.clone()) => {
                 let (team, tier) = labels(id);
-                let lost = plan
-                    .preemptions
-                    .iter()
-                    .find(|p| &p.job == id)
-                    .map_or(0.0, |p| p.lost_gpu_s);
+                let lost = lost.get(id.as_str()).copied().unwrap_or(0.0);
                 state.metrics.preempted(&team, &tier, cause, lost);
             }
             _ => {}

@@ -121,7 +121,7 @@ impl Memory {
     }
 
     /// After a cycle: the autoscaler's next state, and a start for each job placed.
-    pub fn remember(&mut self, plan: &Plan, jobs: &[Job], pools: &BTreeMap<String, String>) {
+    pub fn remember(&mut self, plan: &Plan, pools: &BTreeMap<String, String>) {
         if let Some(s) = &plan.state {
             self.scale = s.clone();
         }
@@ -135,11 +135,10 @@ impl Memory {
                 .first()
                 .and_then(|a| pools.get(&a.node))
                 .cloned();
-            let job = jobs.iter().find(|j| j.id == d.job);
             self.starts.push(Start {
                 at: plan.now,
                 pool,
-                team: d.team.clone().or_else(|| job.and_then(|j| j.team.clone())),
+                team: d.team.clone(),
                 tier: d.tier.clone(),
                 gpus: d.gpus,
             });

@@ -11,11 +11,11 @@ use std::collections::BTreeMap;
 
 /// The node the controller chose for a gated member: the first phase of placing a job.
 pub use engine::serve::admission::ASSIGNED_ANNOTATION;
+/// Set on a pod the controller evicted: the job it made room for and why.
+pub use engine::serve::admission::PREEMPTED_ANNOTATION;
 /// The scheduling gate that holds a GPU pod in gantry's queue (added by the mutating
 /// webhook with `serve --queue`).
 pub use engine::serve::admission::QUEUE_GATE;
-/// Set on a pod the controller evicted: the job it made room for and why.
-pub const PREEMPTED_ANNOTATION: &str = "gantry.dev/preempted";
 /// The pod condition saying why a pod waits.
 pub const WAITING_CONDITION: &str = "gantry.dev/Queued";
 /// Labels that name a pod's gang, in order: gantry's own, then the owners' that platform

@@ -48,6 +48,14 @@ pub struct Context<'a> {
 pub const QUEUE_GATE: &str = "gantry.dev/queue";
 /// The node the queue assigned a pod to (the first phase of placing it).
 pub const ASSIGNED_ANNOTATION: &str = "gantry.dev/assigned-node";
+/// Set by the queue on a pod it evicts: the job it makes room for and why.
+pub const PREEMPTED_ANNOTATION: &str = "gantry.dev/preempted";
+
+/// Keys gantry itself writes on pods: bookkeeping, never an input of a decision, so the
+/// queue's own patches are not judged again (a policy change must not block them).
+fn bookkeeping(key: &str) -> bool {
+    [REVISION_LABEL, ASSIGNED_ANNOTATION, PREEMPTED_ANNOTATION].contains(&key)
+}
 
 pub fn review(
     ctx: &Context<'_>,
@@ -284,10 +292,12 @@ fn decision_inputs(pod: &Value) -> Value {
             .and_then(Value::as_object)
             .map(|o| {
                 o.iter()
-                    .filter(|(k, _)| k.starts_with("gantry.dev/") && *k != REVISION_LABEL)
+                    .filter(|(k, _)| k.starts_with("gantry.dev/") && !bookkeeping(k))
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect::<serde_json::Map<_, _>>()
             })
+            // No map and a map of bookkeeping keys only read the same.
+            .filter(|m| !m.is_empty())
             .map_or(Value::Null, Value::Object)
     };
     let containers = |path: &str| -> Value {

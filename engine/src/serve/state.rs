@@ -375,23 +375,8 @@ impl AppState {
         let result = source.read();
         self.metrics.inventory_read(result.is_ok());
         let last = self.inventory();
-        let next = match (result, last.clone()) {
-            (Ok(seen), last) => {
-                let same = last.as_ref().is_some_and(|l| {
-                    *l.fleet == seen.fleet && *l.running == seen.running && *l.closed == seen.closed
-                });
-                let generation = last.as_ref().map_or(0, |l| l.generation);
-                Inventory {
-                    fleet: Arc::new(seen.fleet),
-                    source: source.name(),
-                    read_at: now,
-                    error: None,
-                    notes: seen.notes,
-                    running: Arc::new(seen.running),
-                    closed: Arc::new(seen.closed),
-                    generation: if same { generation } else { generation + 1 },
-                }
-            }
+        let seen = match (result, last.clone()) {
+            (Ok(seen), _) => seen,
             (Err(e), Some(last)) => {
                 let kept = Inventory {
                     error: Some(e.clone()),
@@ -402,12 +387,32 @@ impl AppState {
             }
             (Err(e), None) => return Err(e),
         };
-        let changed = last.is_none_or(|last| last.fleet != next.fleet || last.notes != next.notes);
-        if changed {
-            for note in &next.notes {
-                tracing::warn!(%note, source = %next.source, "inventory");
+        // Unchanged parts keep the last read's allocation (pods change far more often
+        // than nodes); any change starts a new generation.
+        let same_fleet = last.as_ref().filter(|l| *l.fleet == seen.fleet);
+        let same_running = last.as_ref().filter(|l| *l.running == seen.running);
+        let same_closed = last.as_ref().filter(|l| *l.closed == seen.closed);
+        let generation = last.as_ref().map_or(0, |l| l.generation);
+        let unchanged = same_fleet.is_some() && same_running.is_some() && same_closed.is_some();
+        if same_fleet.is_none() || last.as_ref().is_none_or(|l| l.notes != seen.notes) {
+            for note in &seen.notes {
+                tracing::warn!(%note, source = %source.name(), "inventory");
             }
         }
+        let next = Inventory {
+            fleet: same_fleet.map_or_else(|| Arc::new(seen.fleet), |l| l.fleet.clone()),
+            source: source.name(),
+            read_at: now,
+            error: None,
+            notes: seen.notes,
+            running: same_running.map_or_else(|| Arc::new(seen.running), |l| l.running.clone()),
+            closed: same_closed.map_or_else(|| Arc::new(seen.closed), |l| l.closed.clone()),
+            generation: if unchanged {
+                generation
+            } else {
+                generation + 1
+            },
+        };
         self.set_inventory(next);
         Ok(())
     }
