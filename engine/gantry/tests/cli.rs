@@ -1158,3 +1158,57 @@ fn serve_says_why_it_cannot_reach_a_cluster() {
         "{err}"
     );
 }
+
+#[test]
+fn queue_says_why_it_cannot_show_the_queue() {
+    let dir = tempdir("queue-errors");
+    for (args, want) in [
+        (
+            vec!["queue", "--server", "http://127.0.0.1:1"],
+            "cannot reach 127.0.0.1:1",
+        ),
+        (
+            vec!["queue", "--server", "ftp://example"],
+            "give http://HOST:PORT or https://HOST:PORT",
+        ),
+        (
+            vec!["queue", "--server", "https://127.0.0.1:1"],
+            "https needs --cacert",
+        ),
+    ] {
+        let out = gantry(&args, &dir);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(want),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    // A gantry that does not run the queue says so (404 from `serve` without --queue).
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let answer = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 1024];
+        let _ = s.read(&mut buf);
+        let body =
+            r#"{"error":"this gantry does not run the queue (serve --queue with a cluster view)"}"#;
+        let _ = write!(
+            s,
+            "HTTP/1.1 404 Not Found\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    let out = gantry(
+        &["queue", "--server", &format!("http://127.0.0.1:{port}")],
+        &dir,
+    );
+    answer.join().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("404: this gantry does not run the queue"),
+        "{}",
+        text(&out.stderr)
+    );
+}

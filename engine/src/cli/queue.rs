@@ -152,6 +152,7 @@ fn fetch(args: &QueueArgs) -> Result<Vec<u8>, String> {
     } else {
         format!("{authority}:{}", if tls { 443 } else { 80 })
     };
+    let config = if tls { Some(tls_config(args)?) } else { None };
     let tcp = TcpStream::connect(&address).map_err(|e| format!("cannot reach {address}: {e}"))?;
     let timeout = Some(Duration::from_secs(30));
     let _ = tcp.set_read_timeout(timeout);
@@ -159,8 +160,7 @@ fn fetch(args: &QueueArgs) -> Result<Vec<u8>, String> {
     let request = format!(
         "GET /v1/queue HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\nConnection: close\r\n\r\n"
     );
-    let raw = if tls {
-        let config = tls_config(args)?;
+    let raw = if let Some(config) = config {
         let name = rustls::pki_types::ServerName::try_from(host.to_string())
             .map_err(|e| format!("{host}: {e}"))?;
         let conn = rustls::ClientConnection::new(config, name)
