@@ -147,6 +147,20 @@ impl Harness {
         (actions, done.len())
     }
 
+    /// A best_effort gang `name` of `size` gated members (`name-0`, `name-1`, ...).
+    fn gang(&self, name: &str, team: &str, size: u32, gpus: u32) {
+        for m in 0..size {
+            let pod = gated(
+                &format!("{name}-{m}"),
+                team,
+                "best_effort",
+                gpus,
+                Some((name, size)),
+            );
+            self.api.apply(Kind::Pods, pod);
+        }
+    }
+
     fn pod(&self, name: &str) -> Value {
         self.api
             .get_object(Kind::Pods, &format!("ml/{name}"))
@@ -232,14 +246,7 @@ async fn a_gang_waits_for_its_members_then_is_released_whole() {
 async fn a_lender_reclaims_by_evicting_the_borrowing_gang_whole() {
     let h = harness().await;
     // alpha borrows beta's 8 GPUs for a 2×8 gang.
-    h.api.apply(
-        Kind::Pods,
-        gated("a-0", "alpha", "best_effort", 8, Some(("a", 2))),
-    );
-    h.api.apply(
-        Kind::Pods,
-        gated("a-1", "alpha", "best_effort", 8, Some(("a", 2))),
-    );
+    h.gang("a", "alpha", 2, 8);
     h.cycle().await;
     assert_eq!(h.api.bind_released(), 2);
     // beta wants its guarantee back.
@@ -284,14 +291,7 @@ async fn a_lender_reclaims_by_evicting_the_borrowing_gang_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_while_assigning_is_undone_and_one_while_releasing_is_completed() {
     let h = harness().await;
-    h.api.apply(
-        Kind::Pods,
-        gated("g-0", "alpha", "best_effort", 8, Some(("g", 2))),
-    );
-    h.api.apply(
-        Kind::Pods,
-        gated("g-1", "alpha", "best_effort", 8, Some(("g", 2))),
-    );
+    h.gang("g", "alpha", 2, 8);
     // Crash after the first assignment.
     h.api.fail_after(1);
     let (_, done) = h.cycle().await;
@@ -306,14 +306,7 @@ async fn a_crash_while_assigning_is_undone_and_one_while_releasing_is_completed(
     );
 
     // Another gang, crash after one member is released: the next cycle completes it.
-    h.api.apply(
-        Kind::Pods,
-        gated("k-0", "beta", "best_effort", 8, Some(("k", 2))),
-    );
-    h.api.apply(
-        Kind::Pods,
-        gated("k-1", "beta", "best_effort", 8, Some(("k", 2))),
-    );
+    h.gang("k", "beta", 2, 8);
     h.api.bind_released();
     h.api.finish_deletions();
     // Room for k: g goes away.
@@ -671,14 +664,7 @@ async fn two_replicas_write_as_one() {
     let a = start_queue(&h.live, "replica-a");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let b = start_queue(&second, "replica-b");
-    h.api.apply(
-        Kind::Pods,
-        gated("g-0", "alpha", "best_effort", 8, Some(("g", 2))),
-    );
-    h.api.apply(
-        Kind::Pods,
-        gated("g-1", "alpha", "best_effort", 8, Some(("g", 2))),
-    );
+    h.gang("g", "alpha", 2, 8);
     let released = |p: &str| h.pod(p)["spec"]["schedulingGates"].is_null();
     let start = std::time::Instant::now();
     while !(released("g-0") && released("g-1")) {
