@@ -12,7 +12,8 @@
 //! assignments and decide again (`queue` reverts them). Preempting evicts every pod of the
 //! victim job (Eviction API, the tier's grace) after marking it with the job it makes
 //! room for and why; the preemptor stays gated until the victims are gone and a later
-//! cycle places it without them. A waiting pod's condition (and an Event) changes only
+//! cycle places it without them — and so does any job the plan puts on a node where pods
+//! are still stopping, since their GPUs are not free yet. A waiting pod's condition (and an Event) changes only
 //! when its reason, message, place or expected start does.
 
 use crate::pods::{PodSeen, ASSIGNED_ANNOTATION, WAITING_CONDITION};
@@ -215,6 +216,24 @@ pub fn actions(
             }
         }
     }
+    // Nodes where pods are stopping — already terminating, or evicted by this plan: their
+    // GPUs are not free until the pods are gone, so nothing is released onto them yet.
+    let mut stopping: std::collections::BTreeSet<&str> = pods
+        .values()
+        .filter(|p| p.terminating)
+        .filter_map(|p| p.node.as_deref())
+        .collect();
+    for e in &plan.preemptions {
+        for p in view
+            .members
+            .get(&e.job)
+            .into_iter()
+            .flatten()
+            .filter_map(pod)
+        {
+            stopping.extend(p.node.as_deref().or(p.assigned.as_deref()));
+        }
+    }
     for d in &plan.decisions {
         let members: Vec<&PodSeen> = view
             .members
@@ -223,7 +242,11 @@ pub fn actions(
             .flatten()
             .filter_map(pod)
             .collect();
-        if d.action == PlanAction::Place && d.victims.is_empty() {
+        let waits_for_stopping = d.action == PlanAction::Place
+            && d.placement
+                .iter()
+                .any(|a| stopping.contains(a.node.as_str()));
+        if d.action == PlanAction::Place && d.victims.is_empty() && !waits_for_stopping {
             let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
             if nodes.len() != members.len() {
                 continue;
@@ -249,7 +272,22 @@ pub fn actions(
             }
             continue;
         }
-        let (reason, message) = if d.action == PlanAction::Place {
+        let (reason, message) = if d.action == PlanAction::Place && d.victims.is_empty() {
+            // The plan may count GPUs that pods stopping there still hold.
+            let nodes: Vec<&str> = d
+                .placement
+                .iter()
+                .map(|a| a.node.as_str())
+                .filter(|n| stopping.contains(n))
+                .collect();
+            (
+                "WaitingForStop".to_string(),
+                format!(
+                    "placed once the pods stopping on {} are gone",
+                    nodes.join(", ")
+                ),
+            )
+        } else if d.action == PlanAction::Place {
             (
                 "Preempting".to_string(),
                 format!(

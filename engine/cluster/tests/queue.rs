@@ -460,7 +460,20 @@ mod replay {
             );
         }
         for (n, used) in per_node {
-            assert!(used <= 8, "{n} holds {used} GPUs");
+            assert!(
+                used <= 8,
+                "{n} holds {used} GPUs: {:#?}",
+                pods.iter()
+                    .map(|(k, p)| (
+                        k,
+                        p["spec"]["nodeName"].clone(),
+                        p["metadata"]["annotations"].clone(),
+                        p["metadata"]["deletionTimestamp"].clone(),
+                        gpus_of(p),
+                        p["status"]["conditions"].clone()
+                    ))
+                    .collect::<Vec<_>>()
+            );
         }
     }
 
