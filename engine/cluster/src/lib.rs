@@ -19,6 +19,7 @@ pub mod enact;
 pub mod lease;
 pub mod memory;
 pub mod nodes;
+pub mod owners;
 pub mod pods;
 pub mod queue;
 pub mod store;

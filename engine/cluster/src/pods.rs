@@ -18,15 +18,16 @@ pub use engine::serve::admission::PREEMPTED_ANNOTATION;
 pub use engine::serve::admission::QUEUE_GATE;
 /// The pod condition saying why a pod waits.
 pub const WAITING_CONDITION: &str = "gantry.dev/Queued";
-/// Labels that name a pod's gang, in order: gantry's own, then the owners' that platform
-/// teams use (a batch/v1 Job, a JobSet, a Kubeflow training job). A gang also needs
-/// `gantry.dev/gang-size`.
+/// Labels that name a pod's gang when it declares `gantry.dev/gang-size`, in order:
+/// gantry's own, then the owners' that platform teams use, widest group first (a JobSet,
+/// a Kubeflow training job, a batch/v1 Job). Pods without the size label take their gang
+/// from their owning Job ([`crate::owners`]).
 pub const GANG_LABELS: &[&str] = &[
     "gantry.dev/gang",
+    crate::owners::JOBSET_LABEL,
+    "training.kubeflow.org/job-name",
     "batch.kubernetes.io/job-name",
     "job-name",
-    "jobset.sigs.k8s.io/jobset-name",
-    "training.kubeflow.org/job-name",
 ];
 
 /// A pod as the view keeps it.
@@ -54,6 +55,10 @@ pub struct PodSeen {
     /// `namespace/gang` when the pod belongs to a gang of `gang_size` > 1.
     pub gang: Option<String>,
     pub gang_size: u32,
+    /// It carries `gantry.dev/gang-size`: its own labels say its gang, not its owner.
+    pub gang_declared: bool,
+    /// The `batch/v1` Job that controls it.
+    pub owner_job: Option<String>,
     pub assigned: Option<String>,
     pub preempted: Option<String>,
     pub terminating: bool,
@@ -155,6 +160,7 @@ pub fn pod(k: &core::Pod) -> PodSeen {
             .cloned()
     };
     let namespace = k.metadata.namespace.clone().unwrap_or_default();
+    let gang_declared = attribute("gantry.dev/gang-size").is_some();
     let gang_size: u32 = attribute("gantry.dev/gang-size")
         .and_then(|s| s.trim().parse().ok())
         .unwrap_or(1);
@@ -216,6 +222,14 @@ pub fn pod(k: &core::Pod) -> PodSeen {
         other_gates: gates.into_iter().filter(|g| g != QUEUE_GATE).collect(),
         gang,
         gang_size,
+        gang_declared,
+        owner_job: k
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true) && o.kind == "Job" && o.api_version == "batch/v1")
+            .map(|o| o.name.clone()),
         assigned: annotations
             .and_then(|a| a.get(ASSIGNED_ANNOTATION))
             .cloned(),

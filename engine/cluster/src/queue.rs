@@ -1,6 +1,8 @@
 //! Pods as the decision cycle's jobs. A job is one pod, or a gang: the pods of one
-//! namespace that share a gang name (`gantry.dev/gang`, else a Job's, JobSet's or Kubeflow
-//! training job's name label) and declare `gantry.dev/gang-size` > 1.
+//! namespace that share a gang name (`gantry.dev/gang`, else a JobSet's, Kubeflow
+//! training job's or Job's name label) and declare `gantry.dev/gang-size` > 1, or, without
+//! that label, the pods of one `batch/v1` Job with parallelism > 1 or of one JobSet
+//! ([`crate::owners`]).
 //!
 //! - **Pending**: gated by gantry, unbound, not assigned. A gang with fewer pods than its
 //!   size waits for the rest (`members_present`).
@@ -14,6 +16,7 @@
 //!   (a MIG instance takes its whole GPU: which slices it holds is not known) and their
 //!   CPU and memory off the node. CPU-only pods likewise.
 
+use crate::owners::{Membership, Owners};
 use crate::pods::PodSeen;
 use crate::store::Stores;
 use engine::core::fleet::Fleet;
@@ -37,6 +40,8 @@ pub struct QueueView {
     pub reverts: Vec<String>,
     /// Jobs assigned and not all released yet: the controller completes them first.
     pub committing: BTreeSet<String>,
+    /// Gated pods left out of this cycle: their owning Job is not in the view yet.
+    pub owner_unseen: Vec<String>,
 }
 
 /// Gantry admitted it (the webhook's label), queued it or assigned it.
@@ -64,7 +69,8 @@ pub fn view(stores: &Stores) -> Result<QueueView, String> {
         }
     }
     // Group gantry's pods into jobs; take foreign and CPU-only pods out of the fleet.
-    let mut groups: BTreeMap<String, Vec<&PodSeen>> = BTreeMap::new();
+    let owners = Owners::new(stores.jobs.as_ref().map(|c| &c.objects));
+    let mut groups: BTreeMap<String, (u32, Vec<&PodSeen>)> = BTreeMap::new();
     for p in stores.pods.objects.values() {
         let holds_gpus = p
             .holds
@@ -82,12 +88,23 @@ pub fn view(stores: &Stores) -> Result<QueueView, String> {
         if !ours || is_foreign(p) {
             continue;
         }
-        let key = p.gang.clone().unwrap_or_else(|| p.key());
-        groups.entry(key).or_default().push(p);
+        let (key, size) = match owners.membership(p) {
+            Membership::Single => (p.key(), 1),
+            Membership::Gang(name, size) => (name, size),
+            Membership::OwnerUnseen(_) if p.holds.is_none() && p.assigned.is_none() => {
+                out.owner_unseen.push(p.key());
+                continue;
+            }
+            // Placed already: it holds what it holds, as a job of its own.
+            Membership::OwnerUnseen(_) => (p.key(), 1),
+        };
+        let entry = groups.entry(key).or_insert((size, Vec::new()));
+        entry.0 = entry.0.max(size);
+        entry.1.push(p);
     }
-    for (id, mut pods) in groups {
+    for (id, (size, mut pods)) in groups {
         pods.sort_by(|a, b| a.name.cmp(&b.name));
-        group(&mut out, &id, &pods);
+        group(&mut out, &id, &pods, size);
     }
     out.jobs.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(out)
@@ -128,7 +145,7 @@ fn take_out(fleet: &mut Fleet, node: usize, job: &Job) {
 }
 
 /// One group of pods (a single pod or a gang) as a running and/or a pending job.
-fn group(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
+fn group(out: &mut QueueView, id: &str, pods: &[&PodSeen], size: u32) {
     let placed = |p: &&PodSeen| p.holds.is_some() || p.assigned.is_some();
     let released = |p: &&PodSeen| p.holds.is_some() || (p.assigned.is_some() && !p.gated);
     let waiting: Vec<&PodSeen> = pods
@@ -137,7 +154,6 @@ fn group(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
         .filter(|p| !placed(p) && p.gated && p.asks.is_some())
         .collect();
     let any_released = pods.iter().any(released);
-    let size = pods.iter().map(|p| p.gang_size).max().unwrap_or(1);
     let assigned_only: Vec<&PodSeen> = pods
         .iter()
         .copied()

@@ -4,6 +4,7 @@
 //! kept: 50,000 pods would hold gigabytes the engine never reads.
 
 use crate::nodes::NodeSeen;
+use crate::owners::OwnerJob;
 use crate::pods::PodSeen;
 use engine::serve::state::Seen;
 use std::collections::BTreeMap;
@@ -67,11 +68,13 @@ impl<T> Cache<T> {
     }
 }
 
-/// Both caches.
+/// Every kind's cache.
 #[derive(Debug, Default)]
 pub struct Stores {
     pub nodes: Cache<NodeSeen>,
     pub pods: Cache<PodSeen>,
+    /// `batch/v1` Jobs, watched for the queue's gang sizes (`None`: not watched).
+    pub jobs: Option<Cache<OwnerJob>>,
 }
 
 /// How many problems are listed by name in the notes; the rest are counted.
@@ -79,16 +82,23 @@ const NOTES_SHOWN: usize = 10;
 
 impl Stores {
     /// The fleet (nodes with GPUs, by name), what runs on it, closed nodes and notes.
-    /// `Err` until both caches hold a complete first list.
+    /// `Err` until every watched kind's cache holds a complete first list.
     pub fn seen(&self) -> Result<Seen, String> {
-        if !self.nodes.synced || !self.pods.synced {
+        let unsynced: Vec<&str> = [
+            (!self.nodes.synced).then_some("nodes"),
+            (!self.pods.synced).then_some("pods"),
+            self.jobs
+                .as_ref()
+                .is_some_and(|j| !j.synced)
+                .then_some("jobs"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !unsynced.is_empty() {
             return Err(format!(
                 "waiting for the first complete list of {}",
-                match (self.nodes.synced, self.pods.synced) {
-                    (false, false) => "nodes and pods",
-                    (false, true) => "nodes",
-                    _ => "pods",
-                }
+                unsynced.join(" and ")
             ));
         }
         let mut seen = Seen::default();

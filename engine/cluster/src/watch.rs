@@ -2,10 +2,12 @@
 //! [`crate::store`], and the engine's `InventorySource` over them.
 
 use crate::nodes;
+use crate::owners;
 use crate::pods;
 use crate::store::{Cache, Change, Stores};
 use engine::serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
@@ -96,7 +98,10 @@ impl Live {
         server: String,
         options: &ClusterOptions,
     ) -> Result<Live, String> {
-        let stores = Arc::new(Mutex::new(Stores::default()));
+        let stores = Arc::new(Mutex::new(Stores {
+            jobs: options.watch_jobs.then(Cache::default),
+            ..Stores::default()
+        }));
         let (tx, changes) = tokio::sync::watch::channel(0u64);
         let tx = Arc::new(tx);
         let failing: Failing = Arc::default();
@@ -126,17 +131,33 @@ impl Live {
             |s: &mut Stores| &mut s.pods,
             Shared {
                 stores: stores.clone(),
-                tx,
+                tx: tx.clone(),
                 failing: failing.clone(),
             },
         ));
+        let mut tasks = vec![nodes_task, pods_task];
+        if options.watch_jobs {
+            tasks.push(tokio::spawn(follow(
+                Api::<Job>::all(client.clone()),
+                watcher::Config::default(),
+                "jobs",
+                |j: &Job| Some((owners::key(j), owners::job(j))),
+                owners::key,
+                |s: &mut Stores| s.jobs.get_or_insert_with(Cache::default),
+                Shared {
+                    stores: stores.clone(),
+                    tx,
+                    failing: failing.clone(),
+                },
+            )));
+        }
         let live = Live {
             server,
             client,
             stores,
             changes,
             failing,
-            tasks: Mutex::new(vec![nodes_task, pods_task]),
+            tasks: Mutex::new(tasks),
             last_cycle: Arc::default(),
             leading: Mutex::new(None),
         };
@@ -168,7 +189,7 @@ impl Live {
             .iter()
             .any(|e| e.contains("403") || e.contains("orbidden"))
         {
-            "; gantry needs get, list and watch on nodes and pods (examples/kubernetes/rbac.yaml)"
+            "; gantry needs get, list and watch on nodes and pods (examples/kubernetes/rbac.yaml), and with --queue on jobs.batch too (rbac-queue.yaml)"
         } else {
             ""
         };

@@ -88,6 +88,7 @@ fn options() -> ClusterOptions {
         in_cluster: false,
         pool_label: "gantry.dev/pool".into(),
         sync_timeout: Duration::from_secs(10),
+        watch_jobs: false,
     }
 }
 

@@ -45,6 +45,7 @@ fn options(timeout: Duration) -> ClusterOptions {
         in_cluster: false,
         pool_label: "gantry.dev/pool".into(),
         sync_timeout: timeout,
+        watch_jobs: false,
     }
 }
 

@@ -13,183 +13,18 @@
 )]
 
 mod apiserver;
+mod harness;
 
 use apiserver::{FakeApi, Kind};
 use cluster::controller;
 use cluster::enact::Action;
 use cluster::watch::Live;
-use engine::serve::state::{AppState, ClusterOptions, LoadedPolicy};
+use engine::serve::state::{AppState, ClusterOptions};
+use harness::*;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-
-const NOW: i64 = 1_795_510_000;
-
-const POLICY: &str = r#"
-use std.nodes.{dgx_h100}
-use std.tiers
-
-pool training { capacity = reserved; node = dgx_h100; nodes = 2 }
-
-placement { gang = all_or_nothing; gang_timeout = 15m; packing = best_fit }
-
-cohort lab {
-  team alpha { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu }
-  team beta { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu }
-}
-"#;
-
-fn node(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gantry.dev/pool": "training", "kubernetes.io/hostname": name}},
-        "spec": {},
-        "status": {"allocatable": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
-                   "capacity": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
-                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}]}})
-}
-
-/// A GPU pod as the mutating webhook leaves it with `--queue`: labelled, gated.
-fn gated(name: &str, team: &str, tier: &str, gpus: u32, gang: Option<(&str, u32)>) -> Value {
-    let mut labels = json!({"gantry.dev/team": team, "gantry.dev/tier": tier,
-                            "gantry.dev/policy-revision": "r1"});
-    if let Some((g, n)) = gang {
-        labels["gantry.dev/gang"] = json!(g);
-        labels["gantry.dev/gang-size"] = json!(n.to_string());
-    }
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
-                     "creationTimestamp": "2026-11-24T08:40:00Z", "labels": labels},
-        "spec": {"schedulingGates": [{"name": "gantry.dev/queue"}],
-                 "containers": [{"name": "main", "image": "trainer", "resources": {
-                     "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": gpus.to_string()},
-                     "limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
-        "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}})
-}
-
-struct Harness {
-    api: Arc<FakeApi>,
-    live: Live,
-    client: kube::Client,
-    policy: Arc<LoadedPolicy>,
-    _dir: tempfile::TempDir,
-}
-
-async fn harness() -> Harness {
-    let api = FakeApi::new();
-    api.apply(Kind::Nodes, node("n0"));
-    api.apply(Kind::Nodes, node("n1"));
-    let url = api.serve().await;
-    let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
-    let options = ClusterOptions {
-        kubeconfig: None,
-        in_cluster: false,
-        pool_label: "gantry.dev/pool".into(),
-        sync_timeout: Duration::from_secs(10),
-    };
-    let live = Live::with_client(client.clone(), url, &options)
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
-    let state = AppState::new(Box::new(|| NOW));
-    state.reload_policy(dir.path()).unwrap();
-    Harness {
-        api,
-        live,
-        client,
-        policy: state.policy().unwrap(),
-        _dir: dir,
-    }
-}
-
-impl Harness {
-    /// Waits until the view holds every pod at the API server's version.
-    async fn settle(&self) {
-        for _ in 0..200 {
-            let want: BTreeMap<String, String> = self
-                .api
-                .pods()
-                .into_iter()
-                .map(|(k, p)| {
-                    (
-                        k,
-                        p["metadata"]["resourceVersion"]
-                            .as_str()
-                            .unwrap_or("")
-                            .to_string(),
-                    )
-                })
-                .collect();
-            let have: BTreeMap<String, String> = self
-                .live
-                .stores()
-                .pods
-                .objects
-                .iter()
-                .map(|(k, p)| (k.clone(), p.resource_version.clone()))
-                .collect();
-            if want == have {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the view did not catch up with the API server");
-    }
-
-    /// One cycle: decide on the settled view and carry the actions out as the controller
-    /// does. Returns the actions and how many succeeded.
-    async fn cycle(&self) -> (Vec<Action>, usize) {
-        self.settle().await;
-        let (_, _, actions) = controller::cycle(&self.live.stores(), &self.policy, NOW).unwrap();
-        let (done, _) = controller::enact(&self.client, &actions, NOW, || true).await;
-        self.settle().await;
-        (actions, done.len())
-    }
-
-    /// A best_effort gang `name` of `size` gated members (`name-0`, `name-1`, ...).
-    fn gang(&self, name: &str, team: &str, size: u32, gpus: u32) {
-        for m in 0..size {
-            let pod = gated(
-                &format!("{name}-{m}"),
-                team,
-                "best_effort",
-                gpus,
-                Some((name, size)),
-            );
-            self.api.apply(Kind::Pods, pod);
-        }
-    }
-
-    fn pod(&self, name: &str) -> Value {
-        self.api
-            .get_object(Kind::Pods, &format!("ml/{name}"))
-            .unwrap()
-    }
-}
-
-fn kinds(actions: &[Action]) -> Vec<String> {
-    actions
-        .iter()
-        .map(|a| {
-            let v = serde_json::to_value(a).unwrap();
-            format!("{} {}", v["action"].as_str().unwrap(), a.pod().name)
-        })
-        .collect()
-}
-
-fn waiting(pod: &Value) -> Option<(String, String)> {
-    pod["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == "gantry.dev/Queued")
-        .map(|c| {
-            (
-                c["reason"].as_str().unwrap_or("").into(),
-                c["message"].as_str().unwrap_or("").into(),
-            )
-        })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_waits_for_its_members_then_is_released_whole() {
@@ -658,6 +493,7 @@ async fn two_replicas_write_as_one() {
             in_cluster: false,
             pool_label: "gantry.dev/pool".into(),
             sync_timeout: Duration::from_secs(10),
+            watch_jobs: true,
         };
         Live::with_client(client, url, &options).await.unwrap()
     };

@@ -114,6 +114,7 @@ impl ServeArgs {
             in_cluster: self.in_cluster,
             pool_label: self.pool_label.clone(),
             sync_timeout: Duration::from_secs(self.sync_timeout),
+            watch_jobs: self.queue,
         })
     }
 }

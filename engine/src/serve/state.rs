@@ -150,6 +150,9 @@ pub struct ClusterOptions {
     pub pool_label: String,
     /// How long to wait for the first complete list of nodes and pods.
     pub sync_timeout: std::time::Duration,
+    /// Also watch `batch/v1` Jobs: the queue reads a Job's parallelism as its pods' gang
+    /// size (`serve --queue`).
+    pub watch_jobs: bool,
 }
 
 /// A fleet file as the inventory.

@@ -25,6 +25,8 @@ use std::time::Duration;
 pub enum Kind {
     Nodes,
     Pods,
+    /// `batch/v1` Jobs (the queue reads their parallelism for gang sizes).
+    Jobs,
 }
 
 impl Kind {
@@ -32,18 +34,27 @@ impl Kind {
         match self {
             Kind::Nodes => "NodeList",
             Kind::Pods => "PodList",
+            Kind::Jobs => "JobList",
         }
     }
     fn kind(self) -> &'static str {
         match self {
             Kind::Nodes => "Node",
             Kind::Pods => "Pod",
+            Kind::Jobs => "Job",
         }
     }
     fn plural(self) -> &'static str {
         match self {
             Kind::Nodes => "nodes",
             Kind::Pods => "pods",
+            Kind::Jobs => "jobs",
+        }
+    }
+    fn api_version(self) -> &'static str {
+        match self {
+            Kind::Jobs => "batch/v1",
+            _ => "v1",
         }
     }
 }
@@ -114,7 +125,7 @@ fn key_of(kind: Kind, obj: &Value) -> String {
         kind,
         obj.pointer("/metadata/namespace").and_then(Value::as_str),
     ) {
-        (Kind::Pods, Some(ns)) => format!("{ns}/{name}"),
+        (Kind::Pods | Kind::Jobs, Some(ns)) => format!("{ns}/{name}"),
         _ => name.to_string(),
     }
 }
@@ -282,10 +293,15 @@ impl FakeApi {
 
     /// Pods of the store, by key.
     pub fn pods(&self) -> BTreeMap<String, Value> {
+        self.objects(Kind::Pods)
+    }
+
+    /// Objects of one kind, by key.
+    pub fn objects(&self, kind: Kind) -> BTreeMap<String, Value> {
         self.lock()
             .objects
             .iter()
-            .filter(|((k, _), _)| *k == Kind::Pods)
+            .filter(|((k, _), _)| *k == kind)
             .map(|((_, key), o)| (key.clone(), o.clone()))
             .collect()
     }
@@ -429,6 +445,7 @@ impl FakeApi {
             .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/pods", get(list_pods))
             .route("/api/v1/nodes/{name}", get(get_node))
+            .route("/apis/batch/v1/jobs", get(list_jobs))
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}",
                 get(get_pod).patch(patch_pod),
@@ -509,7 +526,7 @@ impl FakeApi {
             .collect();
         json_response(
             StatusCode::OK,
-            &json!({"kind": kind.list_kind(), "apiVersion": "v1", "metadata": metadata, "items": items}),
+            &json!({"kind": kind.list_kind(), "apiVersion": kind.api_version(), "metadata": metadata, "items": items}),
         )
     }
 
@@ -583,7 +600,7 @@ impl FakeApi {
                     () = &mut deadline => return,
                     _ = ticks.tick(), if bookmarks => {
                         let mark = json!({"type": "BOOKMARK", "object": {
-                            "kind": kind.kind(), "apiVersion": "v1",
+                            "kind": kind.kind(), "apiVersion": kind.api_version(),
                             "metadata": {"resourceVersion": seen.max(last).to_string()}}});
                         if !send(mark).await { return; }
                     }
@@ -675,6 +692,13 @@ async fn list_pods(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     list_or_watch(&api, Kind::Pods, &q).await
+}
+
+async fn list_jobs(
+    State(api): State<Arc<FakeApi>>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    list_or_watch(&api, Kind::Jobs, &q).await
 }
 
 async fn list_or_watch(api: &Arc<FakeApi>, kind: Kind, q: &HashMap<String, String>) -> Response {
