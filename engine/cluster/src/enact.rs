@@ -288,14 +288,28 @@ pub fn actions(
                 ),
             )
         } else if d.action == PlanAction::Place {
-            (
-                "Preempting".to_string(),
-                format!(
-                    "placed once {} stop{} (evicted to make room)",
-                    d.victims.join(", "),
-                    if d.victims.len() == 1 { "s" } else { "" }
-                ),
-            )
+            // Victims marked by an earlier cycle and still not going: their eviction was
+            // refused (a PodDisruptionBudget, most often).
+            let refused: Vec<String> = d
+                .victims
+                .iter()
+                .flat_map(|v| view.members.get(v).into_iter().flatten())
+                .filter_map(pod)
+                .filter(|p| p.preempted.is_some() && !p.terminating)
+                .map(PodSeen::key)
+                .collect();
+            let mut message = format!(
+                "placed once {} stop{} (evicted to make room)",
+                d.victims.join(", "),
+                if d.victims.len() == 1 { "s" } else { "" }
+            );
+            if !refused.is_empty() {
+                message.push_str(&format!(
+                    "; the API server refused to evict {} (a PodDisruptionBudget allows no disruption now?); retried every cycle",
+                    refused.join(", ")
+                ));
+            }
+            ("Preempting".to_string(), message)
         } else {
             match &d.reason {
                 Some(r) => waiting(r, now),

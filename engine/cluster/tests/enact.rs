@@ -220,3 +220,42 @@ fn a_pod_kube_scheduler_will_not_bind_says_so_once() {
     noted["status"]["conditions"] = Value::Array(all);
     assert!(actions(&[noted, released(member("b"), "n1")]).is_empty());
 }
+
+#[test]
+fn a_preemptor_names_victims_whose_eviction_was_refused() {
+    let mut lender = member("beta-0");
+    lender["metadata"]["labels"] = json!({"gantry.dev/team": "beta", "gantry.dev/tier": "standard", "gantry.dev/policy-revision": "r1"});
+    let message = |pods_json: &[Value]| {
+        let (policy, _dir) = policy();
+        let (_, _, acts) = controller::cycle(&stores(pods_json), &policy, NOW).unwrap();
+        acts.iter()
+            .find_map(|a| match a {
+                Action::Wait {
+                    pod,
+                    reason,
+                    message,
+                } if pod.name == "beta-0" => Some((reason.clone(), message.clone())),
+                _ => None,
+            })
+            .unwrap()
+    };
+    let (reason, first) = message(&[
+        bound(member("a"), "n0"),
+        bound(member("b"), "n1"),
+        lender.clone(),
+    ]);
+    assert_eq!(reason, "Preempting");
+    assert!(!first.contains("refused"), "{first}");
+    // A cycle later the victims carry gantry's mark but are not terminating: the
+    // Eviction API said no.
+    let marked = |name: &str, node: &str| {
+        let mut p = bound(member(name), node);
+        p["metadata"]["annotations"]["gantry.dev/preempted"] = json!("reclaim: for ml/beta-0");
+        p
+    };
+    let (_, then) = message(&[marked("a", "n0"), marked("b", "n1"), lender]);
+    assert!(
+        then.contains("refused to evict ml/a, ml/b") && then.contains("PodDisruptionBudget"),
+        "{then}"
+    );
+}
