@@ -90,6 +90,8 @@ struct Inner {
     writes: Vec<(String, String)>,
     /// Writes refused on purpose after this many more succeed (a crash mid-enactment).
     fail_after: Option<usize>,
+    /// Every request: (method, path, whether `watch=true`).
+    requests: Vec<(String, String, bool)>,
 }
 
 #[derive(Debug)]
@@ -282,6 +284,11 @@ impl FakeApi {
         self.lock().writes.clone()
     }
 
+    /// Every request served: (method, path, whether it was a watch).
+    pub fn requests(&self) -> Vec<(String, String, bool)> {
+        self.lock().requests.clone()
+    }
+
     /// After `n` more writes succeed, refuse every write (409) until `heal`.
     pub fn fail_after(&self, n: usize) {
         self.lock().fail_after = Some(n);
@@ -471,6 +478,7 @@ impl FakeApi {
                 "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}",
                 get(get_lease).put(replace_lease),
             )
+            .layer(axum::middleware::from_fn_with_state(self.clone(), record))
             .with_state(self.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
@@ -692,6 +700,24 @@ async fn list_pods(
     Query(q): Query<HashMap<String, String>>,
 ) -> Response {
     list_or_watch(&api, Kind::Pods, &q).await
+}
+
+/// Notes every request, for the RBAC coverage test.
+async fn record(
+    State(api): State<Arc<FakeApi>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let watch = request
+        .uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
+    api.lock().requests.push((
+        request.method().to_string(),
+        request.uri().path().to_string(),
+        watch,
+    ));
+    next.run(request).await
 }
 
 async fn list_jobs(

@@ -1,0 +1,216 @@
+//! The RBAC in `examples/kubernetes/` covers every request gantry makes: the queue runs
+//! its own loop (watches, a gang waiting then placed, a reclaim by eviction, Events, the
+//! Lease, the memory ConfigMap) against the in-process API server, which notes every
+//! request; each must be allowed by `rbac.yaml` + `rbac-queue.yaml`.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+mod apiserver;
+mod harness;
+
+use engine::serve::state::AppState;
+use harness::*;
+use serde_json::json;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// (API group, resource with subresource, verb).
+type Rule = (String, String, String);
+
+/// The rules of every ClusterRole and Role in a manifest written the way ours are (one
+/// flow list per `apiGroups:`, `resources:` and `verbs:` line).
+fn rules(yaml: &str) -> BTreeSet<Rule> {
+    let list = |line: &str| -> Vec<String> {
+        let inside = line
+            .split_once('[')
+            .and_then(|(_, r)| r.rsplit_once(']'))
+            .map_or("", |(l, _)| l);
+        inside
+            .split(',')
+            .map(|s| s.trim().trim_matches('"').to_string())
+            .collect()
+    };
+    let mut out = BTreeSet::new();
+    let (mut groups, mut resources) = (Vec::new(), Vec::new());
+    for line in yaml.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("- apiGroups:") {
+            groups = list(rest);
+        } else if let Some(rest) = line.strip_prefix("resources:") {
+            resources = list(rest);
+        } else if let Some(rest) = line.strip_prefix("verbs:") {
+            for g in &groups {
+                for r in &resources {
+                    for v in list(rest) {
+                        out.insert((g.clone(), r.clone(), v));
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The RBAC rule a request needs, as the API server's authorizer reads its path.
+fn needs(method: &str, path: &str, watch: bool) -> Rule {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.first() {
+        Some(&"api") => (String::new(), &parts[2..]),
+        _ => (parts[1].to_string(), &parts[3..]),
+    };
+    let rest = if rest.first() == Some(&"namespaces") && rest.len() > 2 {
+        &rest[2..]
+    } else {
+        rest
+    };
+    let resource = match rest {
+        [r, _, sub] => format!("{r}/{sub}"),
+        [r, ..] => (*r).to_string(),
+        [] => String::new(),
+    };
+    let verb = match (method, rest.len() > 1, watch) {
+        ("GET", false, true) => "watch",
+        ("GET", false, false) => "list",
+        ("GET", true, _) => "get",
+        ("POST", ..) => "create",
+        ("PATCH", ..) => "patch",
+        ("PUT", ..) => "update",
+        ("DELETE", ..) => "delete",
+        _ => "unknown",
+    };
+    (group, resource, verb.to_string())
+}
+
+#[test]
+fn paths_map_to_the_rules_the_authorizer_checks() {
+    let r = |g: &str, res: &str, v: &str| (g.to_string(), res.to_string(), v.to_string());
+    assert_eq!(needs("GET", "/api/v1/pods", true), r("", "pods", "watch"));
+    assert_eq!(needs("GET", "/api/v1/nodes", false), r("", "nodes", "list"));
+    assert_eq!(
+        needs("POST", "/api/v1/namespaces/ml/pods/p/eviction", false),
+        r("", "pods/eviction", "create")
+    );
+    assert_eq!(
+        needs(
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/g/leases/q",
+            false
+        ),
+        r("coordination.k8s.io", "leases", "update")
+    );
+    assert_eq!(
+        needs("GET", "/apis/batch/v1/jobs", true),
+        r("batch", "jobs", "watch")
+    );
+    let yaml = "rules:\n  - apiGroups: [\"\"]\n    resources: [\"pods\", \"nodes\"]\n    verbs: [\"get\"]\n";
+    assert_eq!(
+        rules(yaml),
+        [r("", "nodes", "get"), r("", "pods", "get")].into()
+    );
+}
+
+/// Waits (up to 15 s) until `done`.
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(15), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_rbac_allows_every_request_the_queue_makes() {
+    let h = harness().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let state = Arc::new(AppState::new(Box::new(|| NOW)));
+    state.reload_policy(dir.path()).unwrap();
+    let election = cluster::lease::Election {
+        duration: Duration::from_millis(1_500),
+        renew: Duration::from_millis(200),
+        ..cluster::lease::Election::new("gantry-system", "replica-a")
+    };
+    h.live
+        .start_queue_with(state, election, Duration::from_millis(100));
+    // alpha borrows the whole cluster with a Job of two 8-GPU pods; the first waits.
+    h.api.apply(
+        Kind::Jobs,
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": "train", "namespace": "ml", "uid": "uid-job-train"},
+            "spec": {"parallelism": 2, "completions": 2, "template": {"spec": {"containers": []}}}}),
+    );
+    let member = |name: &str| {
+        let mut pod = gated(name, "alpha", "best_effort", 8, None);
+        pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+            "name": "train", "uid": "uid-job-train", "controller": true}]);
+        pod
+    };
+    h.api.apply(Kind::Pods, member("train-0"));
+    until("train-0 waits", || waiting(&h.pod("train-0")).is_some()).await;
+    h.api.apply(Kind::Pods, member("train-1"));
+    until("the gang is released", || {
+        h.pod("train-0")["spec"]["schedulingGates"].is_null()
+            && h.pod("train-1")["spec"]["schedulingGates"].is_null()
+    })
+    .await;
+    h.api.bind_released();
+    // beta reclaims its guarantee: the gang is evicted whole, then beta is placed.
+    h.api
+        .apply(Kind::Pods, gated("b", "beta", "standard", 8, None));
+    until("the reclaim evicts", || {
+        h.api
+            .requests()
+            .iter()
+            .any(|(_, path, _)| path.ends_with("/eviction"))
+    })
+    .await;
+    h.api.finish_deletions();
+    until("beta is released", || {
+        h.pod("b")["spec"]["schedulingGates"].is_null()
+    })
+    .await;
+    until("the memory is saved", || {
+        h.api.config_map("gantry-system/gantry-state").is_some()
+    })
+    .await;
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kubernetes");
+    let allowed: BTreeSet<Rule> = ["rbac.yaml", "rbac-queue.yaml"]
+        .iter()
+        .flat_map(|f| rules(&std::fs::read_to_string(dir.join(f)).unwrap()))
+        .collect();
+    let needed: BTreeSet<Rule> = h
+        .api
+        .requests()
+        .iter()
+        .map(|(m, p, w)| needs(m, p, *w))
+        .collect();
+    let missing: Vec<&Rule> = needed.difference(&allowed).collect();
+    assert!(
+        missing.is_empty(),
+        "requests the example RBAC does not allow: {missing:?}"
+    );
+    // The scenario reached every kind of request the queue makes.
+    for (g, r, v) in [
+        ("", "nodes", "watch"),
+        ("", "pods", "watch"),
+        ("batch", "jobs", "watch"),
+        ("", "pods", "patch"),
+        ("", "pods/status", "patch"),
+        ("", "pods/eviction", "create"),
+        ("", "events", "create"),
+        ("coordination.k8s.io", "leases", "create"),
+        ("", "configmaps", "patch"),
+    ] {
+        assert!(
+            needed.contains(&(g.to_string(), r.to_string(), v.to_string())),
+            "the scenario made no {v} on {g}/{r}: {needed:?}"
+        );
+    }
+}
