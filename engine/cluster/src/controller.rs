@@ -4,6 +4,7 @@
 //! write skips the rest of its job's writes, and the next cycle starts again from what the
 //! pods say).
 
+use crate::capacity::{self, CapacityAction};
 use crate::enact::{self, Action};
 use crate::memory::{self, Memory};
 use crate::queue::{self, QueueView};
@@ -46,7 +47,7 @@ pub fn cycle_with(
     let view = queue::view(stores)?;
     let mut snapshot = snapshot(&view, policy)?;
     snapshot.usage = memory.usage.clone();
-    snapshot.scale_state = memory.scale.clone();
+    snapshot.scale_state = memory.arrivals(&view.fleet, now).state;
     snapshot.starts = memory.starts.clone();
     let plan = engine::decide::decide(&policy.program, &snapshot, now);
     let actions = enact::actions(&view, &stores.pods.objects, &plan, now);
@@ -75,6 +76,7 @@ pub fn snapshot(view: &QueueView, policy: &LoadedPolicy) -> Result<Snapshot, Str
             }
         };
     snapshot.closed = view.closed.keys().copied().collect();
+    snapshot.interrupted = view.interrupted.keys().copied().collect();
     Ok(snapshot)
 }
 
@@ -279,6 +281,9 @@ pub struct Queue {
     /// Where the Lease and the memory ConfigMap live.
     pub namespace: String,
     pub save_every: Duration,
+    /// Drive the cluster's autoscaler (placeholders and node marks); `None`: leave
+    /// capacity alone.
+    pub capacity: Option<capacity::Settings>,
 }
 
 impl std::fmt::Debug for Queue {
@@ -306,6 +311,7 @@ pub async fn run(q: Queue) {
         mut leader,
         namespace,
         save_every,
+        capacity: capacity_settings,
     } = q;
     let mut memory = Memory::default();
     let mut loaded = false;
@@ -340,25 +346,38 @@ pub async fn run(q: Queue) {
         // Deciding takes a CPU for a while at scale: off the runtime's workers, so the
         // webhook and the extender keep answering meanwhile.
         let decided = {
-            let (stores, policy, snapshot_memory) =
-                (stores.clone(), policy.clone(), memory.clone());
+            let (stores, policy, snapshot_memory, settings) = (
+                stores.clone(),
+                policy.clone(),
+                memory.clone(),
+                capacity_settings.clone(),
+            );
             tokio::task::spawn_blocking(move || {
                 let s = match stores.lock() {
                     Ok(s) => s,
                     Err(p) => p.into_inner(),
                 };
-                cycle_with(&s, &policy, &snapshot_memory, now)
+                cycle_with(&s, &policy, &snapshot_memory, now).map(|(view, plan, actions)| {
+                    let (changes, gauges) = settings.map_or((Vec::new(), Vec::new()), |c| {
+                        (
+                            capacity::actions(&policy.program, &plan, &s, &c),
+                            capacity::gauges(&policy.program, &s, &c.namespace),
+                        )
+                    });
+                    (view, plan, actions, changes, gauges)
+                })
             })
             .await
             .unwrap_or_else(|e| Err(format!("the cycle failed: {e}")))
         };
-        let (view, plan, actions) = match decided {
+        let (view, plan, actions, changes, gauges) = match decided {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "queue cycle skipped");
                 continue;
             }
         };
+        state.metrics.set_pools(gauges);
         // Every replica shows the queue; only the leader changes the cluster.
         let mut report = engine::serve::queue::QueueReport::new(&plan, &view.jobs, leading);
         report.revision = policy.revision.clone();
@@ -373,12 +392,20 @@ pub async fn run(q: Queue) {
             }
             done = succeeded.len();
             count(&state, &view, &plan, &succeeded, now);
+            let (changed, refused) =
+                enact_capacity(&client, &changes, now, || *leader.borrow()).await;
+            for (a, e) in &refused {
+                state.metrics.enactment_error(capacity_name(a));
+                errors.push(e.clone());
+            }
+            done += changed;
             let pools: std::collections::BTreeMap<String, String> = view
                 .fleet
                 .nodes
                 .iter()
                 .filter_map(|n| Some((n.name.clone(), n.pool.clone()?)))
                 .collect();
+            memory.arrived(memory.arrivals(&view.fleet, now));
             memory.remember(&plan, &pools);
             memory.account(&view.jobs, now);
             if memory != saved && saved_at.is_none_or(|t| t.elapsed() >= save_every) {
@@ -392,9 +419,9 @@ pub async fn run(q: Queue) {
                     }
                 }
             }
-            if !actions.is_empty() {
+            if !actions.is_empty() || !changes.is_empty() {
                 tracing::info!(
-                    actions = actions.len(),
+                    actions = actions.len() + changes.len(),
                     done,
                     errors = errors.len(),
                     "queue cycle"
@@ -412,6 +439,100 @@ pub async fn run(q: Queue) {
             errors,
         };
     }
+}
+
+fn capacity_name(a: &CapacityAction) -> &'static str {
+    match a {
+        CapacityAction::CreatePlaceholder { .. } => "create_placeholder",
+        CapacityAction::DeletePlaceholder { .. } => "delete_placeholder",
+        CapacityAction::KeepNode { .. } => "keep_node",
+        CapacityAction::UnkeepNode { .. } => "unkeep_node",
+    }
+}
+
+/// Carries out one capacity change. Creating a placeholder that exists, or deleting one
+/// that is gone, is not an error (another cycle got there first).
+pub async fn apply_capacity(
+    client: &Client,
+    action: &CapacityAction,
+    now: i64,
+) -> Result<(), String> {
+    match action {
+        CapacityAction::CreatePlaceholder { name, pod, .. } => {
+            let namespace = pod
+                .pointer("/metadata/namespace")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let object: Pod = serde_json::from_value(pod.clone())
+                .map_err(|e| format!("placeholder {name}: {e}"))?;
+            match pods.create(&PostParams::default(), &object).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+                Err(kube::Error::Api(s)) if s.message.contains(capacity::PLACEHOLDER_CLASS) => Err(format!(
+                    "create placeholder {namespace}/{name}: {} (apply the PriorityClass {} from examples/kubernetes/deployment.yaml)",
+                    s.message,
+                    capacity::PLACEHOLDER_CLASS
+                )),
+                Err(e) => Err(format!("create placeholder {namespace}/{name}: {e}")),
+            }
+        }
+        CapacityAction::DeletePlaceholder {
+            namespace,
+            name,
+            uid,
+            ..
+        } => {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+            let params = kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                preconditions: Some(kube::api::Preconditions {
+                    uid: Some(uid.clone()),
+                    resource_version: None,
+                }),
+                ..kube::api::DeleteParams::default()
+            };
+            match pods.delete(name, &params).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+                Err(e) => Err(format!("delete placeholder {name}: {e}")),
+            }
+        }
+        CapacityAction::KeepNode { node, .. } | CapacityAction::UnkeepNode { node, .. } => {
+            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+            let patch = capacity::mark_patch(action, now).unwrap_or_default();
+            match nodes.patch(node, &params(), &Patch::Merge(&patch)).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+                Err(e) => Err(format!("mark node {node}: {e}")),
+            }
+        }
+    }
+}
+
+/// Carries out capacity changes in order while `leading()` holds; returns how many were
+/// done and what was refused.
+pub async fn enact_capacity(
+    client: &Client,
+    actions: &[CapacityAction],
+    now: i64,
+    leading: impl Fn() -> bool,
+) -> (usize, Vec<(CapacityAction, String)>) {
+    let mut done = 0;
+    let mut refused = Vec::new();
+    for a in actions {
+        if !leading() {
+            break;
+        }
+        match apply_capacity(client, a, now).await {
+            Ok(()) => done += 1,
+            Err(e) => {
+                tracing::warn!(error = %e, "a capacity change was refused; retried next cycle");
+                refused.push((a.clone(), e));
+            }
+        }
+    }
+    (done, refused)
 }
 
 fn action_name(a: &Action) -> &'static str {

@@ -14,6 +14,8 @@
 //!
 //! No streaming lists (`sendInitialEvents`, alpha in 1.28) and no watch-list feature gate.
 
+pub mod agent;
+pub mod capacity;
 pub mod controller;
 pub mod enact;
 pub mod lease;
@@ -25,7 +27,10 @@ pub mod queue;
 pub mod store;
 pub mod watch;
 
-use engine::serve::state::{ClusterConnector, ClusterOptions, Connecting, InventorySource};
+use engine::serve::state::{
+    AgentOptions, AgentReader, ClusterConnector, ClusterOptions, Connecting, InventorySource,
+    Running,
+};
 use std::sync::Arc;
 
 /// Starts [`watch::Live`] for `gantry serve`.
@@ -37,6 +42,13 @@ impl ClusterConnector for Connector {
         Box::pin(async move {
             let live = watch::Live::start(options).await?;
             Ok(Arc::new(live) as Arc<dyn InventorySource>)
+        })
+    }
+
+    fn agent<'a>(&'a self, options: &'a AgentOptions, read: AgentReader) -> Running<'a> {
+        Box::pin(async move {
+            let client = agent::client(options).await?;
+            agent::run(client, options, read).await
         })
     }
 }

@@ -7,6 +7,7 @@
 //! Usage is kept in hourly buckets per team for the last day and daily ones for 30 days,
 //! so the ConfigMap stays far below its 1 MiB limit (50 teams: about 150 KB).
 
+use engine::core::fleet::Fleet;
 use engine::decide::plan::{Action, Plan};
 use engine::decide::snapshot::UsageRecord;
 use engine::inventory::jobs_file::Job;
@@ -36,9 +37,87 @@ pub struct Memory {
     pub usage: Vec<UsageRecord>,
     pub scale: ScaleState,
     pub starts: Vec<Start>,
+    /// GPU nodes per pool at the last cycle, to tell which nodes arrived since.
+    pub pool_nodes: BTreeMap<String, u64>,
+    /// Scale-ups given more time once because their nodes were late: (pool, new ready_at).
+    pub late: Vec<(String, i64)>,
+}
+
+/// How long past the pool's `boot` a node may still arrive before its request is
+/// dropped (cluster-autoscaler's default `max-node-provision-time`).
+pub const PROVISION_TIMEOUT: i64 = 15 * 60;
+
+/// The autoscaler's state after the nodes that arrived, and what to remember of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrivals {
+    pub state: ScaleState,
+    pub pool_nodes: BTreeMap<String, u64>,
+    pub late: Vec<(String, i64)>,
+}
+
+/// GPU nodes per pool.
+pub fn pool_counts(fleet: &Fleet) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for n in &fleet.nodes {
+        if let Some(p) = &n.pool {
+            *out.entry(p.clone()).or_default() += 1;
+        }
+    }
+    out
 }
 
 impl Memory {
+    /// The autoscaler's state for this cycle in a real cluster: nodes that joined a pool
+    /// since the last cycle came for its oldest outstanding scale-ups, which stop booting
+    /// (a node comes whenever the cloud delivers it, not at the pool's `boot`); a
+    /// scale-up whose nodes are late gets [`PROVISION_TIMEOUT`] more, once.
+    pub fn arrivals(&self, fleet: &Fleet, now: i64) -> Arrivals {
+        let counts = pool_counts(fleet);
+        let mut state = self.scale.clone();
+        let mut late = self.late.clone();
+        for (pool, ps) in &mut state.pools {
+            if let Some(&before) = self.pool_nodes.get(pool) {
+                let mut arrived = counts
+                    .get(pool)
+                    .copied()
+                    .unwrap_or(0)
+                    .saturating_sub(before);
+                ps.booting.sort_by_key(|b| b.ready_at);
+                for b in &mut ps.booting {
+                    let take = arrived.min(u64::from(b.nodes));
+                    b.nodes -= u32::try_from(take).unwrap_or(0);
+                    arrived -= take;
+                }
+                ps.booting.retain(|b| b.nodes > 0);
+            }
+            for b in &mut ps.booting {
+                let extended = late.iter().any(|(p, at)| p == pool && *at == b.ready_at);
+                if b.ready_at <= now && !extended {
+                    b.ready_at += PROVISION_TIMEOUT;
+                    late.push((pool.clone(), b.ready_at));
+                }
+            }
+        }
+        late.retain(|(_, at)| *at + PROVISION_TIMEOUT > now);
+        // A pool with nodes asked for and none yet is remembered at 0, so its first nodes
+        // count as arrivals.
+        let mut pool_nodes = counts;
+        for pool in state.pools.keys() {
+            pool_nodes.entry(pool.clone()).or_insert(0);
+        }
+        Arrivals {
+            state,
+            pool_nodes,
+            late,
+        }
+    }
+
+    /// Keeps what [`Memory::arrivals`] worked out for the next cycle.
+    pub fn arrived(&mut self, a: Arrivals) {
+        self.pool_nodes = a.pool_nodes;
+        self.late = a.late;
+    }
+
     /// Adds what the running jobs used since the last call, in GPU-, CPU- and
     /// memory-seconds per team, then compacts old buckets.
     pub fn account(&mut self, running: &[Job], now: i64) {

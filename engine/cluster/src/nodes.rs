@@ -16,6 +16,7 @@
 
 use engine::core::fleet::{Gpu, Node};
 use engine::inventory::catalog;
+use engine::inventory::nvml::publish;
 use engine::serve::quantity;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -23,13 +24,13 @@ use std::collections::BTreeMap;
 
 pub const GPU: &str = "nvidia.com/gpu";
 pub const MIG_PREFIX: &str = "nvidia.com/mig-";
-pub const PRODUCT_LABEL: &str = "nvidia.com/gpu.product";
-pub const COUNT_LABEL: &str = "nvidia.com/gpu.count";
-pub const MEMORY_LABEL: &str = "nvidia.com/gpu.memory";
 pub const MIG_STRATEGY_LABEL: &str = "nvidia.com/mig.strategy";
-/// NVLink island of each GPU by index, comma-separated (`0,0,0,0,1,1,1,1`); set by
-/// gantry's node agent or by hand.
-pub const ISLANDS_ANNOTATION: &str = "gantry.dev/nvlink-islands";
+/// GFD's labels and gantry's node agent's annotations (islands, unhealthy GPUs, MIG
+/// instances; set by `gantry agent` or by hand).
+pub use engine::inventory::nvml::publish::{
+    COUNT_LABEL, ISLANDS_ANNOTATION, MEMORY_LABEL, MIG_ANNOTATION, PRODUCT_LABEL,
+    UNHEALTHY_ANNOTATION,
+};
 
 /// Node labels read as topology: (label, the fleet's topology key).
 pub const TOPOLOGY_LABELS: &[(&str, &str)] = &[
@@ -46,6 +47,13 @@ pub struct NodeSeen {
     pub node: Node,
     /// Why the node takes nothing new, if it does not.
     pub closed: Option<String>,
+    /// The node is going away (a spot interruption or a disruption notice): its jobs are
+    /// checkpointed and requeued within the pool's `notice`.
+    pub interrupted: Option<String>,
+    /// Gantry marked it to be kept from the cluster's autoscaler (`gantry.dev/kept`).
+    pub kept: bool,
+    /// Gantry's policy let it go (`gantry.dev/released`).
+    pub released: bool,
     /// What was assumed about the node (an unknown GPU product, unreadable quantities).
     pub notes: Vec<String>,
 }
@@ -95,7 +103,16 @@ pub fn node(k: &core::Node, pool_label: &str) -> Option<NodeSeen> {
         }
     }
     let closed = closed(k);
+    let annotated = |key: &str| {
+        k.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(key))
+    };
     Some(NodeSeen {
+        interrupted: interrupted(k),
+        kept: annotated(KEPT_ANNOTATION),
+        released: annotated(RELEASED_ANNOTATION),
         node: Node {
             name,
             pool: label(labels, pool_label).map(str::to_string),
@@ -155,13 +172,70 @@ fn gpus(name: &str, k: &core::Node, notes: &mut Vec<String>) -> Vec<Gpu> {
         ));
     }
     let islands = islands(k, total as usize);
+    let annotation = |key: &str| {
+        k.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .map(String::as_str)
+    };
+    // The node agent names the GPUs NVML finds unhealthy, and which are in MIG mode; the
+    // device plugin only says how many it does not offer.
+    let named_unhealthy: BTreeMap<u32, String> = annotation(UNHEALTHY_ANNOTATION)
+        .map(publish::parse_unhealthy)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(i, _)| u64::from(*i) < total)
+        .collect();
+    let named_mig: Vec<u32> = annotation(MIG_ANNOTATION)
+        .map(publish::parse_mig)
+        .unwrap_or_default()
+        .into_keys()
+        .filter(|i| u64::from(*i) < total && !named_unhealthy.contains_key(i))
+        .collect();
+    for (i, why) in &named_unhealthy {
+        notes.push(format!(
+            "{name}: GPU {i} is unhealthy: {why} (gantry agent)"
+        ));
+    }
+    let mut healthy = vec![true; total as usize];
+    let mut mig = vec![false; total as usize];
+    for i in named_unhealthy.keys() {
+        if let Some(h) = healthy.get_mut(*i as usize) {
+            *h = false;
+        }
+    }
+    if named_mig.len() as u64 == in_mig {
+        for i in &named_mig {
+            if let Some(m) = mig.get_mut(*i as usize) {
+                *m = true;
+            }
+        }
+    } else {
+        for m in mig.iter_mut().skip(whole as usize).take(in_mig as usize) {
+            *m = true;
+        }
+    }
+    // As many unhealthy as the device plugin withholds, at least: the highest indices
+    // not already counted.
+    let mut short = unhealthy.saturating_sub(named_unhealthy.len() as u64);
+    for (h, m) in healthy.iter_mut().zip(&mig).rev() {
+        if short == 0 {
+            break;
+        }
+        if *h && !*m {
+            *h = false;
+            short -= 1;
+        }
+    }
     (0..total)
         .map(|i| {
             let index = i as u32;
+            let at = i as usize;
             let mut g = Gpu::new(index, &model, memory_mib.unwrap_or(0));
-            g.nvlink_island = islands.get(i as usize).copied().flatten();
-            g.healthy = i < whole + in_mig;
-            if (whole..whole + in_mig).contains(&i) {
+            g.nvlink_island = islands.get(at).copied().flatten();
+            g.healthy = healthy.get(at).copied().unwrap_or(false);
+            if mig.get(at).copied().unwrap_or(false) {
                 g.mig = Some(Vec::new());
             }
             g
@@ -212,14 +286,67 @@ fn islands(k: &core::Node, n: usize) -> Vec<Option<u32>> {
     }
 }
 
+/// Set by gantry on nodes its policy keeps (warm, cooldown, the autoscaled pool's own
+/// down triggers, running work), with the autoscalers' own annotations.
+pub const KEPT_ANNOTATION: &str = "gantry.dev/kept";
+/// Set by gantry on an idle node its policy let go (RFC 3339 time).
+pub const RELEASED_ANNOTATION: &str = "gantry.dev/released";
+
+/// Taints that announce the node is going away: Karpenter's disruption (v1, and before
+/// v1), the AWS Node Termination Handler's spot, maintenance and ASG lifecycle taints (a
+/// rebalance recommendation only closes the node), GKE's impending termination, cluster-autoscaler deleting it.
+pub const NOTICE_TAINTS: &[&str] = &[
+    "karpenter.sh/disrupted",
+    "karpenter.sh/disruption",
+    "aws-node-termination-handler/spot-itn",
+    "aws-node-termination-handler/scheduled-maintenance",
+    "aws-node-termination-handler/asg-lifecycle-termination",
+    "cloud.google.com/impending-node-termination",
+    "ToBeDeletedByClusterAutoscaler",
+];
+
+/// Node conditions (status `True`) that announce the same.
+pub const NOTICE_CONDITIONS: &[&str] = &[
+    "SpotInterruption",
+    "TerminationNotice",
+    "ImpendingNodeTermination",
+];
+
+/// Why the node is going away, if a notice says so.
+fn interrupted(k: &core::Node) -> Option<String> {
+    let taint = k
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .and_then(|t| t.iter().find(|t| NOTICE_TAINTS.contains(&t.key.as_str())));
+    if let Some(t) = taint {
+        return Some(format!("tainted {}:{}", t.key, t.effect));
+    }
+    let condition = k
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.status == "True" && NOTICE_CONDITIONS.contains(&c.type_.as_str()))
+        })?;
+    Some(format!(
+        "condition {}{}",
+        condition.type_,
+        condition
+            .reason
+            .as_deref()
+            .map_or(String::new(), |r| format!(" ({r})"))
+    ))
+}
+
 /// Taints that mean the node as a whole takes nothing new, whatever a pod tolerates:
 /// the node lifecycle controller's conditions, a cordon, an autoscaler draining it.
 fn closing_taint(key: &str) -> bool {
     key.starts_with("node.kubernetes.io/")
         || key.starts_with("node.cloudprovider.kubernetes.io/")
-        || key == "ToBeDeletedByClusterAutoscaler"
-        || key == "karpenter.sh/disrupted"
-        || key == "karpenter.sh/disruption"
+        || key == "aws-node-termination-handler/rebalance-recommendation"
+        || NOTICE_TAINTS.contains(&key)
 }
 
 /// Why the node takes nothing new: cordoned, not Ready, or a closing taint. Other taints
@@ -246,6 +373,9 @@ fn closed(k: &core::Node) -> Option<String> {
         t.iter().find(|t| {
             closing_taint(&t.key) && (t.effect == "NoSchedule" || t.effect == "NoExecute")
         })
-    })?;
-    Some(format!("tainted {}:{}", taint.key, taint.effect))
+    });
+    if let Some(taint) = taint {
+        return Some(format!("tainted {}:{}", taint.key, taint.effect));
+    }
+    interrupted(k).map(|why| format!("going away: {why}"))
 }

@@ -59,6 +59,9 @@ pub struct PodSeen {
     pub gang_declared: bool,
     /// The `batch/v1` Job that controls it.
     pub owner_job: Option<String>,
+    /// A capacity placeholder of this pool (`gantry.dev/placeholder`, negative priority):
+    /// it holds a node for the autoscaler and any real pod may take its room.
+    pub placeholder: Option<String>,
     pub assigned: Option<String>,
     pub preempted: Option<String>,
     pub terminating: bool,
@@ -76,6 +79,13 @@ pub struct PodSeen {
 impl PodSeen {
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// Bound and holding GPUs or MIG instances.
+    pub fn holds_gpus(&self) -> bool {
+        self.holds
+            .as_deref()
+            .is_some_and(|j| j.shape.member.num_gpu > 0 || j.shape.member.mig_profile.is_some())
     }
 }
 
@@ -223,6 +233,10 @@ pub fn pod(k: &core::Pod) -> PodSeen {
         gang,
         gang_size,
         gang_declared,
+        placeholder: labels
+            .and_then(|l| l.get(crate::capacity::PLACEHOLDER_LABEL))
+            .filter(|_| spec.and_then(|s| s.priority).is_some_and(|p| p < 0))
+            .cloned(),
         owner_job: k
             .metadata
             .owner_references

@@ -32,6 +32,8 @@ pub struct QueueView {
     pub fleet: Fleet,
     /// Nodes (by fleet index) that take nothing new, with why.
     pub closed: BTreeMap<usize, String>,
+    /// Nodes (by fleet index) going away: their jobs are requeued.
+    pub interrupted: BTreeMap<usize, String>,
     /// Running and pending jobs, in a stable order (by id).
     pub jobs: Vec<Job>,
     /// Each job's pods (keys), in member order.
@@ -68,14 +70,20 @@ pub fn view(stores: &Stores) -> Result<QueueView, String> {
             out.closed.insert(i, why.clone());
         }
     }
+    for n in stores.nodes.objects.values() {
+        if let (Some(why), Some(&i)) = (&n.interrupted, index.get(&n.node.name)) {
+            out.interrupted.insert(i, why.clone());
+        }
+    }
     // Group gantry's pods into jobs; take foreign and CPU-only pods out of the fleet.
     let owners = Owners::new(stores.jobs.as_ref().map(|c| &c.objects));
     let mut groups: BTreeMap<String, (u32, Vec<&PodSeen>)> = BTreeMap::new();
     for p in stores.pods.objects.values() {
-        let holds_gpus = p
-            .holds
-            .as_deref()
-            .is_some_and(|j| j.shape.member.num_gpu > 0 || j.shape.member.mig_profile.is_some());
+        if p.placeholder.is_some() {
+            // Holds a node for the autoscaler, not for work: any job may take its room.
+            continue;
+        }
+        let holds_gpus = p.holds_gpus();
         if let (Some(job), Some(node)) = (p.holds.as_deref(), p.node.as_deref()) {
             if is_foreign(p) || !holds_gpus {
                 if let Some(&i) = index.get(node) {

@@ -112,6 +112,10 @@ impl Stores {
         let gpu_node = |name: &str| self.nodes.objects.get(name).is_some_and(NodeSeen::has_gpus);
         let mut unreadable = Vec::new();
         for (key, p) in &self.pods.objects {
+            if p.placeholder.is_some() {
+                // Kube-scheduler preempts it for any real pod: its room is free.
+                continue;
+            }
             if let Some(job) = p.holds.as_deref() {
                 if job.placement.iter().all(|m| gpu_node(&m.node)) {
                     seen.running.push(job.clone());

@@ -32,6 +32,9 @@ pub struct Live {
     /// The queue controller's last cycle (`serve --queue`).
     pub last_cycle: Arc<Mutex<crate::controller::LastCycle>>,
     leading: Mutex<Option<tokio::sync::watch::Receiver<bool>>>,
+    pool_label: String,
+    /// Placeholders' image when the queue drives the cluster's autoscaler.
+    placeholder_image: Option<String>,
 }
 
 impl std::fmt::Debug for Live {
@@ -160,6 +163,8 @@ impl Live {
             tasks: Mutex::new(tasks),
             last_cycle: Arc::default(),
             leading: Mutex::new(None),
+            pool_label: options.pool_label.clone(),
+            placeholder_image: options.placeholder_image.clone(),
         };
         live.synced(options.sync_timeout).await?;
         Ok(live)
@@ -310,6 +315,14 @@ impl Live {
             state,
             last: self.last_cycle.clone(),
             leader: leading.clone(),
+            capacity: self
+                .placeholder_image
+                .clone()
+                .map(|image| crate::capacity::Settings {
+                    namespace: namespace.clone(),
+                    pool_label: self.pool_label.clone(),
+                    image,
+                }),
             namespace,
             save_every,
         }));

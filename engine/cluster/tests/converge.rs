@@ -89,6 +89,7 @@ fn options() -> ClusterOptions {
         pool_label: "gantry.dev/pool".into(),
         sync_timeout: Duration::from_secs(10),
         watch_jobs: false,
+        placeholder_image: None,
     }
 }
 

@@ -10,12 +10,15 @@
     reason = "test code"
 )]
 
+mod objects;
+
 use cluster::controller;
 use cluster::enact::Action;
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
 use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use objects::{gang_member as member, gpu_node};
 use serde_json::{json, Value};
 use std::sync::Arc;
 
@@ -40,24 +43,7 @@ fn policy() -> (Arc<LoadedPolicy>, tempfile::TempDir) {
 }
 
 fn node(name: &str) -> Node {
-    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gantry.dev/pool": "training"}},
-        "status": {"allocatable": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
-                   "conditions": [{"type": "Ready", "status": "True"}]}}))
-    .unwrap()
-}
-
-/// A gang member of `alpha` asking for 8 GPUs, gated, as the webhook leaves it.
-fn member(name: &str) -> Value {
-    json!({"apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": format!("uid-{name}"),
-            "creationTimestamp": "2026-11-24T08:40:00Z",
-            "labels": {"gantry.dev/team": "alpha", "gantry.dev/tier": "best_effort",
-                       "gantry.dev/policy-revision": "r1", "gantry.dev/gang": "g", "gantry.dev/gang-size": "2"}},
-        "spec": {"schedulingGates": [{"name": "gantry.dev/queue"}],
-                 "containers": [{"name": "main", "resources": {
-                     "requests": {"cpu": "8", "nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}}]},
-        "status": {"phase": "Pending"}})
+    serde_json::from_value(gpu_node(name, "training")).unwrap()
 }
 
 fn assigned(mut p: Value, node: &str) -> Value {

@@ -46,6 +46,7 @@ fn options(timeout: Duration) -> ClusterOptions {
         pool_label: "gantry.dev/pool".into(),
         sync_timeout: timeout,
         watch_jobs: false,
+        placeholder_image: None,
     }
 }
 

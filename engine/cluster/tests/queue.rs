@@ -494,6 +494,7 @@ async fn two_replicas_write_as_one() {
             pool_label: "gantry.dev/pool".into(),
             sync_timeout: Duration::from_secs(10),
             watch_jobs: true,
+            placeholder_image: None,
         };
         Live::with_client(client, url, &options).await.unwrap()
     };

@@ -14,78 +14,13 @@
 mod apiserver;
 mod harness;
 
+use apiserver::rbac::{needs, rules, Rule};
 use engine::serve::state::AppState;
 use harness::*;
 use serde_json::json;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// (API group, resource with subresource, verb).
-type Rule = (String, String, String);
-
-/// The rules of every ClusterRole and Role in a manifest written the way ours are (one
-/// flow list per `apiGroups:`, `resources:` and `verbs:` line).
-fn rules(yaml: &str) -> BTreeSet<Rule> {
-    let list = |line: &str| -> Vec<String> {
-        let inside = line
-            .split_once('[')
-            .and_then(|(_, r)| r.rsplit_once(']'))
-            .map_or("", |(l, _)| l);
-        inside
-            .split(',')
-            .map(|s| s.trim().trim_matches('"').to_string())
-            .collect()
-    };
-    let mut out = BTreeSet::new();
-    let (mut groups, mut resources) = (Vec::new(), Vec::new());
-    for line in yaml.lines().map(str::trim) {
-        if let Some(rest) = line.strip_prefix("- apiGroups:") {
-            groups = list(rest);
-        } else if let Some(rest) = line.strip_prefix("resources:") {
-            resources = list(rest);
-        } else if let Some(rest) = line.strip_prefix("verbs:") {
-            for g in &groups {
-                for r in &resources {
-                    for v in list(rest) {
-                        out.insert((g.clone(), r.clone(), v));
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// The RBAC rule a request needs, as the API server's authorizer reads its path.
-fn needs(method: &str, path: &str, watch: bool) -> Rule {
-    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, rest) = match parts.first() {
-        Some(&"api") => (String::new(), &parts[2..]),
-        _ => (parts[1].to_string(), &parts[3..]),
-    };
-    let rest = if rest.first() == Some(&"namespaces") && rest.len() > 2 {
-        &rest[2..]
-    } else {
-        rest
-    };
-    let resource = match rest {
-        [r, _, sub] => format!("{r}/{sub}"),
-        [r, ..] => (*r).to_string(),
-        [] => String::new(),
-    };
-    let verb = match (method, rest.len() > 1, watch) {
-        ("GET", false, true) => "watch",
-        ("GET", false, false) => "list",
-        ("GET", true, _) => "get",
-        ("POST", ..) => "create",
-        ("PATCH", ..) => "patch",
-        ("PUT", ..) => "update",
-        ("DELETE", ..) => "delete",
-        _ => "unknown",
-    };
-    (group, resource, verb.to_string())
-}
 
 #[test]
 fn paths_map_to_the_rules_the_authorizer_checks() {
@@ -126,9 +61,28 @@ async fn until(what: &str, done: impl Fn() -> bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_rbac_allows_every_request_the_queue_makes() {
-    let h = harness().await;
+    // The test policy with an autoscaled pool: capacity is driven through placeholders.
+    let policy = format!(
+        "{POLICY}\npool spot {{ capacity = spot; node = dgx_h100; nodes = 0..2; cost = 40 $/h }}\nautoscale spot {{ up when pending_nodes(fits = spot) > 0 => add pending_nodes(fits = spot) }}\n"
+    );
+    let h = harness_with(&policy, Some(cluster::capacity::PAUSE_IMAGE.into())).await;
+    // A placeholder left over from before: the queue deletes it.
+    let mut stray = cluster::capacity::placeholder(
+        &cluster::capacity::Settings {
+            namespace: "gantry-system".into(),
+            pool_label: "gantry.dev/pool".into(),
+            image: cluster::capacity::PAUSE_IMAGE.into(),
+        },
+        "spot",
+        "gantry-placeholder-spot-9",
+        8,
+        "left over",
+    );
+    stray["metadata"]["uid"] = json!("uid-stray");
+    stray["spec"]["priority"] = json!(-1);
+    h.api.apply(Kind::Pods, stray);
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), &policy).unwrap();
     let state = Arc::new(AppState::new(Box::new(|| NOW)));
     state.reload_policy(dir.path()).unwrap();
     let election = cluster::lease::Election {
@@ -175,16 +129,29 @@ async fn the_example_rbac_allows_every_request_the_queue_makes() {
         h.pod("b")["spec"]["schedulingGates"].is_null()
     })
     .await;
+    // Work pinned to the autoscaled pool, which has no nodes: it is asked for one.
+    let mut pinned = gated("s", "alpha", "best_effort", 8, None);
+    pinned["spec"]["nodeSelector"] = json!({"gantry.dev/pool": "spot"});
+    h.api.apply(Kind::Pods, pinned);
+    until("a placeholder is created", || {
+        h.api
+            .pods()
+            .keys()
+            .any(|k| k.starts_with("gantry-system/gantry-placeholder-spot-0"))
+    })
+    .await;
     until("the memory is saved", || {
         h.api.config_map("gantry-system/gantry-state").is_some()
     })
     .await;
 
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/kubernetes");
-    let allowed: BTreeSet<Rule> = ["rbac.yaml", "rbac-queue.yaml"]
-        .iter()
-        .flat_map(|f| rules(&std::fs::read_to_string(dir.join(f)).unwrap()))
-        .collect();
+    until("the stray placeholder is gone", || {
+        h.api
+            .get_object(Kind::Pods, "gantry-system/gantry-placeholder-spot-9")
+            .is_none()
+    })
+    .await;
+    let allowed = apiserver::rbac::example_rules(&["rbac.yaml", "rbac-queue.yaml"]);
     let needed: BTreeSet<Rule> = h
         .api
         .requests()
@@ -207,6 +174,9 @@ async fn the_example_rbac_allows_every_request_the_queue_makes() {
         ("", "events", "create"),
         ("coordination.k8s.io", "leases", "create"),
         ("", "configmaps", "patch"),
+        ("", "pods", "create"),
+        ("", "pods", "delete"),
+        ("", "nodes", "patch"),
     ] {
         assert!(
             needed.contains(&(g.to_string(), r.to_string(), v.to_string())),

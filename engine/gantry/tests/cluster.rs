@@ -285,3 +285,81 @@ async fn serve_runs_the_queue() {
         assert!(metrics.contains(want), "{want} not in {metrics}");
     }
 }
+
+/// `gantry agent` as a DaemonSet runs it, on a recorded reading: one publish patches the
+/// node with GFD's labels and gantry's annotations and exits 0; without NVML or a
+/// reading it stops with a message saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_publishes_a_reading_on_its_node() {
+    let api = FakeApi::new();
+    api.apply(
+        Kind::Nodes,
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}, "spec": {},
+               "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
+    );
+    let url = api.serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, apiserver::kubeconfig(&url)).unwrap();
+    let reading = format!(
+        "{}/../../tests/nvml/dgx-h100.reading.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            Command::new(env!("CARGO_BIN_EXE_gantry"))
+                .arg("agent")
+                .args(args)
+                .output()
+                .unwrap()
+        })
+    };
+    let out = run(vec![
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--reading".into(),
+        reading.clone(),
+        "--node-name".into(),
+        "gpu-1".into(),
+        "--once".into(),
+    ])
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let node = api.get_object(Kind::Nodes, "gpu-1").unwrap();
+    assert_eq!(node["metadata"]["labels"]["nvidia.com/gpu.count"], "8");
+    assert_eq!(
+        node["metadata"]["annotations"]["gantry.dev/mig-instances"],
+        "7: 3g.40gb@4, 1g.10gb@0"
+    );
+    // A node that is not there: exit 2, named.
+    let out = run(vec![
+        "--kubeconfig".into(),
+        kubeconfig.display().to_string(),
+        "--reading".into(),
+        reading,
+        "--node-name".into(),
+        "gpu-9".into(),
+        "--once".into(),
+    ])
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("node gpu-9 does not exist"));
+    // No NVML on this machine and no reading: a clear stop.
+    let out = run(vec!["--node-name".into(), "gpu-1".into()])
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // (On a machine with NVML the agent gets further and stops for want of a cluster.)
+    assert!(
+        (stderr.contains("NVML is not available") && stderr.contains("--reading"))
+            || stderr.contains("cluster configuration"),
+        "{stderr}"
+    );
+}

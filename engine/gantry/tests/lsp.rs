@@ -375,6 +375,11 @@ fn bad_input_never_crashes_the_server() {
             lsp.notes.push(reply); // a notification meanwhile
             continue;
         }
+        if reply["id"] == 999 {
+            // The malformed hover's own answer, which may come after the others.
+            assert_eq!(reply["error"]["code"], -32602, "{reply}");
+            continue;
+        }
         assert_eq!(reply["id"], Value::Null, "{reply}");
         codes.push(reply["error"]["code"].as_i64().unwrap());
     }

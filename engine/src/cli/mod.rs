@@ -1,6 +1,7 @@
 //! Command-line interface: argument parsing with clap and dispatch to the subcommands.
 //! Every command returns an exit code: 0 ok, 1 findings or failures, 2 usage or I/O error.
 
+mod agent;
 mod check;
 mod diff;
 mod explain;
@@ -132,6 +133,9 @@ enum Command {
     /// What GPUs gantry sees (NVML, a fleet file, or a saved NVML reading), printed in the
     /// fleet format.
     Inventory(inventory::InventoryArgs),
+    /// The node agent (a DaemonSet on GPU nodes): publish this node's GPUs as NVML sees
+    /// them (models, memory, NVLink islands, MIG instances, health) on its Node object.
+    Agent(agent::AgentArgs),
     /// Serve the admission webhook, scheduler extender, plan API, status and metrics over
     /// HTTP or HTTPS, reloading the policy when its files change.
     Serve(crate::serve::ServeArgs),
@@ -186,6 +190,7 @@ where
             Err(e) => fail(io, e),
         },
         Command::Queue(args) => queue::run(&args, io),
+        Command::Agent(args) => agent::run(&args, io),
         Command::Lsp => match crate::lsp::run() {
             Ok(()) => EXIT_OK,
             Err(e) => fail(io, e),

@@ -190,6 +190,9 @@ pub struct ScaleEntry {
     pub pool: String,
     pub delta_nodes: i64,
     pub reason: String,
+    /// For a removal, the idle nodes chosen to go.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

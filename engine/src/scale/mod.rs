@@ -214,7 +214,8 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
             ready,
             booting,
         };
-        let mut wanted: Vec<(u64, String)> = Vec::new();
+        // (nodes, why, whether for a warm target)
+        let mut wanted: Vec<(u64, String, bool)> = Vec::new();
         // Up triggers.
         if let Some(a) = block {
             for (i, t) in a.up.iter().enumerate() {
@@ -245,11 +246,11 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
                     ));
                     continue;
                 }
-                wanted.push((step, what));
+                wanted.push((step, what, false));
             }
         }
         if let Some((n, why)) = spill.remove(&pool.name) {
-            wanted.push((n, why));
+            wanted.push((n, why, false));
         }
         let min_short = u64::from(pool.min_nodes).saturating_sub(ready + booting);
         if min_short > 0 && block.is_some() {
@@ -259,6 +260,7 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
                     "pool minimum {} nodes, {ready} ready and {booting} booting",
                     pool.min_nodes
                 ),
+                false,
             ));
         }
         let warm_short = target.saturating_sub(ready + booting);
@@ -266,9 +268,14 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
             wanted.push((
                 warm_short,
                 format!("warm target {target} nodes, {ready} ready and {booting} booting"),
+                true,
             ));
         }
-        if let Some((step, why)) = wanted.into_iter().max_by_key(|w| w.0) {
+        // The largest need; on a tie, waiting work's over a warm target's.
+        if let Some((step, why, for_warm)) = wanted
+            .into_iter()
+            .max_by(|a, b| a.0.cmp(&b.0).then(b.2.cmp(&a.2)))
+        {
             if step > 0 {
                 let cooldown_left = block.and_then(|a| {
                     let last = ps.last_up_at?;
@@ -288,6 +295,7 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
                             ps.booting.push(Booting {
                                 nodes: add as u32,
                                 ready_at: now + pool.boot_s as i64,
+                                warm: for_warm,
                             });
                             ps.last_up_at = Some(now);
                             ps.trigger_since.clear();
@@ -368,14 +376,16 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
                     ));
                 } else {
                     ps.last_down_at = Some(now);
-                    scale.push(entry(
+                    let mut e = entry(
                         pool,
                         -(remove as i64),
                         format!(
                             "removing {} idle past the down trigger (keeping at least {floor})",
                             names.join(", ")
                         ),
-                    ));
+                    );
+                    e.nodes = names.iter().map(|n| (*n).to_string()).collect();
+                    scale.push(e);
                 }
                 break;
             }
@@ -392,6 +402,7 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
             scale.push(ScaleEntry {
                 pool: String::new(),
                 delta_nodes: 0,
+                nodes: Vec::new(),
                 reason: format!(
                     "job {} ({} × {}) fits no autoscaled pool's node shape; scaling cannot help it",
                     js.id(),
@@ -435,6 +446,7 @@ fn entry(pool: &Pool, delta: i64, reason: String) -> ScaleEntry {
         pool: pool.name.clone(),
         delta_nodes: delta,
         reason,
+        nodes: Vec::new(),
     }
 }
 

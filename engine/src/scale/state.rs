@@ -30,6 +30,10 @@ pub struct Booting {
     pub nodes: u32,
     /// When they are expected up (request time + the pool's `boot`).
     pub ready_at: i64,
+    /// Asked for to reach a warm pool's target, not for waiting work (the cluster keeps
+    /// warm capacity with placeholders of its own).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub warm: bool,
 }
 
 /// One job start, for `concurrent_starts` and `gpu_demand` histories.

@@ -76,10 +76,26 @@ enum Verdict {
     Never(String),
 }
 
+/// The label and PriorityClass of the queue's capacity placeholders (engine/cluster).
+pub const PLACEHOLDER_LABEL: &str = "gantry.dev/placeholder";
+pub const PLACEHOLDER_CLASS: &str = "gantry-placeholder";
+
+fn is_placeholder(pod: &Pod) -> bool {
+    pod.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(PLACEHOLDER_LABEL))
+        && pod.spec.priority_class_name.as_deref() == Some(PLACEHOLDER_CLASS)
+}
+
 /// The job a pod stands for, with the policy's route applied, and its team (the policy's
 /// default team when the pod names none); `Ok(None)` for a pod with no GPUs (every node
 /// passes); `Err` for a pod the policy refuses outright.
 fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<(JobShape, Option<String>)>, String> {
+    if is_placeholder(pod) {
+        // Gantry's own capacity placeholder: kube-scheduler's checks are all it needs.
+        return Ok(None);
+    }
     let Some(mut job) = pod::job(pod, None, ctx.now)? else {
         return Ok(None);
     };

@@ -35,6 +35,24 @@ struct Inner {
     waits: BTreeMap<(String, String), WaitHistogram>,
     /// Action → API writes refused.
     enactment_errors: BTreeMap<String, u64>,
+    /// The pools as the last queue cycle saw them.
+    pools: Vec<PoolGauge>,
+}
+
+/// One pool's capacity and cost, for the dashboards.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PoolGauge {
+    pub pool: String,
+    /// `reserved`, `on_demand` or `spot`.
+    pub capacity: String,
+    pub nodes: u64,
+    pub gpus: u64,
+    /// Nodes × the policy's cost per node-hour.
+    pub spend_per_hour: f64,
+    /// Placeholder pods waiting for a node (scale-ups asked of the cluster's autoscaler).
+    pub placeholders_pending: u64,
+    /// Placeholder pods holding a node (warm capacity).
+    pub placeholders_bound: u64,
 }
 
 /// Wait-time bounds in seconds: a minute to a week.
@@ -136,6 +154,52 @@ impl Metrics {
         self.with(|m| *m.enactment_errors.entry(action.into()).or_insert(0) += 1);
     }
 
+    /// The pools as the last queue cycle saw them.
+    pub fn set_pools(&self, pools: Vec<PoolGauge>) {
+        self.with(|m| m.pools = pools);
+    }
+
+    fn render_pools(m: &Inner, out: &mut String) {
+        let labels = |p: &PoolGauge| {
+            format!(
+                "pool=\"{}\",capacity=\"{}\"",
+                esc(&p.pool),
+                esc(&p.capacity)
+            )
+        };
+        out.push_str("# HELP gantry_pool_nodes GPU nodes per pool and capacity kind.\n# TYPE gantry_pool_nodes gauge\n");
+        for p in &m.pools {
+            let _ = writeln!(out, "gantry_pool_nodes{{{}}} {}", labels(p), p.nodes);
+        }
+        out.push_str("# HELP gantry_pool_gpus GPUs per pool and capacity kind.\n# TYPE gantry_pool_gpus gauge\n");
+        for p in &m.pools {
+            let _ = writeln!(out, "gantry_pool_gpus{{{}}} {}", labels(p), p.gpus);
+        }
+        out.push_str("# HELP gantry_pool_spend_per_hour Spend rate per pool: nodes times the policy's cost per node-hour.\n# TYPE gantry_pool_spend_per_hour gauge\n");
+        for p in &m.pools {
+            let _ = writeln!(
+                out,
+                "gantry_pool_spend_per_hour{{{}}} {}",
+                labels(p),
+                p.spend_per_hour
+            );
+        }
+        out.push_str("# HELP gantry_pool_placeholder_pods Placeholder pods per pool: pending (asking the autoscaler for nodes) or bound (holding warm nodes).\n# TYPE gantry_pool_placeholder_pods gauge\n");
+        for p in &m.pools {
+            let l = labels(p);
+            let _ = writeln!(
+                out,
+                "gantry_pool_placeholder_pods{{{l},state=\"pending\"}} {}",
+                p.placeholders_pending
+            );
+            let _ = writeln!(
+                out,
+                "gantry_pool_placeholder_pods{{{l},state=\"bound\"}} {}",
+                p.placeholders_bound
+            );
+        }
+    }
+
     fn render_queue(m: &Inner, out: &mut String) {
         out.push_str("# HELP gantry_preemptions_total Jobs evicted by the queue, by the victim's team and tier and the cause.
 # TYPE gantry_preemptions_total counter
@@ -226,6 +290,7 @@ impl Metrics {
                 }
             }
             Metrics::render_queue(m, &mut out);
+            Metrics::render_pools(m, &mut out);
         });
         out.push_str("# HELP gantry_policy_info The policy revision being served.\n# TYPE gantry_policy_info gauge\n");
         if let Some(r) = revision {

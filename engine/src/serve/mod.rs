@@ -64,6 +64,15 @@ pub struct ServeArgs {
     /// places, preempts and explains them through the API server. Needs a cluster view.
     #[arg(long)]
     pub queue: bool,
+    /// With --queue, how the policy's scale-ups, warm pools and scale-downs reach the
+    /// cluster: `placeholders` (low-priority pods sized to whole nodes that the cluster's
+    /// autoscaler provisions for, and node annotations cluster-autoscaler and Karpenter
+    /// honour) or `none` (gantry leaves capacity to the autoscaler's own rules).
+    #[arg(long, value_enum, default_value_t = ScaleThrough::Placeholders)]
+    pub scale_through: ScaleThrough,
+    /// The image placeholder pods run (they never do anything).
+    #[arg(long, default_value = "registry.k8s.io/pause:3.9")]
+    pub placeholder_image: String,
     /// Seconds to wait for the first complete list of nodes and pods.
     #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=3_600))]
     pub sync_timeout: u64,
@@ -105,6 +114,13 @@ fn now() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
+/// How the queue drives the cluster's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScaleThrough {
+    Placeholders,
+    None,
+}
+
 impl ServeArgs {
     /// How to reach the cluster, when the inventory is the cluster view.
     pub fn cluster_options(&self) -> Option<ClusterOptions> {
@@ -115,6 +131,8 @@ impl ServeArgs {
             pool_label: self.pool_label.clone(),
             sync_timeout: Duration::from_secs(self.sync_timeout),
             watch_jobs: self.queue,
+            placeholder_image: (self.queue && self.scale_through == ScaleThrough::Placeholders)
+                .then(|| self.placeholder_image.clone()),
         })
     }
 }
@@ -170,7 +188,7 @@ fn inventory_source(args: &ServeArgs) -> Result<Arc<dyn InventorySource>, String
     }
 }
 
-fn init_logs(format: LogFormat) {
+pub(crate) fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal;
@@ -269,7 +287,7 @@ fn announce(state: &AppState, args: &ServeArgs, https: bool) {
     );
 }
 
-async fn shutdown() {
+pub(crate) async fn shutdown() {
     let interrupt = async {
         let _ = tokio::signal::ctrl_c().await;
     };

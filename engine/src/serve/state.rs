@@ -132,7 +132,33 @@ pub trait ClusterConnector: Send + Sync {
     /// Connects, lists nodes and pods, and returns the view once it holds a first
     /// complete list (or why it could not: no kubeconfig, refused by RBAC, timed out).
     fn connect<'a>(&'a self, options: &'a ClusterOptions) -> Connecting<'a>;
+    /// Runs the node agent: publishes each reading on the Node `options` names.
+    fn agent<'a>(&'a self, options: &'a AgentOptions, read: AgentReader) -> Running<'a> {
+        let _ = (options, read);
+        Box::pin(async { Err("this build of gantry has no Kubernetes client".to_string()) })
+    }
 }
+
+/// The node agent's settings (`gantry agent`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentOptions {
+    pub kubeconfig: Option<PathBuf>,
+    pub in_cluster: bool,
+    /// The Node it publishes to: its own.
+    pub node_name: String,
+    pub interval: std::time::Duration,
+    pub min_patch_interval: std::time::Duration,
+    /// Publish once and return.
+    pub once: bool,
+}
+
+/// Where the agent's NVML readings come from.
+pub type AgentReader =
+    Box<dyn FnMut() -> Result<crate::inventory::nvml::HostReading, String> + Send>;
+
+/// The node agent, running until it fails (or, with `once`, has published).
+pub type Running<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
 
 /// A cluster view on its way: resolves once the first lists are in.
 pub type Connecting<'a> = std::pin::Pin<
@@ -153,6 +179,9 @@ pub struct ClusterOptions {
     /// Also watch `batch/v1` Jobs: the queue reads a Job's parallelism as its pods' gang
     /// size (`serve --queue`).
     pub watch_jobs: bool,
+    /// With the queue: drive the cluster's autoscaler with placeholder pods of this image
+    /// and node marks (`--scale-through placeholders`); `None` leaves capacity alone.
+    pub placeholder_image: Option<String>,
 }
 
 /// A fleet file as the inventory.

@@ -10,6 +10,9 @@
 
 #![allow(dead_code, reason = "each test binary uses part of it")]
 
+mod lifecycle;
+pub mod rbac;
+
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
@@ -132,7 +135,7 @@ fn key_of(kind: Kind, obj: &Value) -> String {
     }
 }
 
-fn status(code: u16, reason: &str, message: &str) -> Value {
+pub(crate) fn status(code: u16, reason: &str, message: &str) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
            "message": message, "reason": reason, "code": code})
 }
@@ -359,7 +362,7 @@ impl FakeApi {
         clippy::result_large_err,
         reason = "test code; the error is the response"
     )]
-    fn write(&self, verb: &str, path: String) -> Result<(), Response> {
+    pub(crate) fn write(&self, verb: &str, path: String) -> Result<(), Response> {
         let mut inner = self.lock();
         match inner.fail_after {
             Some(0) => {
@@ -451,11 +454,15 @@ impl FakeApi {
         let app = Router::new()
             .route("/api/v1/nodes", get(list_nodes))
             .route("/api/v1/pods", get(list_pods))
-            .route("/api/v1/nodes/{name}", get(get_node))
+            .route(
+                "/api/v1/nodes/{name}",
+                get(get_node).patch(lifecycle::patch_node),
+            )
+            .route("/api/v1/namespaces/{ns}/pods", post(lifecycle::create_pod))
             .route("/apis/batch/v1/jobs", get(list_jobs))
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}",
-                get(get_pod).patch(patch_pod),
+                get(get_pod).patch(patch_pod).delete(lifecycle::delete_pod),
             )
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}/status",
@@ -675,7 +682,7 @@ fn event(l: &Logged, selector: Option<&str>) -> Option<Value> {
     Some(json!({"type": kind, "object": obj}))
 }
 
-fn json_response(code: StatusCode, v: &Value) -> Response {
+pub(crate) fn json_response(code: StatusCode, v: &Value) -> Response {
     (code, [("content-type", "application/json")], v.to_string()).into_response()
 }
 

@@ -74,6 +74,12 @@ pub struct Harness {
 }
 
 pub async fn harness() -> Harness {
+    harness_with(POLICY, None).await
+}
+
+/// [`harness`] with another policy, driving capacity with placeholders of
+/// `placeholder_image` when given.
+pub async fn harness_with(policy: &str, placeholder_image: Option<String>) -> Harness {
     let api = FakeApi::new();
     api.apply(Kind::Nodes, node("n0"));
     api.apply(Kind::Nodes, node("n1"));
@@ -85,12 +91,13 @@ pub async fn harness() -> Harness {
         pool_label: "gantry.dev/pool".into(),
         sync_timeout: Duration::from_secs(10),
         watch_jobs: true,
+        placeholder_image,
     };
     let live = Live::with_client(client.clone(), url, &options)
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), policy).unwrap();
     let state = AppState::new(Box::new(|| NOW));
     state.reload_policy(dir.path()).unwrap();
     Harness {

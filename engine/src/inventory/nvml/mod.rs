@@ -4,6 +4,7 @@
 //! fleet's [`Node`]; it is pure and runs in tests without a GPU.
 
 pub mod probe;
+pub mod publish;
 
 use crate::core::fleet::{Fleet, Gpu, MigInstance, Node};
 use lang::ir::GpuModel;

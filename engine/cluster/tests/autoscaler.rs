@@ -1,0 +1,188 @@
+//! The queue drives the cluster's autoscaler, end to end against the in-process API
+//! server with the controller's own loop: a waiting 2 × 8 gang in a scalable pool makes
+//! two whole-node placeholder pods and nothing else; when the nodes come (and the
+//! placeholders are bound there, as kube-scheduler would) the gang is placed on them, the
+//! placeholders go and the nodes are marked kept; a spot notice taint on a node
+//! checkpoints and requeues the job running there within the pool's notice.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+mod apiserver;
+mod objects;
+
+use apiserver::{FakeApi, Kind};
+use cluster::watch::Live;
+use engine::serve::state::{AppState, ClusterOptions};
+use objects::{gang_member as member, gpu_node as node};
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const NOW: i64 = 1_795_510_000;
+const POLICY: &str = r#"
+use std.nodes.{dgx_h100}
+use std.tiers
+pool base { capacity = reserved; node = dgx_h100; nodes = 1 }
+pool spot { capacity = spot; node = dgx_h100; nodes = 0..4; cost = 40 $/h; boot = 3m; notice = 2m }
+placement { gang = all_or_nothing; gang_timeout = 30m }
+team alpha { guaranteed = 8 gpu in base; burst = 64 gpu }
+autoscale spot {
+  up when pending_nodes(fits = spot) > 0 => add pending_nodes(fits = spot)
+  down when idle > 10m
+}
+"#;
+
+async fn until(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(20), "never: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn placeholders(api: &FakeApi) -> Vec<(String, Value)> {
+    api.pods()
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("gantry-system/"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_it() {
+    let api = FakeApi::new();
+    api.apply(Kind::Nodes, node("b0", "base"));
+    let url = api.serve().await;
+    let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
+    let options = ClusterOptions {
+        kubeconfig: None,
+        in_cluster: false,
+        pool_label: "gantry.dev/pool".into(),
+        sync_timeout: Duration::from_secs(10),
+        watch_jobs: true,
+        placeholder_image: Some(cluster::capacity::PAUSE_IMAGE.into()),
+    };
+    let live = Live::with_client(client, url, &options).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let state = Arc::new(AppState::new(Box::new(|| NOW)));
+    state.reload_policy(dir.path()).unwrap();
+    let election = cluster::lease::Election {
+        duration: Duration::from_millis(1_500),
+        renew: Duration::from_millis(200),
+        ..cluster::lease::Election::new("gantry-system", "replica-a")
+    };
+    live.start_queue_with(state.clone(), election, Duration::from_secs(60));
+
+    api.apply(Kind::Pods, member("g-0"));
+    api.apply(Kind::Pods, member("g-1"));
+    until("two placeholders", || placeholders(&api).len() == 2).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let held = placeholders(&api);
+    assert_eq!(held.len(), 2, "exactly two, cycle after cycle");
+    for (_, p) in &held {
+        assert_eq!(p["spec"]["priority"], json!(-1), "{p}");
+        assert_eq!(p["spec"]["nodeSelector"]["gantry.dev/pool"], "spot");
+        assert_eq!(
+            p["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"],
+            "8"
+        );
+    }
+    // Besides the waiting reasons, the Lease and the memory: two creations, no node marks.
+    let writes: Vec<(String, String)> = api
+        .writes()
+        .into_iter()
+        .filter(|(_, path)| {
+            !(path.starts_with("pods/ml/")
+                || path.starts_with("events/")
+                || path.starts_with("leases/")
+                || path.starts_with("configmaps/"))
+        })
+        .collect();
+    assert_eq!(
+        writes,
+        [
+            (
+                "POST".to_string(),
+                "pods/gantry-system/gantry-placeholder-spot-0".to_string()
+            ),
+            (
+                "POST".to_string(),
+                "pods/gantry-system/gantry-placeholder-spot-1".to_string()
+            )
+        ]
+    );
+    let metrics = state.metrics.render(None, &Default::default());
+    assert!(
+        metrics.contains(
+            "gantry_pool_placeholder_pods{pool=\"spot\",capacity=\"spot\",state=\"pending\"} 2"
+        ),
+        "{metrics}"
+    );
+
+    // The autoscaler brings two nodes; kube-scheduler binds the placeholders there.
+    api.apply(Kind::Nodes, node("s0", "spot"));
+    api.apply(Kind::Nodes, node("s1", "spot"));
+    for ((key, _), n) in held.iter().zip(["s0", "s1"]) {
+        api.update(Kind::Pods, key, |p| p["spec"]["nodeName"] = json!(n));
+    }
+    until("the gang is released", || {
+        ["g-0", "g-1"].iter().all(|m| {
+            api.get_object(Kind::Pods, &format!("ml/{m}")).unwrap()["spec"]["schedulingGates"]
+                .is_null()
+        })
+    })
+    .await;
+    until("the placeholders go", || placeholders(&api).is_empty()).await;
+    until("the spot nodes are kept", || {
+        ["s0", "s1"].iter().all(|n| {
+            api.get_object(Kind::Nodes, n).unwrap()["metadata"]["annotations"]
+                ["cluster-autoscaler.kubernetes.io/scale-down-disabled"]
+                == "true"
+        })
+    })
+    .await;
+    api.bind_released();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(placeholders(&api).is_empty(), "no new request once placed");
+
+    // A spot interruption notice on one of the gang's nodes: the whole gang is marked and
+    // evicted with the pool's 2-minute notice as its grace, to be requeued.
+    let node_of = |m: &str| {
+        api.get_object(Kind::Pods, &format!("ml/{m}")).unwrap()["spec"]["nodeName"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let spot_node = ["g-0", "g-1"]
+        .iter()
+        .map(|m| node_of(m))
+        .find(|n| n.starts_with('s'))
+        .unwrap();
+    api.update(Kind::Nodes, &spot_node, |n| {
+        n["spec"]["taints"] = json!([{"key": "aws-node-termination-handler/spot-itn", "value": "1", "effect": "NoSchedule"}]);
+    });
+    until("the gang is evicted", || {
+        ["g-0", "g-1"].iter().all(|m| {
+            api.get_object(Kind::Pods, &format!("ml/{m}"))
+                .is_none_or(|p| p["metadata"]["deletionTimestamp"].is_string())
+        })
+    })
+    .await;
+    for m in ["g-0", "g-1"] {
+        let p = api.get_object(Kind::Pods, &format!("ml/{m}")).unwrap();
+        assert_eq!(p["metadata"]["deletionGracePeriodSeconds"], 120, "{p}");
+        assert!(
+            p["metadata"]["annotations"]["gantry.dev/preempted"]
+                .as_str()
+                .unwrap()
+                .starts_with("spot_interrupt"),
+            "{p}"
+        );
+    }
+}
