@@ -139,6 +139,7 @@ pub async fn client(options: &AgentOptions) -> Result<Client, String> {
         sync_timeout: Duration::from_secs(0),
         watch_jobs: false,
         placeholder_image: None,
+        provisioning_requests: false,
     })
     .await?;
     config.default_retry = false;

@@ -60,6 +60,22 @@ pub enum CapacityAction {
     KeepNode { node: String, why: String },
     /// Remove gantry's marks; `released`: the policy let the node go (say so on it).
     UnkeepNode { node: String, released: bool },
+    /// A ProvisioningRequest for `count` whole nodes and the PodTemplate it names.
+    CreateProvisioningRequest {
+        pool: String,
+        name: String,
+        count: u64,
+        template: Value,
+        request: Value,
+    },
+    DeleteProvisioningRequest {
+        pool: String,
+        /// `autoscaling.x-k8s.io/v1` or `/v1beta1`.
+        api_version: String,
+        namespace: String,
+        name: String,
+        why: String,
+    },
 }
 
 /// Where placeholders live and how nodes name their pool.
@@ -68,6 +84,9 @@ pub struct Settings {
     pub namespace: String,
     pub pool_label: String,
     pub image: String,
+    /// Scale-ups for waiting work as ProvisioningRequests of this API version
+    /// (`autoscaling.x-k8s.io/v1`) rather than pending placeholders.
+    pub provisioning: Option<String>,
 }
 
 /// A placeholder as the view has it.
@@ -293,14 +312,19 @@ fn placeholders(
         }
         // Bound ones first (they hold nodes that are here), then by name.
         keep.sort_by_key(|p| (p.node.is_none(), p.name.clone()));
-        let want = usize::try_from(w.placeholders).unwrap_or(usize::MAX);
+        let count = if settings.provisioning.is_some() {
+            w.placeholders.min(w.warm)
+        } else {
+            w.placeholders
+        };
+        let want = usize::try_from(count).unwrap_or(usize::MAX);
         for p in keep.iter().skip(want) {
             out.push(delete(
                 p,
-                &format!("pool {} wants {} placeholders", w.pool, w.placeholders),
+                &format!("pool {} wants {count} placeholders", w.pool),
             ));
         }
-        let why = if w.booting > 0 {
+        let why = if w.booting > 0 && settings.provisioning.is_none() {
             format!(
                 "{} node(s) asked for waiting work in pool {}",
                 w.booting, w.pool
@@ -421,7 +445,110 @@ pub fn actions(
     let busy = busy_nodes(stores, plan);
     let wants = wants(program, plan, stores);
     let mut out = placeholders(&wants, stores, &busy, settings);
+    if let Some(api_version) = &settings.provisioning {
+        out.extend(provisioning(program, &wants, stores, settings, api_version));
+    }
     out.extend(marks(program, plan, stores, &busy));
+    out
+}
+
+/// The ProvisioningRequests that make the cluster match `wants`: per pool, requests
+/// covering the nodes asked for and not arrived. A request is atomic and immutable, so
+/// more demand is a new request, and less deletes requests (provisioned ones first). A
+/// failed request stays, and none is added for its pool, until the policy stops asking
+/// (its scale-up expired); then it is deleted and the policy may ask again.
+fn provisioning(
+    program: &Program,
+    wants: &[Want],
+    stores: &Stores,
+    settings: &Settings,
+    api_version: &str,
+) -> Vec<CapacityAction> {
+    let mut out = Vec::new();
+    let existing: Vec<&crate::provreq::ProvReqSeen> = stores
+        .provreqs
+        .as_ref()
+        .map(|c| {
+            c.objects
+                .values()
+                .filter(|r| r.namespace == settings.namespace && r.pool.is_some())
+                .collect()
+        })
+        .unwrap_or_default();
+    let names: BTreeSet<&str> = existing.iter().map(|r| r.name.as_str()).collect();
+    let wanted: BTreeMap<&str, &Want> = wants.iter().map(|w| (w.pool.as_str(), w)).collect();
+    let delete =
+        |r: &crate::provreq::ProvReqSeen, why: &str| CapacityAction::DeleteProvisioningRequest {
+            pool: r.pool.clone().unwrap_or_default(),
+            api_version: api_version.to_string(),
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+            why: why.to_string(),
+        };
+    for r in &existing {
+        if r.pool.as_deref().is_none_or(|p| !wanted.contains_key(p)) {
+            out.push(delete(r, "the pool is no longer scaled by the policy"));
+        }
+    }
+    for w in wants {
+        let mut mine: Vec<&crate::provreq::ProvReqSeen> = existing
+            .iter()
+            .copied()
+            .filter(|r| r.pool.as_deref() == Some(w.pool.as_str()))
+            .collect();
+        // Bounded like placeholders: the pool's maximum and max_spend.
+        let asked = w.booting.min(w.placeholders);
+        if asked == 0 {
+            for r in &mine {
+                out.push(delete(r, "no nodes are asked for now"));
+            }
+            continue;
+        }
+        if mine.iter().any(|r| r.failed.is_some()) {
+            continue;
+        }
+        let mut active: u64 = mine.iter().map(|r| r.count).sum();
+        // Less wanted: provisioned requests go first, then the newest.
+        mine.sort_by_key(|r| (!r.provisioned, std::cmp::Reverse(r.name.clone())));
+        for r in &mine {
+            if active - r.count >= asked {
+                active -= r.count;
+                out.push(delete(
+                    r,
+                    &format!("pool {} needs {asked} node(s) now", w.pool),
+                ));
+            }
+        }
+        if active < asked {
+            let count = asked - active;
+            let name = (0u32..)
+                .map(|i| format!("gantry-{}-{i}", dns(&w.pool)))
+                .find(|n| !names.contains(n.as_str()))
+                .unwrap_or_default();
+            let boot = program.pool(&w.pool).map_or(0, |p| p.boot_s);
+            let pod = placeholder(
+                settings,
+                &w.pool,
+                &name,
+                w.gpus_per_node,
+                "a node for a ProvisioningRequest",
+            );
+            out.push(CapacityAction::CreateProvisioningRequest {
+                pool: w.pool.clone(),
+                count,
+                template: crate::provreq::template(&pod),
+                request: crate::provreq::request(
+                    api_version,
+                    &settings.namespace,
+                    &name,
+                    &w.pool,
+                    count,
+                    boot + crate::memory::PROVISION_TIMEOUT.unsigned_abs(),
+                ),
+                name,
+            });
+        }
+    }
     out
 }
 

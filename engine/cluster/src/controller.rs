@@ -4,7 +4,7 @@
 //! write skips the rest of its job's writes, and the next cycle starts again from what the
 //! pods say).
 
-use crate::capacity::{self, CapacityAction};
+use crate::capacity;
 use crate::enact::{self, Action};
 use crate::memory::{self, Memory};
 use crate::queue::{self, QueueView};
@@ -80,7 +80,7 @@ pub fn snapshot(view: &QueueView, policy: &LoadedPolicy) -> Result<Snapshot, Str
     Ok(snapshot)
 }
 
-fn params() -> PatchParams {
+pub(crate) fn params() -> PatchParams {
     PatchParams {
         field_manager: Some(COMPONENT.into()),
         ..PatchParams::default()
@@ -393,9 +393,11 @@ pub async fn run(q: Queue) {
             done = succeeded.len();
             count(&state, &view, &plan, &succeeded, now);
             let (changed, refused) =
-                enact_capacity(&client, &changes, now, || *leader.borrow()).await;
+                crate::capacity_writes::enact(&client, &changes, now, || *leader.borrow()).await;
             for (a, e) in &refused {
-                state.metrics.enactment_error(capacity_name(a));
+                state
+                    .metrics
+                    .enactment_error(crate::capacity_writes::name(a));
                 errors.push(e.clone());
             }
             done += changed;
@@ -439,100 +441,6 @@ pub async fn run(q: Queue) {
             errors,
         };
     }
-}
-
-fn capacity_name(a: &CapacityAction) -> &'static str {
-    match a {
-        CapacityAction::CreatePlaceholder { .. } => "create_placeholder",
-        CapacityAction::DeletePlaceholder { .. } => "delete_placeholder",
-        CapacityAction::KeepNode { .. } => "keep_node",
-        CapacityAction::UnkeepNode { .. } => "unkeep_node",
-    }
-}
-
-/// Carries out one capacity change. Creating a placeholder that exists, or deleting one
-/// that is gone, is not an error (another cycle got there first).
-pub async fn apply_capacity(
-    client: &Client,
-    action: &CapacityAction,
-    now: i64,
-) -> Result<(), String> {
-    match action {
-        CapacityAction::CreatePlaceholder { name, pod, .. } => {
-            let namespace = pod
-                .pointer("/metadata/namespace")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default();
-            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let object: Pod = serde_json::from_value(pod.clone())
-                .map_err(|e| format!("placeholder {name}: {e}"))?;
-            match pods.create(&PostParams::default(), &object).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-                Err(kube::Error::Api(s)) if s.message.contains(capacity::PLACEHOLDER_CLASS) => Err(format!(
-                    "create placeholder {namespace}/{name}: {} (apply the PriorityClass {} from examples/kubernetes/deployment.yaml)",
-                    s.message,
-                    capacity::PLACEHOLDER_CLASS
-                )),
-                Err(e) => Err(format!("create placeholder {namespace}/{name}: {e}")),
-            }
-        }
-        CapacityAction::DeletePlaceholder {
-            namespace,
-            name,
-            uid,
-            ..
-        } => {
-            let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
-            let params = kube::api::DeleteParams {
-                grace_period_seconds: Some(0),
-                preconditions: Some(kube::api::Preconditions {
-                    uid: Some(uid.clone()),
-                    resource_version: None,
-                }),
-                ..kube::api::DeleteParams::default()
-            };
-            match pods.delete(name, &params).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
-                Err(e) => Err(format!("delete placeholder {name}: {e}")),
-            }
-        }
-        CapacityAction::KeepNode { node, .. } | CapacityAction::UnkeepNode { node, .. } => {
-            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
-            let patch = capacity::mark_patch(action, now).unwrap_or_default();
-            match nodes.patch(node, &params(), &Patch::Merge(&patch)).await {
-                Ok(_) => Ok(()),
-                Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-                Err(e) => Err(format!("mark node {node}: {e}")),
-            }
-        }
-    }
-}
-
-/// Carries out capacity changes in order while `leading()` holds; returns how many were
-/// done and what was refused.
-pub async fn enact_capacity(
-    client: &Client,
-    actions: &[CapacityAction],
-    now: i64,
-    leading: impl Fn() -> bool,
-) -> (usize, Vec<(CapacityAction, String)>) {
-    let mut done = 0;
-    let mut refused = Vec::new();
-    for a in actions {
-        if !leading() {
-            break;
-        }
-        match apply_capacity(client, a, now).await {
-            Ok(()) => done += 1,
-            Err(e) => {
-                tracing::warn!(error = %e, "a capacity change was refused; retried next cycle");
-                refused.push((a.clone(), e));
-            }
-        }
-    }
-    (done, refused)
 }
 
 fn action_name(a: &Action) -> &'static str {

@@ -16,6 +16,7 @@
 
 pub mod agent;
 pub mod capacity;
+pub mod capacity_writes;
 pub mod controller;
 pub mod enact;
 pub mod lease;
@@ -23,6 +24,7 @@ pub mod memory;
 pub mod nodes;
 pub mod owners;
 pub mod pods;
+pub mod provreq;
 pub mod queue;
 pub mod store;
 pub mod watch;

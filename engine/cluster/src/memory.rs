@@ -204,6 +204,11 @@ impl Memory {
         if let Some(s) = &plan.state {
             self.scale = s.clone();
         }
+        // A pool that asked for its first nodes in this cycle has none yet (the counts
+        // kept by `arrived` list every pool with nodes).
+        for pool in self.scale.pools.keys() {
+            self.pool_nodes.entry(pool.clone()).or_insert(0);
+        }
         for d in plan
             .decisions
             .iter()

@@ -75,6 +75,8 @@ pub struct Stores {
     pub pods: Cache<PodSeen>,
     /// `batch/v1` Jobs, watched for the queue's gang sizes (`None`: not watched).
     pub jobs: Option<Cache<OwnerJob>>,
+    /// cluster-autoscaler's ProvisioningRequests (`--scale-through provisioning-request`).
+    pub provreqs: Option<Cache<crate::provreq::ProvReqSeen>>,
 }
 
 /// How many problems are listed by name in the notes; the rest are counted.
@@ -91,6 +93,10 @@ impl Stores {
                 .as_ref()
                 .is_some_and(|j| !j.synced)
                 .then_some("jobs"),
+            self.provreqs
+                .as_ref()
+                .is_some_and(|j| !j.synced)
+                .then_some("provisioningrequests"),
         ]
         .into_iter()
         .flatten()

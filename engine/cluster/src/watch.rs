@@ -9,6 +9,7 @@ use engine::serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::DynamicObject;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Config};
@@ -35,6 +36,8 @@ pub struct Live {
     pool_label: String,
     /// Placeholders' image when the queue drives the cluster's autoscaler.
     placeholder_image: Option<String>,
+    /// The ProvisioningRequest API version scale-ups use, if they do.
+    provisioning: Option<String>,
 }
 
 impl std::fmt::Debug for Live {
@@ -139,6 +142,27 @@ impl Live {
             },
         ));
         let mut tasks = vec![nodes_task, pods_task];
+        let provisioning = match (options.provisioning_requests, &options.placeholder_image) {
+            (true, Some(_)) => Some(crate::provreq::discover(&client).await?),
+            _ => None,
+        };
+        if let Some(version) = &provisioning {
+            lock(&stores).provreqs = Some(Cache::default());
+            let resource = crate::provreq::resource(version);
+            tasks.push(tokio::spawn(follow(
+                Api::<DynamicObject>::all_with(client.clone(), &resource),
+                watcher::Config::default(),
+                "provisioningrequests",
+                |o: &DynamicObject| Some((crate::provreq::key(o), crate::provreq::seen(o))),
+                crate::provreq::key,
+                |s: &mut Stores| s.provreqs.get_or_insert_with(Cache::default),
+                Shared {
+                    stores: stores.clone(),
+                    tx: tx.clone(),
+                    failing: failing.clone(),
+                },
+            )));
+        }
         if options.watch_jobs {
             tasks.push(tokio::spawn(follow(
                 Api::<Job>::all(client.clone()),
@@ -165,6 +189,7 @@ impl Live {
             leading: Mutex::new(None),
             pool_label: options.pool_label.clone(),
             placeholder_image: options.placeholder_image.clone(),
+            provisioning: provisioning.map(|v| format!("{}/{v}", crate::provreq::GROUP)),
         };
         live.synced(options.sync_timeout).await?;
         Ok(live)
@@ -231,7 +256,6 @@ async fn follow<K, T>(
     shared: Shared,
 ) where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
 {
     let stream = watcher::watcher(api, config).default_backoff();
     futures::pin_mut!(stream);
@@ -322,6 +346,7 @@ impl Live {
                     namespace: namespace.clone(),
                     pool_label: self.pool_label.clone(),
                     image,
+                    provisioning: self.provisioning.clone(),
                 }),
             namespace,
             save_every,

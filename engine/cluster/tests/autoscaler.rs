@@ -53,10 +53,12 @@ fn placeholders(api: &FakeApi) -> Vec<(String, Value)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_it() {
-    let api = FakeApi::new();
-    api.apply(Kind::Nodes, node("b0", "base"));
+/// The queue's own loop on `POLICY` against `api`, driving capacity with placeholders or
+/// (`provisioning`) ProvisioningRequests.
+async fn start(
+    api: &std::sync::Arc<FakeApi>,
+    provisioning: bool,
+) -> Result<(Live, Arc<AppState>), String> {
     let url = api.serve().await;
     let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
     let options = ClusterOptions {
@@ -66,8 +68,9 @@ async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_
         sync_timeout: Duration::from_secs(10),
         watch_jobs: true,
         placeholder_image: Some(cluster::capacity::PAUSE_IMAGE.into()),
+        provisioning_requests: provisioning,
     };
-    let live = Live::with_client(client, url, &options).await.unwrap();
+    let live = Live::with_client(client, url, &options).await?;
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
     let state = Arc::new(AppState::new(Box::new(|| NOW)));
@@ -78,6 +81,14 @@ async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_
         ..cluster::lease::Election::new("gantry-system", "replica-a")
     };
     live.start_queue_with(state.clone(), election, Duration::from_secs(60));
+    Ok((live, state))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_it() {
+    let api = FakeApi::new();
+    api.apply(Kind::Nodes, node("b0", "base"));
+    let (_live, state) = start(&api, false).await.unwrap();
 
     api.apply(Kind::Pods, member("g-0"));
     api.apply(Kind::Pods, member("g-1"));
@@ -185,4 +196,73 @@ async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_
             "{p}"
         );
     }
+}
+
+/// `--scale-through provisioning-request`: the gang's two nodes are one atomic
+/// ProvisioningRequest (with its PodTemplate), not placeholder pods; once provisioned and
+/// the nodes are here, it is withdrawn. Without the CRD, the queue does not start and says
+/// why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_provisioning_requests_a_gang_asks_for_its_nodes_atomically() {
+    let missing = FakeApi::new();
+    missing.apply(Kind::Nodes, node("b0", "base"));
+    let e = start(&missing, true).await.err().unwrap();
+    assert!(
+        e.contains("ProvisioningRequest needs cluster-autoscaler"),
+        "{e}"
+    );
+
+    let api = FakeApi::new();
+    api.apply(Kind::Nodes, node("b0", "base"));
+    api.serve_provisioning_requests();
+    let (_live, _state) = start(&api, true).await.unwrap();
+    api.apply(Kind::Pods, member("g-0"));
+    api.apply(Kind::Pods, member("g-1"));
+    until("a provisioning request", || {
+        !api.objects(Kind::ProvisioningRequests).is_empty()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let requests = api.objects(Kind::ProvisioningRequests);
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    let (key, request) = requests.into_iter().next().unwrap();
+    assert_eq!(request["spec"]["podSets"][0]["count"], 2);
+    assert_eq!(
+        request["spec"]["provisioningClassName"],
+        "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+    );
+    let template = api.get_object(Kind::PodTemplates, &key).unwrap();
+    assert_eq!(
+        template["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"],
+        "8"
+    );
+    assert!(placeholders(&api).is_empty(), "no placeholder pods");
+    // cluster-autoscaler provisions the two nodes.
+    api.update(Kind::ProvisioningRequests, &key, |r| {
+        r["status"] = json!({"conditions": [{"type": "Provisioned", "status": "True", "reason": "Provisioned",
+            "message": "", "lastTransitionTime": "2026-11-24T08:50:00Z"}]});
+    });
+    api.apply(Kind::Nodes, node("s0", "spot"));
+    api.apply(Kind::Nodes, node("s1", "spot"));
+    until("the request is withdrawn", || {
+        api.objects(Kind::ProvisioningRequests).is_empty()
+            && api.objects(Kind::PodTemplates).is_empty()
+    })
+    .await;
+    until("the gang is released", || {
+        ["g-0", "g-1"].iter().all(|m| {
+            api.get_object(Kind::Pods, &format!("ml/{m}")).unwrap()["spec"]["schedulingGates"]
+                .is_null()
+        })
+    })
+    .await;
+    let missing_rules = apiserver::rbac::not_allowed(
+        &api,
+        &apiserver::rbac::example_rules(&[
+            "rbac.yaml",
+            "rbac-queue.yaml",
+            "rbac-provisioning.yaml",
+        ]),
+    );
+    assert!(missing_rules.is_empty(), "{missing_rules:?}");
 }

@@ -63,6 +63,7 @@ fn settings() -> Settings {
         namespace: "gantry-system".into(),
         pool_label: "gantry.dev/pool".into(),
         image: capacity::PAUSE_IMAGE.into(),
+        provisioning: None,
     }
 }
 
@@ -105,8 +106,18 @@ fn cycle(
     memory: &Memory,
     now: i64,
 ) -> (Vec<CapacityAction>, Memory) {
+    cycle_with(policy, s, memory, now, &settings())
+}
+
+fn cycle_with(
+    policy: &LoadedPolicy,
+    s: &Stores,
+    memory: &Memory,
+    now: i64,
+    settings: &Settings,
+) -> (Vec<CapacityAction>, Memory) {
     let (view, plan, _) = controller::cycle_with(s, policy, memory, now).unwrap();
-    let actions = capacity::actions(&policy.program, &plan, s, &settings());
+    let actions = capacity::actions(&policy.program, &plan, s, settings);
     let mut next = memory.clone();
     next.arrived(next.arrivals(&view.fleet, now));
     next.remember(&plan, &Default::default());
@@ -123,6 +134,10 @@ fn names(actions: &[CapacityAction]) -> Vec<String> {
             CapacityAction::UnkeepNode { node, released } => {
                 format!("unkeep {node}{}", if *released { " released" } else { "" })
             }
+            CapacityAction::CreateProvisioningRequest { name, count, .. } => {
+                format!("request {name} x{count}")
+            }
+            CapacityAction::DeleteProvisioningRequest { name, .. } => format!("withdraw {name}"),
         })
         .collect()
 }
@@ -321,4 +336,108 @@ fn placeholders_in_the_wrong_place_are_cleaned_up() {
             "delete gantry-placeholder-spot-3"
         ]
     );
+}
+
+/// The view with ProvisioningRequests as the API server holds them.
+fn with_requests(mut s: Stores, requests: &[Value]) -> Stores {
+    let mut cache = cluster::store::Cache::default();
+    cache.apply(Change::Init);
+    for r in requests {
+        let o: kube::api::DynamicObject = serde_json::from_value(r.clone()).unwrap();
+        cache.apply(Change::InitApply(
+            cluster::provreq::key(&o),
+            cluster::provreq::seen(&o),
+        ));
+    }
+    cache.apply(Change::InitDone);
+    s.provreqs = Some(cache);
+    s
+}
+
+#[test]
+fn with_provisioning_requests_a_gang_asks_for_its_nodes_atomically() {
+    let (policy, _dir) = policy("");
+    let provisioning = Settings {
+        provisioning: Some("autoscaling.x-k8s.io/v1".into()),
+        ..settings()
+    };
+    let base = [node("b0", "base")];
+    let gang = [member("g-0"), member("g-1")];
+    let (actions, memory) = cycle_with(
+        &policy,
+        &with_requests(stores(&base, &gang), &[]),
+        &Memory::default(),
+        NOW,
+        &provisioning,
+    );
+    assert_eq!(
+        names(&actions),
+        ["request gantry-spot-0 x2"],
+        "one atomic request, no placeholder pods"
+    );
+    let CapacityAction::CreateProvisioningRequest {
+        request, template, ..
+    } = &actions[0]
+    else {
+        panic!()
+    };
+    insta::assert_snapshot!(
+        "provisioning_request",
+        serde_json::to_string_pretty(&json!({"request": request, "template": template})).unwrap()
+    );
+    // The request exists: nothing more. Provisioned, and the nodes came: it is withdrawn.
+    let mut made = request.clone();
+    made["metadata"]["uid"] = json!("uid-pr");
+    let (again, _) = cycle_with(
+        &policy,
+        &with_requests(stores(&base, &gang), std::slice::from_ref(&made)),
+        &memory,
+        NOW + 10,
+        &provisioning,
+    );
+    assert!(again.is_empty(), "{again:?}");
+    made["status"] = json!({"conditions": [{"type": "Provisioned", "status": "True", "reason": "Provisioned", "message": "", "lastTransitionTime": "2026-11-24T08:50:00Z"}]});
+    let nodes = [node("b0", "base"), node("s0", "spot"), node("s1", "spot")];
+    let (arrived, _) = cycle_with(
+        &policy,
+        &with_requests(stores(&nodes, &gang), &[made]),
+        &memory,
+        NOW + 60,
+        &provisioning,
+    );
+    assert!(
+        names(&arrived).contains(&"withdraw gantry-spot-0".to_string()),
+        "{arrived:?}"
+    );
+}
+
+#[test]
+fn a_failed_provisioning_request_is_not_repeated_while_its_scale_up_stands() {
+    let (policy, _dir) = policy("");
+    let provisioning = Settings {
+        provisioning: Some("autoscaling.x-k8s.io/v1".into()),
+        ..settings()
+    };
+    let base = [node("b0", "base")];
+    let gang = [member("g-0"), member("g-1")];
+    let (actions, memory) = cycle_with(
+        &policy,
+        &with_requests(stores(&base, &gang), &[]),
+        &Memory::default(),
+        NOW,
+        &provisioning,
+    );
+    let CapacityAction::CreateProvisioningRequest { request, .. } = &actions[0] else {
+        panic!()
+    };
+    let mut failed = request.clone();
+    failed["status"] = json!({"conditions": [{"type": "Failed", "status": "True", "reason": "OutOfCapacity", "message": "no p5 capacity in the zone", "lastTransitionTime": "2026-11-24T08:50:00Z"}]});
+    let (after, _) = cycle_with(
+        &policy,
+        &with_requests(stores(&base, &gang), &[failed]),
+        &memory,
+        NOW + 30,
+        &provisioning,
+    );
+    assert!(after.is_empty(), "{after:?}");
 }

@@ -90,6 +90,7 @@ fn options() -> ClusterOptions {
         sync_timeout: Duration::from_secs(10),
         watch_jobs: false,
         placeholder_image: None,
+        provisioning_requests: false,
     }
 }
 

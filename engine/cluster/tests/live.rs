@@ -47,6 +47,7 @@ fn options(timeout: Duration) -> ClusterOptions {
         sync_timeout: timeout,
         watch_jobs: false,
         placeholder_image: None,
+        provisioning_requests: false,
     }
 }
 

@@ -495,6 +495,7 @@ async fn two_replicas_write_as_one() {
             sync_timeout: Duration::from_secs(10),
             watch_jobs: true,
             placeholder_image: None,
+            provisioning_requests: false,
         };
         Live::with_client(client, url, &options).await.unwrap()
     };

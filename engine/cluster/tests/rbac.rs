@@ -72,6 +72,7 @@ async fn the_example_rbac_allows_every_request_the_queue_makes() {
             namespace: "gantry-system".into(),
             pool_label: "gantry.dev/pool".into(),
             image: cluster::capacity::PAUSE_IMAGE.into(),
+            provisioning: None,
         },
         "spot",
         "gantry-placeholder-spot-9",

@@ -67,7 +67,9 @@ pub struct ServeArgs {
     /// With --queue, how the policy's scale-ups, warm pools and scale-downs reach the
     /// cluster: `placeholders` (low-priority pods sized to whole nodes that the cluster's
     /// autoscaler provisions for, and node annotations cluster-autoscaler and Karpenter
-    /// honour) or `none` (gantry leaves capacity to the autoscaler's own rules).
+    /// honour), `provisioning-request` (the same, but scale-ups as cluster-autoscaler's
+    /// atomic ProvisioningRequests; needs its CRD) or `none` (gantry leaves capacity to
+    /// the autoscaler's own rules).
     #[arg(long, value_enum, default_value_t = ScaleThrough::Placeholders)]
     pub scale_through: ScaleThrough,
     /// The image placeholder pods run (they never do anything).
@@ -118,6 +120,7 @@ fn now() -> i64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScaleThrough {
     Placeholders,
+    ProvisioningRequest,
     None,
 }
 
@@ -131,8 +134,10 @@ impl ServeArgs {
             pool_label: self.pool_label.clone(),
             sync_timeout: Duration::from_secs(self.sync_timeout),
             watch_jobs: self.queue,
-            placeholder_image: (self.queue && self.scale_through == ScaleThrough::Placeholders)
+            placeholder_image: (self.queue && self.scale_through != ScaleThrough::None)
                 .then(|| self.placeholder_image.clone()),
+            provisioning_requests: self.queue
+                && self.scale_through == ScaleThrough::ProvisioningRequest,
         })
     }
 }

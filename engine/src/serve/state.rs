@@ -182,6 +182,9 @@ pub struct ClusterOptions {
     /// With the queue: drive the cluster's autoscaler with placeholder pods of this image
     /// and node marks (`--scale-through placeholders`); `None` leaves capacity alone.
     pub placeholder_image: Option<String>,
+    /// With placeholders: ask for scale-ups with cluster-autoscaler's ProvisioningRequest
+    /// (atomic per request) instead of pending placeholder pods.
+    pub provisioning_requests: bool,
 }
 
 /// A fleet file as the inventory.

@@ -30,6 +30,10 @@ pub enum Kind {
     Pods,
     /// `batch/v1` Jobs (the queue reads their parallelism for gang sizes).
     Jobs,
+    /// cluster-autoscaler's `autoscaling.x-k8s.io/v1` ProvisioningRequests (served only
+    /// after `serve_provisioning_requests`, as if its CRD were installed).
+    ProvisioningRequests,
+    PodTemplates,
 }
 
 impl Kind {
@@ -38,6 +42,8 @@ impl Kind {
             Kind::Nodes => "NodeList",
             Kind::Pods => "PodList",
             Kind::Jobs => "JobList",
+            Kind::ProvisioningRequests => "ProvisioningRequestList",
+            Kind::PodTemplates => "PodTemplateList",
         }
     }
     fn kind(self) -> &'static str {
@@ -45,6 +51,8 @@ impl Kind {
             Kind::Nodes => "Node",
             Kind::Pods => "Pod",
             Kind::Jobs => "Job",
+            Kind::ProvisioningRequests => "ProvisioningRequest",
+            Kind::PodTemplates => "PodTemplate",
         }
     }
     fn plural(self) -> &'static str {
@@ -52,11 +60,14 @@ impl Kind {
             Kind::Nodes => "nodes",
             Kind::Pods => "pods",
             Kind::Jobs => "jobs",
+            Kind::ProvisioningRequests => "provisioningrequests",
+            Kind::PodTemplates => "podtemplates",
         }
     }
     fn api_version(self) -> &'static str {
         match self {
             Kind::Jobs => "batch/v1",
+            Kind::ProvisioningRequests => "autoscaling.x-k8s.io/v1",
             _ => "v1",
         }
     }
@@ -95,6 +106,8 @@ struct Inner {
     fail_after: Option<usize>,
     /// Every request: (method, path, whether `watch=true`).
     requests: Vec<(String, String, bool)>,
+    /// The ProvisioningRequest CRD is installed.
+    pub(crate) provisioning: bool,
 }
 
 #[derive(Debug)]
@@ -130,7 +143,7 @@ fn key_of(kind: Kind, obj: &Value) -> String {
         kind,
         obj.pointer("/metadata/namespace").and_then(Value::as_str),
     ) {
-        (Kind::Pods | Kind::Jobs, Some(ns)) => format!("{ns}/{name}"),
+        (_, Some(ns)) if kind != Kind::Nodes => format!("{ns}/{name}"),
         _ => name.to_string(),
     }
 }
@@ -285,6 +298,15 @@ impl FakeApi {
 
     pub fn writes(&self) -> Vec<(String, String)> {
         self.lock().writes.clone()
+    }
+
+    /// Serves `autoscaling.x-k8s.io/v1` ProvisioningRequests from now on.
+    pub fn serve_provisioning_requests(&self) {
+        self.lock().provisioning = true;
+    }
+
+    pub(crate) fn provisioning_served(&self) -> bool {
+        self.lock().provisioning
     }
 
     /// Every request served: (method, path, whether it was a watch).
@@ -460,6 +482,30 @@ impl FakeApi {
             )
             .route("/api/v1/namespaces/{ns}/pods", post(lifecycle::create_pod))
             .route("/apis/batch/v1/jobs", get(list_jobs))
+            .route(
+                "/apis/autoscaling.x-k8s.io",
+                get(lifecycle::provisioning_group),
+            )
+            .route(
+                "/apis/autoscaling.x-k8s.io/v1/provisioningrequests",
+                get(lifecycle::list_provisioning_requests),
+            )
+            .route(
+                "/apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests",
+                post(lifecycle::create_provisioning_request),
+            )
+            .route(
+                "/apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests/{name}",
+                axum::routing::delete(lifecycle::delete_provisioning_request),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/podtemplates",
+                post(lifecycle::create_pod_template),
+            )
+            .route(
+                "/api/v1/namespaces/{ns}/podtemplates/{name}",
+                axum::routing::delete(lifecycle::delete_pod_template),
+            )
             .route(
                 "/api/v1/namespaces/{ns}/pods/{name}",
                 get(get_pod).patch(patch_pod).delete(lifecycle::delete_pod),
@@ -734,7 +780,11 @@ async fn list_jobs(
     list_or_watch(&api, Kind::Jobs, &q).await
 }
 
-async fn list_or_watch(api: &Arc<FakeApi>, kind: Kind, q: &HashMap<String, String>) -> Response {
+pub(crate) async fn list_or_watch(
+    api: &Arc<FakeApi>,
+    kind: Kind,
+    q: &HashMap<String, String>,
+) -> Response {
     let mut paused = api.paused.subscribe();
     let _ = paused.wait_for(|p| !*p).await;
     if q.get("watch").is_some_and(|w| w == "true" || w == "1") {

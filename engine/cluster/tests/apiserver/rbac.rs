@@ -44,8 +44,11 @@ pub fn rules(yaml: &str) -> BTreeSet<Rule> {
 pub fn needs(method: &str, path: &str, watch: bool) -> Rule {
     let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
     let (group, rest) = match parts.first() {
-        Some(&"api") => (String::new(), &parts[2..]),
-        _ => (parts[1].to_string(), &parts[3..]),
+        Some(&"api") => (String::new(), parts.get(2..).unwrap_or_default()),
+        _ => (
+            parts.get(1).copied().unwrap_or_default().to_string(),
+            parts.get(3..).unwrap_or_default(),
+        ),
     };
     let rest = if rest.first() == Some(&"namespaces") && rest.len() > 2 {
         &rest[2..]
@@ -79,12 +82,14 @@ pub fn example_rules(files: &[&str]) -> BTreeSet<Rule> {
         .collect()
 }
 
-/// The requests `api` served that `allowed` does not cover.
+/// The requests `api` served that `allowed` does not cover. Discovery (`GET /apis/GROUP`)
+/// names no resource: every authenticated user may read it (`system:discovery`).
 pub fn not_allowed(api: &super::FakeApi, allowed: &BTreeSet<Rule>) -> Vec<Rule> {
     let needed: BTreeSet<Rule> = api
         .requests()
         .iter()
         .map(|(m, p, w)| needs(m, p, *w))
+        .filter(|(_, resource, _)| !resource.is_empty())
         .collect();
     needed.difference(allowed).cloned().collect()
 }

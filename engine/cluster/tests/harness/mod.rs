@@ -92,6 +92,7 @@ pub async fn harness_with(policy: &str, placeholder_image: Option<String>) -> Ha
         sync_timeout: Duration::from_secs(10),
         watch_jobs: true,
         placeholder_image,
+        provisioning_requests: false,
     };
     let live = Live::with_client(client.clone(), url, &options)
         .await
