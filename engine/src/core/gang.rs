@@ -20,16 +20,6 @@ pub struct JobShape {
     pub topology_preferred: Option<TopologyLevel>,
 }
 
-impl JobShape {
-    fn allows(&self, node: &Node) -> bool {
-        self.pools.is_empty()
-            || node
-                .pool
-                .as_ref()
-                .is_some_and(|p| self.pools.iter().any(|x| x == p))
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UnplacedCode {
@@ -97,15 +87,18 @@ pub fn place_job_within(
     job: &JobShape,
     within: &dyn Fn(usize) -> bool,
 ) -> Result<Vec<Choice>, Unplaced> {
-    let fleet = placer.fleet();
-    // Most jobs name no pool; then every node is in one and nothing is precomputed.
-    let in_pools: Vec<bool> = if job.pools.is_empty() {
-        Vec::new()
-    } else {
-        fleet.nodes.iter().map(|n| job.allows(n)).collect()
-    };
+    // Most jobs name no pool; the others are checked by pool number.
     let any_pool = job.pools.is_empty();
-    let pool_ok = |i: usize| any_pool || in_pools.get(i).copied().unwrap_or(false);
+    let numbers = placer.pool_numbers(&job.pools);
+    let pool_of = placer.pool_index();
+    let pool_ok = |i: usize| {
+        any_pool
+            || pool_of
+                .get(i)
+                .copied()
+                .flatten()
+                .is_some_and(|p| numbers.contains(&p))
+    };
     let is_allowed = |i: usize| pool_ok(i) && within(i);
     if job.members == 0 {
         return Ok(Vec::new());
@@ -168,10 +161,15 @@ fn place_in_groups(
     level: TopologyLevel,
     allowed: &dyn Fn(usize) -> bool,
 ) -> Option<Vec<Choice>> {
+    placer.track_group_free(level);
     let ctx = placer.context();
     let fleet = placer.fleet();
     let mut best: Option<(u64, usize)> = None;
     for (g, (_, nodes)) in placer.groups(level).iter().enumerate() {
+        // A group whose free GPUs cannot hold every member is passed over unvisited.
+        if placer.group_room_bound(level, g, &job.member) < u64::from(job.members) {
+            continue;
+        }
         let (mut room, mut free_milli) = (0u64, 0u64);
         for &i in nodes.iter().filter(|i| allowed(**i)) {
             let (Some(node), Some(free)) = (fleet.nodes.get(i), placer.state().nodes.get(i)) else {
@@ -342,23 +340,26 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
     let r = &job.member;
     let pools = pools_text(job);
     if let Some(level) = grouping(job.topology_required) {
-        let all = allowed_groups(placer, level, allowed);
-        let best_now = all
-            .iter()
-            .map(|g| {
-                g.iter()
-                    .filter_map(|i| {
-                        Some(member_slots(
-                            &ctx,
-                            fleet.nodes.get(*i)?,
-                            placer.state().nodes.get(*i)?,
-                            r,
-                        ))
-                    })
-                    .fold(0u64, u64::saturating_add)
-            })
-            .max()
-            .unwrap_or(0);
+        // The freest group's room; groups whose free GPUs cannot beat it are not visited.
+        let mut best_now = 0u64;
+        for (g, (_, nodes)) in placer.groups(level).iter().enumerate() {
+            if placer.group_room_bound(level, g, r) <= best_now {
+                continue;
+            }
+            let room = nodes
+                .iter()
+                .filter(|i| allowed(**i))
+                .filter_map(|i| {
+                    Some(member_slots(
+                        &ctx,
+                        fleet.nodes.get(*i)?,
+                        placer.state().nodes.get(*i)?,
+                        r,
+                    ))
+                })
+                .fold(0u64, u64::saturating_add);
+            best_now = best_now.max(room);
+        }
         return Unplaced {
             code: UnplacedCode::NoCapacity,
             message: format!(

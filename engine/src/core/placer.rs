@@ -5,7 +5,7 @@
 //! comes first in the fleet.
 
 use super::alloc::{ClusterState, NodeFree, Request};
-use super::fleet::{Fleet, Node};
+use super::fleet::{Fleet, Node, MILLI};
 use super::frag::Workload;
 use super::gang::{JobShape, Unplaced};
 use super::mig::{self, MigTable};
@@ -62,7 +62,34 @@ pub struct Placer<'a> {
     pub(crate) verdicts: HashMap<JobShape, Option<Unplaced>>,
     /// Distinct requests seen, numbered, so class memos are indexed, not hashed.
     request_ids: HashMap<Request, usize>,
+    /// Each node's pool as a number, and the numbers by pool name: a pool-restricted job
+    /// checks nodes by number, not by comparing names.
+    pool_of: std::rc::Rc<[Option<u32>]>,
+    pool_ids: HashMap<String, u32>,
+    /// Free GPUs per topology group, for the levels a gang has asked about, kept in step
+    /// with the state: a bound that lets a gang pass over groups that cannot hold it
+    /// without visiting their nodes.
+    group_free: BTreeMap<TopologyLevel, GroupFree>,
     rng: Rng,
+}
+
+/// Free GPUs of each group at one topology level.
+#[derive(Debug, Default)]
+struct GroupFree {
+    /// Each node's group (index into [`Placer::groups`]).
+    group_of: Vec<Option<usize>>,
+    /// Whole free GPUs per group.
+    whole: Vec<u64>,
+    /// Free milli-GPUs per group.
+    milli: Vec<u64>,
+}
+
+/// (whole free GPUs, free milli-GPUs) of a node.
+fn free_counts(free: &NodeFree) -> (u64, u64) {
+    (
+        free.gpu_milli.iter().filter(|g| **g >= MILLI).count() as u64,
+        free.gpu_milli_total(),
+    )
 }
 
 impl Class {
@@ -116,6 +143,17 @@ impl<'a> Placer<'a> {
                 *kinds.entry(kind_signature(n)).or_insert(next)
             })
             .collect();
+        let mut pool_ids: HashMap<String, u32> = HashMap::new();
+        let pool_of: std::rc::Rc<[Option<u32>]> = fleet
+            .nodes
+            .iter()
+            .map(|n| {
+                n.pool.as_ref().map(|p| {
+                    let next = pool_ids.len() as u32;
+                    *pool_ids.entry(p.clone()).or_insert(next)
+                })
+            })
+            .collect();
         let groups = [
             TopologyLevel::Node,
             TopologyLevel::NvlinkDomain,
@@ -130,6 +168,9 @@ impl<'a> Placer<'a> {
             mig_table: mig,
             verdicts: HashMap::new(),
             request_ids: HashMap::new(),
+            pool_of,
+            pool_ids,
+            group_free: BTreeMap::new(),
             key_of: vec![None; fleet.nodes.len()],
             groups,
             fleet,
@@ -151,6 +192,21 @@ impl<'a> Placer<'a> {
 
     pub fn fleet(&self) -> &'a Fleet {
         self.fleet
+    }
+
+    /// The pool numbers of `pools` (names no node has are left out): with
+    /// [`Placer::in_pools`], a job's pool check without string compares.
+    pub fn pool_numbers(&self, pools: &[String]) -> Vec<u32> {
+        pools
+            .iter()
+            .filter_map(|p| self.pool_ids.get(p).copied())
+            .collect()
+    }
+
+    /// Each node's pool number (shared, so a predicate can hold it while the placer
+    /// changes).
+    pub fn pool_index(&self) -> std::rc::Rc<[Option<u32>]> {
+        self.pool_of.clone()
     }
 
     pub fn context(&self) -> Context<'a> {
@@ -182,12 +238,85 @@ impl<'a> Placer<'a> {
         if let Some(slot) = self.key_of.get_mut(node) {
             *slot = Some(key);
         }
+        self.count_group_free(node, true);
+    }
+
+    /// Adds (`entering`) or takes away the node's free GPUs in its groups' counts.
+    fn count_group_free(&mut self, node: usize, entering: bool) {
+        if self.group_free.is_empty() {
+            return;
+        }
+        let Some(free) = self.state.nodes.get(node) else {
+            return;
+        };
+        let (whole, milli) = free_counts(free);
+        for gf in self.group_free.values_mut() {
+            let Some(g) = gf.group_of.get(node).copied().flatten() else {
+                continue;
+            };
+            if let (Some(w), Some(m)) = (gf.whole.get_mut(g), gf.milli.get_mut(g)) {
+                if entering {
+                    *w += whole;
+                    *m += milli;
+                } else {
+                    *w = w.saturating_sub(whole);
+                    *m = m.saturating_sub(milli);
+                }
+            }
+        }
+    }
+
+    /// Starts keeping free GPUs per group at `level` (once).
+    pub fn track_group_free(&mut self, level: TopologyLevel) {
+        if self.group_free.contains_key(&level) {
+            return;
+        }
+        let mut gf = GroupFree {
+            group_of: vec![None; self.fleet.nodes.len()],
+            ..GroupFree::default()
+        };
+        let groups = self.groups(level);
+        gf.whole = vec![0; groups.len()];
+        gf.milli = vec![0; groups.len()];
+        for (g, (_, nodes)) in groups.iter().enumerate() {
+            for &i in nodes {
+                if let Some(slot) = gf.group_of.get_mut(i) {
+                    *slot = Some(g);
+                }
+                let (whole, milli) = self.state.nodes.get(i).map_or((0, 0), free_counts);
+                if let (Some(w), Some(m)) = (gf.whole.get_mut(g), gf.milli.get_mut(g)) {
+                    *w += whole;
+                    *m += milli;
+                }
+            }
+        }
+        self.group_free.insert(level, gf);
+    }
+
+    /// At most how many members of `r` group `g` at `level` could hold now (`u64::MAX`
+    /// when not tracked or not bounded by GPUs: MIG, no GPUs).
+    pub fn group_room_bound(&self, level: TopologyLevel, g: usize, r: &Request) -> u64 {
+        let Some(gf) = self.group_free.get(&level) else {
+            return u64::MAX;
+        };
+        if r.mig_profile.is_some() || r.num_gpu == 0 {
+            return u64::MAX;
+        }
+        if r.gpu_milli >= MILLI {
+            return gf
+                .whole
+                .get(g)
+                .map_or(u64::MAX, |w| w / u64::from(r.num_gpu));
+        }
+        let per = u64::from(r.gpu_milli.max(1)) * u64::from(r.num_gpu);
+        gf.milli.get(g).map_or(u64::MAX, |m| m / per)
     }
 
     fn leave(&mut self, node: usize) {
         let Some(key) = self.key_of.get_mut(node).and_then(Option::take) else {
             return;
         };
+        self.count_group_free(node, false);
         if let Some(class) = self.classes.get_mut(&key) {
             class.nodes.remove(&node);
             if class.nodes.is_empty() {

@@ -1,0 +1,238 @@
+//! The decision cycle on realistic mixes as clusters grow (issue 20's generator):
+//! N nodes × 8 H100 in two pools (train 3/4, infer 1/4; NVLink domains of 8 nodes, racks
+//! of 32), about 60% of the GPUs held by running jobs, and 5N pending jobs — 1-GPU,
+//! fractional, 2/4/8-GPU and gangs of 2–8 × 8 GPUs (half of them inside one NVLink
+//! domain) — of 23 teams (three cohorts and two standalone teams), three tiers, a third of
+//! the jobs pinned to a pool. Seeded: the same N gives the same snapshot.
+//!
+//! `cargo bench -p engine --bench decide_scale [-- N...]` prints, per N, the time of one
+//! `decide` (best of a few runs; one run from 10,000 nodes), what it placed, the time
+//! divided by N·log2 N (flat means no worse than N log N), and the peak RSS so far.
+
+#![allow(
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    reason = "benchmark setup: a broken fixture should stop the run"
+)]
+
+#[allow(dead_code, reason = "the shared fleet is the other benches'")]
+mod common;
+use common::shape;
+use engine::core::fleet::{Fleet, Gpu, Node};
+use engine::core::mig::MigTable;
+use engine::core::rng::Rng;
+use engine::decide::plan::Action;
+use engine::decide::snapshot::Snapshot;
+use engine::inventory::jobs_file::{Job, PlacedMember};
+use lang::ir::{Program, TopologyLevel};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+const TIERS: [&str; 3] = ["critical", "standard", "best_effort"];
+const NOW: i64 = 86_400;
+
+fn pool_of(i: usize) -> &'static str {
+    if i % 4 == 3 {
+        "infer"
+    } else {
+        "train"
+    }
+}
+
+fn fleet(n: usize) -> Fleet {
+    Fleet {
+        nodes: (0..n)
+            .map(|i| Node {
+                name: format!("h100-{i:05}"),
+                pool: Some(pool_of(i).into()),
+                cpu_milli: 224_000,
+                memory_mib: 2_097_152,
+                labels: BTreeMap::from([
+                    ("nvlink_domain".to_string(), format!("nvl-{}", i / 8)),
+                    ("rack".to_string(), format!("rack-{}", i / 32)),
+                ]),
+                gpus: (0..8u32)
+                    .map(|g| Gpu {
+                        nvlink_island: Some(g / 4),
+                        ..Gpu::new(g, "H100-SXM5-80GB", 81_559)
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// 23 teams whose guarantees add up to about the fleet.
+fn policy(n: usize) -> Program {
+    let gpus = n * 8;
+    let train = gpus * 3 / 4;
+    let infer = gpus - train;
+    let mut text = format!(
+        "use std.nodes.{{dgx_h100}}\nuse std.tiers\n\
+         pool train {{ capacity = reserved; node = dgx_h100; nodes = {} }}\n\
+         pool infer {{ capacity = reserved; node = dgx_h100; nodes = {} }}\n\
+         placement {{ backfill = on; gang_timeout = 30m }}\n",
+        n - n / 4,
+        n / 4
+    );
+    let per_train = train / 24;
+    let per_infer = infer / 24;
+    for c in 0..3 {
+        text.push_str(&format!(
+            "cohort c{c} {{\n  fair_share = drf\n  half_life = 7d\n"
+        ));
+        for t in 0..7 {
+            text.push_str(&format!(
+                "  team t{c}_{t} {{ guaranteed = [{per_train} gpu in train, {per_infer} gpu in infer]; burst = {} gpu; lend = {} gpu }}\n",
+                (per_train + per_infer) * 3,
+                per_train / 2
+            ));
+        }
+        text.push_str("}\n");
+    }
+    text.push_str(&format!(
+        "team solo_a {{ guaranteed = {per_train} gpu in train; burst = {} gpu }}\n",
+        per_train * 2
+    ));
+    text.push_str(&format!(
+        "team solo_b {{ guaranteed = {per_infer} gpu in infer }}\n"
+    ));
+    let checked = lang::check(&[("scale.gantry".to_string(), text)]);
+    match checked.program {
+        Some(p) => p,
+        None => panic!("bench policy does not check: {:?}", checked.diagnostics),
+    }
+}
+
+/// A pending job of the mix.
+fn pending(i: usize, teams: &[String], rng: &mut Rng) -> Job {
+    let (members, num_gpu, gpu_milli, topology) = match rng.below(100) {
+        0..=34 => (1, 1, 1000, None),
+        35..=49 => (1, 1, 250 * (1 + rng.below(3) as u32), None),
+        50..=84 => (1, 2 << rng.below(3), 1000, None),
+        85..=92 => (2 + rng.below(7) as u32, 8, 1000, None),
+        _ => (
+            2 + rng.below(7) as u32,
+            8,
+            1000,
+            Some(TopologyLevel::NvlinkDomain),
+        ),
+    };
+    let mut s = shape(members, num_gpu, gpu_milli, topology);
+    if rng.below(3) == 0 {
+        s.pools = vec![if rng.below(4) == 0 { "infer" } else { "train" }.to_string()];
+    }
+    Job {
+        id: format!("pend-{i}"),
+        team: teams.get(rng.below(teams.len())).cloned(),
+        tier: Some(TIERS[rng.below(3)].to_string()),
+        submitted_at: Some(NOW - 3_600 + (i % 3_600) as i64),
+        runtime_s: Some(600 + rng.below(86_400) as u64),
+        shape: s,
+        ..Job::default()
+    }
+}
+
+/// Running jobs filling each node's GPUs to about 60% (1, 2, 4 or 8 whole GPUs, first
+/// fit), with explicit GPU indices.
+fn running(n: usize, teams: &[String], rng: &mut Rng) -> Vec<Job> {
+    let mut out = Vec::new();
+    for node in 0..n {
+        let mut used = 0u32;
+        let target = if rng.below(2) == 0 {
+            8
+        } else {
+            2 * rng.below(3) as u32
+        };
+        while used < target {
+            let want = [1u32, 2, 4, 8][rng.below(4)].min(target - used);
+            let mut j = Job {
+                id: format!("run-{}", out.len()),
+                team: teams.get(rng.below(teams.len())).cloned(),
+                tier: Some(TIERS[rng.below(3)].to_string()),
+                submitted_at: Some(NOW - 7_200),
+                runtime_s: Some(3_600 + rng.below(86_400) as u64),
+                started_at: Some(NOW - 3_600 - rng.below(3_000) as i64),
+                last_checkpoint_at: Some(NOW - rng.below(1_800) as i64),
+                shape: shape(1, want, 1000, None),
+                ..Job::default()
+            };
+            j.placement = vec![PlacedMember {
+                node: format!("h100-{node:05}"),
+                gpus: (used..used + want).collect(),
+                gpu_milli: None,
+                mig_starts: Vec::new(),
+            }];
+            used += want;
+            out.push(j);
+        }
+    }
+    out
+}
+
+fn snapshot(n: usize, program: &Program) -> Snapshot {
+    let mut rng = Rng::new(20);
+    let teams: Vec<String> = program.teams.iter().map(|t| t.name.clone()).collect();
+    let mut jobs = running(n, &teams, &mut rng);
+    jobs.extend((0..5 * n).map(|i| pending(i, &teams, &mut rng)));
+    Snapshot::build(fleet(n), jobs, Vec::new(), &MigTable::default())
+        .unwrap_or_else(|e| panic!("{:?}", e.first()))
+}
+
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}
+
+fn main() {
+    let sizes: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|a| a.parse().ok())
+        .collect();
+    let sizes = if sizes.is_empty() {
+        vec![1_000, 2_500, 5_000, 10_000, 12_500, 20_000]
+    } else {
+        sizes
+    };
+    println!("| nodes | GPUs held | pending | decide | placed | per N·log2 N (ns) | peak RSS |");
+    println!("|---|---|---|---|---|---|---|");
+    for n in sizes {
+        let program = policy(n);
+        let snap = snapshot(n, &program);
+        let held: f64 = snap
+            .jobs
+            .iter()
+            .filter(|j| j.running.is_some())
+            .map(|j| j.gpu_milli() as f64 / 1000.0)
+            .sum();
+        let pending = snap.jobs.iter().filter(|j| j.running.is_none()).count();
+        let runs = if n >= 10_000 { 1 } else { 3 };
+        let mut best = f64::MAX;
+        let mut placed = 0;
+        for _ in 0..runs {
+            let start = Instant::now();
+            let plan = engine::decide::decide(&program, &snap, NOW);
+            best = best.min(start.elapsed().as_secs_f64());
+            placed = plan
+                .decisions
+                .iter()
+                .filter(|d| d.action == Action::Place)
+                .count();
+        }
+        let nlogn = n as f64 * (n as f64).log2();
+        println!(
+            "| {n} | {:.0}% | {pending} | {:.1} ms | {placed} | {:.1} | {:.0} MiB |",
+            held / (n as f64 * 8.0) * 100.0,
+            best * 1000.0,
+            best * 1e9 / nlogn,
+            peak_rss_mib()
+        );
+    }
+}
