@@ -204,7 +204,16 @@ fn explain(placer: &mut Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> b
             v
         }
     };
-    verdict.unwrap_or_else(|| not_now(placer, job, allowed))
+    verdict.unwrap_or_else(|| {
+        if placer.quiet {
+            Unplaced {
+                code: UnplacedCode::NoCapacity,
+                message: String::new(),
+            }
+        } else {
+            not_now(placer, job, allowed)
+        }
+    })
 }
 
 /// Why `job` can never be placed on this fleet (its pools, models, node sizes and
@@ -380,9 +389,13 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
     let now: u64 = placer
         .classes()
         .filter_map(|(free, members)| {
-            let count = members.iter().filter(|i| allowed(**i)).count() as u64;
             let first = members.iter().find(|i| allowed(**i))?;
             let slots = member_slots(&ctx, fleet.nodes.get(*first)?, free, r);
+            // Full classes are not counted node by node.
+            if slots == 0 {
+                return None;
+            }
+            let count = members.iter().filter(|i| allowed(**i)).count() as u64;
             Some(slots.saturating_mul(count))
         })
         .fold(0u64, u64::saturating_add);

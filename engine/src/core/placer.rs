@@ -60,6 +60,9 @@ pub struct Placer<'a> {
     mig_table: &'a MigTable,
     /// Why a job shape can never fit this fleet (`None`: it can), memoised per shape.
     pub(crate) verdicts: HashMap<JobShape, Option<Unplaced>>,
+    /// Trial placements whose failure nobody reads: a job that does not fit now is not
+    /// explained (what can never fit still is, memoised).
+    pub quiet: bool,
     /// Distinct requests seen, numbered, so class memos are indexed, not hashed.
     request_ids: HashMap<Request, usize>,
     /// Each node's pool as a number, and the numbers by pool name: a pool-restricted job
@@ -167,6 +170,7 @@ impl<'a> Placer<'a> {
             empty: std::cell::OnceCell::new(),
             mig_table: mig,
             verdicts: HashMap::new(),
+            quiet: false,
             request_ids: HashMap::new(),
             pool_of,
             pool_ids,

@@ -934,6 +934,20 @@ impl<'a> Cycle<'a> {
         self.try_place_keeping(js, shape, within, false)
     }
 
+    /// [`Cycle::try_place`] for a trial whose failure is not shown: no explanation is
+    /// worked out when it does not fit now.
+    fn try_place_quiet(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Option<(Vec<Choice>, bool)> {
+        self.placer.quiet = true;
+        let placed = self.try_place(js, shape, within).ok();
+        self.placer.quiet = false;
+        placed
+    }
+
     /// [`Cycle::try_place`]; with `keep`, a placement found stays committed in the placer
     /// (the caller holds it with [`Cycle::hold_committed`]).
     fn try_place_keeping(

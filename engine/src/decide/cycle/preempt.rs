@@ -738,7 +738,7 @@ impl<'a> Cycle<'a> {
             let attempt = if shape.members == 1 {
                 self.try_place_on(js, shape, node)
             } else {
-                self.try_place(js, shape, within).ok()
+                self.try_place_quiet(js, shape, within)
             };
             if let Some(done) = attempt {
                 placed = Some(done);
@@ -968,7 +968,7 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
-        self.try_place(js, shape, within).ok()
+        self.try_place_quiet(js, shape, within)
     }
 
     /// Gives back victims the placement does not need (latest added first). `placed`
@@ -1006,9 +1006,9 @@ impl<'a> Cycle<'a> {
                 }
                 continue;
             }
-            match self.try_place(js, shape, within) {
-                Ok(done) => placed = done,
-                Err(_) => {
+            match self.try_place_quiet(js, shape, within) {
+                Some(done) => placed = done,
+                None => {
                     self.release_holder(h);
                     needed.push(h);
                 }
