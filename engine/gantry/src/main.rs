@@ -1,6 +1,10 @@
 //! The `gantry` binary: hands arguments and standard streams to the engine's CLI, with the
 //! Kubernetes cluster view (the `cluster` crate) plugged in for `serve`.
 
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     // Standard output is buffered, not locked: `lsp` speaks JSON-RPC on it from other
     // threads, and `serve` logs to standard error from other threads.

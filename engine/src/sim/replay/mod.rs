@@ -435,7 +435,11 @@ impl<'p> Sim<'p> {
     fn decide(&mut self) {
         self.refresh_fleet();
         self.cycles += 1;
-        let mut states = Vec::with_capacity(self.active.len());
+        // The job list's buffer is kept from cycle to cycle (cleared after each decide):
+        // a fresh one per cycle made the allocator's share grow over the run.
+        let mut states = std::mem::take(&mut self.snapshot.jobs);
+        states.clear();
+        states.reserve(self.active.len());
         for &j in &self.active {
             if let Some(state) = self
                 .jobs
