@@ -155,6 +155,14 @@ fn judge(
             outcome("pass", "being_deleted"),
         ));
     }
+    // The queue's own capacity placeholder (priority −1: anything preempts it) keeps its
+    // class and is never gated, or it could not hold a node for the autoscaler.
+    if super::extender::is_placeholder(&pod) {
+        return Ok((
+            respond(true, None, Vec::new(), None),
+            outcome("pass", "placeholder"),
+        ));
+    }
     let job = match pod::job(&pod, req.namespace.as_deref(), ctx.now) {
         Ok(Some(job)) => job,
         Ok(None) => {

@@ -80,7 +80,8 @@ enum Verdict {
 pub const PLACEHOLDER_LABEL: &str = "gantry.dev/placeholder";
 pub const PLACEHOLDER_CLASS: &str = "gantry-placeholder";
 
-fn is_placeholder(pod: &Pod) -> bool {
+/// A capacity placeholder of the queue: its label and the `gantry-placeholder` class.
+pub fn is_placeholder(pod: &Pod) -> bool {
     pod.metadata
         .labels
         .as_ref()
