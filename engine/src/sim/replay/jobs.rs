@@ -52,6 +52,9 @@ pub(super) struct SimJob {
     waited_by: BTreeMap<String, i64>,
     waiting_under: Option<(String, i64)>,
     pub generation: u64,
+    /// Bumped on every change to what [`SimJob::state`] reads (phase, placement, the job
+    /// record), so a decision state built earlier can be reused while it is current.
+    pub revision: u64,
 }
 
 impl SimJob {
@@ -75,6 +78,7 @@ impl SimJob {
             waited_by: BTreeMap::new(),
             waiting_under: None,
             generation: 0,
+            revision: 0,
         }
     }
 
@@ -86,6 +90,7 @@ impl SimJob {
     }
 
     pub fn arrive(&mut self, t: i64) {
+        self.revision += 1;
         self.phase = Phase::Pending;
         self.queued_since = t;
     }
@@ -128,6 +133,15 @@ impl SimJob {
             running,
             member_milli: self.member_milli,
         })
+    }
+
+    /// The running job's last checkpoint at `now` (what a reused decision state must be
+    /// brought up to).
+    pub fn checkpoint_at(&self, now: i64) -> Option<i64> {
+        match &self.phase {
+            Phase::Running(run) => self.last_checkpoint(run, now),
+            _ => None,
+        }
     }
 
     fn last_checkpoint(&self, run: &Run, now: i64) -> Option<i64> {
@@ -192,6 +206,7 @@ impl SimJob {
         self.queue_wait_s += free_at - self.queued_since;
         self.first_start.get_or_insert(free_at);
         self.generation += 1;
+        self.revision += 1;
         self.reason = None;
         self.phase = Phase::Running(Run {
             members,
@@ -221,6 +236,7 @@ impl SimJob {
         self.lost_gpu_s += lost_gpu_s;
         self.queued_since = now;
         self.generation += 1;
+        self.revision += 1;
         Some(run.members)
     }
 
@@ -232,6 +248,7 @@ impl SimJob {
         let Phase::Running(run) = std::mem::replace(&mut self.phase, Phase::Done) else {
             return false;
         };
+        self.revision += 1;
         for (c, amount) in &run.contrib {
             rec.add(*c, -amount);
         }
@@ -239,6 +256,7 @@ impl SimJob {
     }
 
     pub fn deny(&mut self, d: &Decision) {
+        self.revision += 1;
         self.phase = Phase::Denied;
         self.rule = d.reason.as_ref().and_then(|r| r.rule.clone());
         self.reason = d.reason.clone();

@@ -119,6 +119,11 @@ struct Sim<'p> {
     node_by_name: HashMap<String, usize>,
     /// `snapshot.fleet` is the up nodes, rebuilt when they change.
     fleet_dirty: bool,
+    /// Bumped on each rebuild of the fleet (decision states name nodes by index).
+    fleet_epoch: u64,
+    /// For each of `snapshot.jobs` (kept between cycles): its job, the job's revision and
+    /// the fleet epoch it was built at.
+    snapshot_tags: Vec<(usize, u64, u64)>,
     fleet_index: HashMap<String, usize>,
     snapshot: Snapshot,
     jobs: Vec<SimJob>,
@@ -231,6 +236,8 @@ impl<'p> Sim<'p> {
             nodes,
             node_by_name,
             fleet_dirty: true,
+            fleet_epoch: 0,
+            snapshot_tags: Vec::new(),
             fleet_index: HashMap::new(),
             snapshot,
             jobs,
@@ -421,6 +428,7 @@ impl<'p> Sim<'p> {
             return;
         }
         self.fleet_dirty = false;
+        self.fleet_epoch += 1;
         let up: Vec<&SimNode> = self.nodes.iter().filter(|n| n.up).collect();
         self.fleet_index = up
             .iter()
@@ -435,21 +443,38 @@ impl<'p> Sim<'p> {
     fn decide(&mut self) {
         self.refresh_fleet();
         self.cycles += 1;
-        // The job list's buffer is kept from cycle to cycle (cleared after each decide):
-        // a fresh one per cycle made the allocator's share grow over the run.
-        let mut states = std::mem::take(&mut self.snapshot.jobs);
-        states.clear();
-        states.reserve(self.active.len());
+        // The decision states of the last cycle are kept and reused for jobs that have not
+        // changed since (same revision, same fleet): a steady replay rebuilds only the few
+        // that arrived, started, stopped or were preempted. Both lists are in job order.
+        let old = std::mem::take(&mut self.snapshot.jobs);
+        let old_tags = std::mem::take(&mut self.snapshot_tags);
+        let mut reuse = old.into_iter().zip(old_tags).peekable();
+        let mut states = Vec::with_capacity(self.active.len());
+        let mut tags = Vec::with_capacity(self.active.len());
         for &j in &self.active {
-            if let Some(state) = self
-                .jobs
-                .get(j)
-                .and_then(|job| job.state(&self.snapshot.fleet, &self.fleet_index, self.now))
-            {
+            let Some(job) = self.jobs.get(j) else {
+                continue;
+            };
+            while reuse.peek().is_some_and(|(_, t)| t.0 < j) {
+                reuse.next();
+            }
+            let current = (j, job.revision, self.fleet_epoch);
+            let state = match reuse.next_if(|(_, t)| *t == current) {
+                Some((mut state, _)) => {
+                    if let Some(run) = state.running.as_mut() {
+                        run.last_checkpoint_at = job.checkpoint_at(self.now);
+                    }
+                    Some(state)
+                }
+                None => job.state(&self.snapshot.fleet, &self.fleet_index, self.now),
+            };
+            if let Some(state) = state {
                 states.push(state);
+                tags.push(current);
             }
         }
         self.snapshot.jobs = states;
+        self.snapshot_tags = tags;
         self.snapshot.interrupted = self
             .interrupted
             .iter()
@@ -457,7 +482,6 @@ impl<'p> Sim<'p> {
             .filter_map(|n| self.fleet_index.get(&n.node.name).copied())
             .collect();
         let plan = crate::decide::decide(self.program, &self.snapshot, self.now);
-        self.snapshot.jobs.clear();
         self.apply(plan);
     }
 
@@ -576,6 +600,7 @@ impl<'p> Sim<'p> {
             return;
         };
         job.job.preemptions += 1;
+        job.revision += 1;
         if p.cause == "spot_interrupt" {
             job.job.spot_interruptions += 1;
         }
