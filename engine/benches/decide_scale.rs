@@ -16,17 +16,14 @@
     reason = "benchmark setup: a broken fixture should stop the run"
 )]
 
-#[allow(dead_code, reason = "the shared fleet is the other benches'")]
 mod common;
-use common::shape;
-use engine::core::fleet::{Fleet, Gpu, Node};
+use common::{fleet_in_pools, peak_rss_mib, shape};
 use engine::core::mig::MigTable;
 use engine::core::rng::Rng;
 use engine::decide::plan::Action;
 use engine::decide::snapshot::Snapshot;
 use engine::inventory::jobs_file::{Job, PlacedMember};
 use lang::ir::{Program, TopologyLevel};
-use std::collections::BTreeMap;
 use std::time::Instant;
 
 const TIERS: [&str; 3] = ["critical", "standard", "best_effort"];
@@ -37,29 +34,6 @@ fn pool_of(i: usize) -> &'static str {
         "infer"
     } else {
         "train"
-    }
-}
-
-fn fleet(n: usize) -> Fleet {
-    Fleet {
-        nodes: (0..n)
-            .map(|i| Node {
-                name: format!("h100-{i:05}"),
-                pool: Some(pool_of(i).into()),
-                cpu_milli: 224_000,
-                memory_mib: 2_097_152,
-                labels: BTreeMap::from([
-                    ("nvlink_domain".to_string(), format!("nvl-{}", i / 8)),
-                    ("rack".to_string(), format!("rack-{}", i / 32)),
-                ]),
-                gpus: (0..8u32)
-                    .map(|g| Gpu {
-                        nvlink_island: Some(g / 4),
-                        ..Gpu::new(g, "H100-SXM5-80GB", 81_559)
-                    })
-                    .collect(),
-            })
-            .collect(),
     }
 }
 
@@ -159,7 +133,7 @@ fn running(n: usize, teams: &[String], rng: &mut Rng) -> Vec<Job> {
                 ..Job::default()
             };
             j.placement = vec![PlacedMember {
-                node: format!("h100-{node:05}"),
+                node: format!("h100-{node}"),
                 gpus: (used..used + want).collect(),
                 gpu_milli: None,
                 mig_starts: Vec::new(),
@@ -176,19 +150,13 @@ fn snapshot(n: usize, program: &Program) -> Snapshot {
     let teams: Vec<String> = program.teams.iter().map(|t| t.name.clone()).collect();
     let mut jobs = running(n, &teams, &mut rng);
     jobs.extend((0..5 * n).map(|i| pending(i, &teams, &mut rng)));
-    Snapshot::build(fleet(n), jobs, Vec::new(), &MigTable::default())
-        .unwrap_or_else(|e| panic!("{:?}", e.first()))
-}
-
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
+    Snapshot::build(
+        fleet_in_pools(n, pool_of),
+        jobs,
+        Vec::new(),
+        &MigTable::default(),
+    )
+    .unwrap_or_else(|e| panic!("{:?}", e.first()))
 }
 
 fn main() {

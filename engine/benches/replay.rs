@@ -17,6 +17,9 @@
     reason = "benchmark setup: a broken fixture should stop the run"
 )]
 
+mod common;
+
+use common::peak_rss_mib;
 use engine::core::rng::Rng;
 use engine::sim::replay::{self, Config};
 use std::fmt::Write;
@@ -98,17 +101,6 @@ fn cpu_seconds() -> f64 {
             .unwrap_or(0.0)
     };
     (ticks(11) + ticks(12)) / 100.0
-}
-
-fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 fn main() {

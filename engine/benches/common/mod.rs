@@ -1,5 +1,7 @@
-//! The benchmark fleet both benches use: nodes of 8 H100 in NVLink domains of 8 nodes and
+//! What the engine benches share: a fleet of nodes of 8 H100 in NVLink domains of 8 nodes and
 //! racks of 32, two NVLink islands of four GPUs per node.
+
+#![allow(dead_code, reason = "each bench uses part of it")]
 
 use engine::core::alloc::Request;
 use engine::core::fleet::{Fleet, Gpu, Node};
@@ -8,11 +10,16 @@ use lang::ir::TopologyLevel;
 use std::collections::BTreeMap;
 
 pub fn fleet(nodes: usize) -> Fleet {
+    fleet_in_pools(nodes, |_| "train")
+}
+
+/// [`fleet`] with node `i` in pool `pool_of(i)`.
+pub fn fleet_in_pools(nodes: usize, pool_of: impl Fn(usize) -> &'static str) -> Fleet {
     Fleet {
         nodes: (0..nodes)
             .map(|i| Node {
                 name: format!("h100-{i}"),
-                pool: Some("train".into()),
+                pool: Some(pool_of(i).into()),
                 cpu_milli: 224_000,
                 memory_mib: 2_097_152,
                 labels: BTreeMap::from([
@@ -28,6 +35,18 @@ pub fn fleet(nodes: usize) -> Fleet {
             })
             .collect(),
     }
+}
+
+/// The process's peak resident memory so far, in MiB (Linux; 0 elsewhere).
+pub fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
 }
 
 /// A bench job: `members` × `num_gpu` GPUs (or one share of `gpu_milli`), with CPU and

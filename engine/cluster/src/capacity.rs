@@ -89,35 +89,59 @@ pub struct Settings {
     pub provisioning: Option<String>,
 }
 
-/// A placeholder as the view has it.
-#[derive(Debug)]
-struct Held<'a> {
-    pod: &'a PodSeen,
+/// What every part of the reconciliation reads, worked out once per cycle.
+struct View<'a> {
+    /// Nodes that run (or are promised, or get in this plan) real work.
+    busy: BTreeSet<&'a str>,
+    /// GPU nodes by pool.
+    by_pool: BTreeMap<&'a str, Vec<&'a NodeSeen>>,
 }
 
-/// Nodes that run (or are promised, or get in this plan) real work.
-fn busy_nodes<'a>(stores: &'a Stores, plan: &'a Plan) -> BTreeSet<&'a str> {
-    let mut busy = BTreeSet::new();
-    for p in stores.pods.objects.values() {
-        if p.placeholder.is_some() {
-            continue;
+impl<'a> View<'a> {
+    fn new(stores: &'a Stores, plan: &'a Plan) -> View<'a> {
+        let mut busy = BTreeSet::new();
+        for p in stores.pods.objects.values() {
+            if p.placeholder.is_some() {
+                continue;
+            }
+            if let (true, Some(node)) =
+                (p.holds_gpus() || p.unreadable.is_some(), p.node.as_deref())
+            {
+                busy.insert(node);
+            }
+            if let Some(node) = p.assigned.as_deref() {
+                busy.insert(node);
+            }
         }
-        let holds_gpus = p.holds_gpus();
-        if let (true, Some(node)) = (holds_gpus || p.unreadable.is_some(), p.node.as_deref()) {
-            busy.insert(node);
+        for d in plan
+            .decisions
+            .iter()
+            .filter(|d| d.action == PlanAction::Place)
+        {
+            busy.extend(d.placement.iter().map(|a| a.node.as_str()));
         }
-        if let Some(node) = p.assigned.as_deref() {
-            busy.insert(node);
+        let mut by_pool: BTreeMap<&str, Vec<&NodeSeen>> = BTreeMap::new();
+        for n in stores.nodes.objects.values().filter(|n| n.has_gpus()) {
+            if let Some(p) = n.node.pool.as_deref() {
+                by_pool.entry(p).or_default().push(n);
+            }
         }
+        View { busy, by_pool }
     }
-    for d in plan
-        .decisions
+
+    fn nodes(&self, pool: &str) -> &[&'a NodeSeen] {
+        self.by_pool.get(pool).map_or(&[], Vec::as_slice)
+    }
+}
+
+/// The largest warm target the plan gives `pool` (0 outside every window).
+fn warm_target(plan: &Plan, pool: &str) -> u64 {
+    plan.warm
         .iter()
-        .filter(|d| d.action == PlanAction::Place)
-    {
-        busy.extend(d.placement.iter().map(|a| a.node.as_str()));
-    }
-    busy
+        .filter(|w| w.pool == pool)
+        .map(|w| w.target_nodes)
+        .max()
+        .unwrap_or(0)
 }
 
 /// A pool name as part of a pod name (DNS-1123: lower case, digits, `-`).
@@ -199,8 +223,7 @@ fn scaled_pools(program: &Program) -> BTreeSet<&str> {
 }
 
 /// The placeholders each scaled pool wants after `plan`.
-pub fn wants(program: &Program, plan: &Plan, stores: &Stores) -> Vec<Want> {
-    let busy = busy_nodes(stores, plan);
+fn wants(program: &Program, plan: &Plan, view: &View<'_>) -> Vec<Want> {
     let mut out = Vec::new();
     for pool_name in scaled_pools(program) {
         let Some(pool) = program.pool(pool_name) else {
@@ -209,19 +232,12 @@ pub fn wants(program: &Program, plan: &Plan, stores: &Stores) -> Vec<Want> {
         let Some(shape) = program.node_shape(&pool.node) else {
             continue;
         };
-        let nodes: Vec<&NodeSeen> = pool_nodes(stores, pool_name).collect();
-        let busy_here = nodes
+        let busy_here = view
+            .nodes(pool_name)
             .iter()
-            .filter(|n| busy.contains(n.node.name.as_str()))
+            .filter(|n| view.busy.contains(n.node.name.as_str()))
             .count() as u64;
-        let target = plan
-            .warm
-            .iter()
-            .filter(|w| w.pool == pool_name)
-            .map(|w| w.target_nodes)
-            .max()
-            .unwrap_or(0);
-        let warm = target.saturating_sub(busy_here);
+        let warm = warm_target(plan, pool_name).saturating_sub(busy_here);
         let booting: u64 = plan
             .state
             .as_ref()
@@ -256,14 +272,6 @@ pub fn wants(program: &Program, plan: &Plan, stores: &Stores) -> Vec<Want> {
     out
 }
 
-fn pool_nodes<'a>(stores: &'a Stores, pool: &'a str) -> impl Iterator<Item = &'a NodeSeen> {
-    stores
-        .nodes
-        .objects
-        .values()
-        .filter(move |n| n.has_gpus() && n.node.pool.as_deref() == Some(pool))
-}
-
 /// The placeholder changes that make the cluster match `wants`.
 fn placeholders(
     wants: &[Want],
@@ -273,12 +281,12 @@ fn placeholders(
 ) -> Vec<CapacityAction> {
     let mut out = Vec::new();
     let ours = |p: &&PodSeen| p.namespace == settings.namespace && p.placeholder.is_some();
-    let mut by_pool: BTreeMap<&str, Vec<Held<'_>>> = BTreeMap::new();
+    let mut by_pool: BTreeMap<&str, Vec<&PodSeen>> = BTreeMap::new();
     let mut names: BTreeSet<&str> = BTreeSet::new();
     for p in stores.pods.objects.values().filter(ours) {
         names.insert(p.name.as_str());
         if let (Some(pool), false) = (p.placeholder.as_deref(), p.terminating) {
-            by_pool.entry(pool).or_default().push(Held { pod: p });
+            by_pool.entry(pool).or_default().push(p);
         }
     }
     let wanted: BTreeMap<&str, &Want> = wants.iter().map(|w| (w.pool.as_str(), w)).collect();
@@ -293,21 +301,21 @@ fn placeholders(
     // Pools no longer scaled keep no placeholders.
     for (pool, held) in &by_pool {
         if !wanted.contains_key(pool) {
-            for h in held {
-                out.push(delete(h.pod, "the pool is no longer scaled by the policy"));
+            for p in held {
+                out.push(delete(p, "the pool is no longer scaled by the policy"));
             }
         }
     }
     for w in wants {
         let held = by_pool.get(w.pool.as_str()).map_or(&[][..], Vec::as_slice);
         let mut keep: Vec<&PodSeen> = Vec::new();
-        for h in held {
-            match h.pod.node.as_deref() {
+        for p in held {
+            match p.node.as_deref() {
                 Some(node) if unusable(node) => out.push(delete(
-                    h.pod,
+                    p,
                     &format!("{node} runs real work now or takes nothing new"),
                 )),
-                _ => keep.push(h.pod),
+                _ => keep.push(p),
             }
         }
         // Bound ones first (they hold nodes that are here), then by name.
@@ -362,12 +370,8 @@ fn delete(p: &PodSeen, why: &str) -> CapacityAction {
 }
 
 /// The node marks that make the cluster keep what the policy keeps.
-fn marks(
-    program: &Program,
-    plan: &Plan,
-    stores: &Stores,
-    busy: &BTreeSet<&str>,
-) -> Vec<CapacityAction> {
+fn marks(program: &Program, plan: &Plan, stores: &Stores, view: &View<'_>) -> Vec<CapacityAction> {
+    let busy = &view.busy;
     let scaled = scaled_pools(program);
     let removed: BTreeSet<&str> = plan
         .scale
@@ -381,22 +385,14 @@ fn marks(
         let Some(pool) = program.pool(pool_name) else {
             continue;
         };
-        let nodes: Vec<&NodeSeen> = pool_nodes(stores, pool_name).collect();
+        let nodes = view.nodes(pool_name);
         let mut going: Vec<&str> = nodes
             .iter()
+            .filter(|n| n.released || removed.contains(n.node.name.as_str()))
             .map(|n| n.node.name.as_str())
             .filter(|n| !busy.contains(n))
-            .filter(|n| {
-                removed.contains(n) || stores.nodes.objects.get(*n).is_some_and(|x| x.released)
-            })
             .collect();
-        let target = plan
-            .warm
-            .iter()
-            .filter(|w| w.pool == *pool_name)
-            .map(|w| w.target_nodes)
-            .max()
-            .unwrap_or(0);
+        let target = warm_target(plan, pool_name);
         let floor = usize::try_from(u64::from(pool.min_nodes).max(target)).unwrap_or(usize::MAX);
         let kept = nodes.len().saturating_sub(going.len());
         // The floor rose since (a warm window opened): keep some again.
@@ -442,13 +438,13 @@ pub fn actions(
     stores: &Stores,
     settings: &Settings,
 ) -> Vec<CapacityAction> {
-    let busy = busy_nodes(stores, plan);
-    let wants = wants(program, plan, stores);
-    let mut out = placeholders(&wants, stores, &busy, settings);
+    let view = View::new(stores, plan);
+    let wants = wants(program, plan, &view);
+    let mut out = placeholders(&wants, stores, &view.busy, settings);
     if let Some(api_version) = &settings.provisioning {
         out.extend(provisioning(program, &wants, stores, settings, api_version));
     }
-    out.extend(marks(program, plan, stores, &busy));
+    out.extend(marks(program, plan, stores, &view));
     out
 }
 
@@ -578,35 +574,46 @@ pub fn gauges(
     stores: &Stores,
     namespace: &str,
 ) -> Vec<engine::serve::metrics::PoolGauge> {
+    // One pass over nodes and one over pods, whatever the number of pools.
+    let mut nodes: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for n in stores.nodes.objects.values().filter(|n| n.has_gpus()) {
+        if let Some(p) = n.node.pool.as_deref() {
+            let e = nodes.entry(p).or_default();
+            e.0 += 1;
+            e.1 += n.node.gpus.len() as u64;
+        }
+    }
+    let mut held: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    for p in stores.pods.objects.values() {
+        if let (Some(pool), true) = (
+            p.placeholder.as_deref(),
+            p.namespace == namespace && !p.terminating,
+        ) {
+            let e = held.entry(pool).or_default();
+            if p.node.is_some() {
+                e.1 += 1;
+            } else {
+                e.0 += 1;
+            }
+        }
+    }
     program
         .pools
         .iter()
         .map(|pool| {
-            let nodes: Vec<&NodeSeen> = pool_nodes(stores, &pool.name).collect();
-            let held = |bound: bool| {
-                stores
-                    .pods
-                    .objects
-                    .values()
-                    .filter(|p| {
-                        p.namespace == namespace
-                            && p.placeholder.as_deref() == Some(pool.name.as_str())
-                            && !p.terminating
-                            && p.node.is_some() == bound
-                    })
-                    .count() as u64
-            };
+            let (count, gpus) = nodes.get(pool.name.as_str()).copied().unwrap_or_default();
+            let (pending, bound) = held.get(pool.name.as_str()).copied().unwrap_or_default();
             engine::serve::metrics::PoolGauge {
                 pool: pool.name.clone(),
                 capacity: serde_json::to_value(pool.capacity)
                     .ok()
                     .and_then(|v| v.as_str().map(str::to_string))
                     .unwrap_or_default(),
-                nodes: nodes.len() as u64,
-                gpus: nodes.iter().map(|n| n.node.gpus.len() as u64).sum(),
-                spend_per_hour: nodes.len() as f64 * pool.cost_per_node_hour.unwrap_or(0.0),
-                placeholders_pending: held(false),
-                placeholders_bound: held(true),
+                nodes: count,
+                gpus,
+                spend_per_hour: count as f64 * pool.cost_per_node_hour.unwrap_or(0.0),
+                placeholders_pending: pending,
+                placeholders_bound: bound,
             }
         })
         .collect()

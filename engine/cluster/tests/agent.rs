@@ -39,6 +39,37 @@ fn readings() -> Vec<(String, HostReading)> {
     out
 }
 
+/// The recorded DGX H100 reading.
+fn dgx() -> HostReading {
+    readings()
+        .into_iter()
+        .find(|(n, _)| n == "dgx-h100")
+        .map(|(_, r)| r)
+        .unwrap()
+}
+
+/// The in-process API server with a bare node `gpu-1`, a client for it, and agent
+/// options publishing to that node every `interval`, at most once per `min_patch`.
+async fn agent_on_gpu_1(
+    interval: Duration,
+    min_patch: Duration,
+    once: bool,
+) -> (std::sync::Arc<FakeApi>, kube::Client, AgentOptions) {
+    let api = FakeApi::new();
+    api.apply(Kind::Nodes, bare("gpu-1"));
+    let url = api.serve().await;
+    let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
+    let options = AgentOptions {
+        kubeconfig: None,
+        in_cluster: false,
+        node_name: "gpu-1".into(),
+        interval,
+        min_patch_interval: min_patch,
+        once,
+    };
+    (api, client, options)
+}
+
 /// A Node as the kubelet registers it, before any GPU labels.
 fn bare(name: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "Node",
@@ -75,10 +106,7 @@ fn each_reading_becomes_one_patch_and_then_none() {
 
 #[test]
 fn a_gpu_that_recovers_loses_its_annotation_and_nothing_else_is_touched() {
-    let (_, reading) = readings()
-        .into_iter()
-        .find(|(n, _)| n == "dgx-h100")
-        .unwrap();
+    let reading = dgx();
     let mut node_json = bare("gpu-1");
     json_patch::merge(
         &mut node_json,
@@ -98,10 +126,7 @@ fn a_gpu_that_recovers_loses_its_annotation_and_nothing_else_is_touched() {
 
 #[test]
 fn the_cluster_view_reads_what_the_agent_published() {
-    let (_, reading) = readings()
-        .into_iter()
-        .find(|(n, _)| n == "dgx-h100")
-        .unwrap();
+    let reading = dgx();
     let mut node_json = bare("gpu-1");
     json_patch::merge(
         &mut node_json,
@@ -133,22 +158,9 @@ fn the_cluster_view_reads_what_the_agent_published() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_patches_its_node_once_and_then_writes_nothing() {
-    let api = FakeApi::new();
-    api.apply(Kind::Nodes, bare("gpu-1"));
-    let url = api.serve().await;
-    let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
-    let (_, reading) = readings()
-        .into_iter()
-        .find(|(n, _)| n == "dgx-h100")
-        .unwrap();
-    let options = AgentOptions {
-        kubeconfig: None,
-        in_cluster: false,
-        node_name: "gpu-1".into(),
-        interval: Duration::from_millis(20),
-        min_patch_interval: Duration::from_secs(10),
-        once: true,
-    };
+    let (api, client, options) =
+        agent_on_gpu_1(Duration::from_millis(20), Duration::from_secs(10), true).await;
+    let reading = dgx();
     let from = reading.clone();
     agent::run(client.clone(), &options, Box::new(move || Ok(from.clone())))
         .await
@@ -189,22 +201,9 @@ async fn the_agent_patches_its_node_once_and_then_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flapping_gpu_is_published_at_most_once_per_min_interval() {
-    let api = FakeApi::new();
-    api.apply(Kind::Nodes, bare("gpu-1"));
-    let url = api.serve().await;
-    let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
-    let (_, reading) = readings()
-        .into_iter()
-        .find(|(n, _)| n == "dgx-h100")
-        .unwrap();
-    let options = AgentOptions {
-        kubeconfig: None,
-        in_cluster: false,
-        node_name: "gpu-1".into(),
-        interval: Duration::from_millis(10),
-        min_patch_interval: Duration::from_millis(400),
-        once: false,
-    };
+    let (api, client, options) =
+        agent_on_gpu_1(Duration::from_millis(10), Duration::from_millis(400), false).await;
+    let reading = dgx();
     // Every reading flips GPU 3 between healthy and XID 79.
     let mut n = 0u64;
     let read = Box::new(move || {

@@ -354,22 +354,36 @@ fn with_requests(mut s: Stores, requests: &[Value]) -> Stores {
     s
 }
 
+/// Settings that ask for scale-ups with ProvisioningRequests.
+fn provisioning() -> Settings {
+    Settings {
+        provisioning: Some("autoscaling.x-k8s.io/v1".into()),
+        ..settings()
+    }
+}
+
+/// The first cycle of the 2 × 8 gang on `base` with no request made yet.
+fn first_request_cycle(
+    policy: &LoadedPolicy,
+    base: &[Value],
+    gang: &[Value],
+) -> (Vec<CapacityAction>, Memory) {
+    cycle_with(
+        policy,
+        &with_requests(stores(base, gang), &[]),
+        &Memory::default(),
+        NOW,
+        &provisioning(),
+    )
+}
+
 #[test]
 fn with_provisioning_requests_a_gang_asks_for_its_nodes_atomically() {
     let (policy, _dir) = policy("");
-    let provisioning = Settings {
-        provisioning: Some("autoscaling.x-k8s.io/v1".into()),
-        ..settings()
-    };
+    let provisioning = provisioning();
     let base = [node("b0", "base")];
     let gang = [member("g-0"), member("g-1")];
-    let (actions, memory) = cycle_with(
-        &policy,
-        &with_requests(stores(&base, &gang), &[]),
-        &Memory::default(),
-        NOW,
-        &provisioning,
-    );
+    let (actions, memory) = first_request_cycle(&policy, &base, &gang);
     assert_eq!(
         names(&actions),
         ["request gantry-spot-0 x2"],
@@ -414,19 +428,10 @@ fn with_provisioning_requests_a_gang_asks_for_its_nodes_atomically() {
 #[test]
 fn a_failed_provisioning_request_is_not_repeated_while_its_scale_up_stands() {
     let (policy, _dir) = policy("");
-    let provisioning = Settings {
-        provisioning: Some("autoscaling.x-k8s.io/v1".into()),
-        ..settings()
-    };
+    let provisioning = provisioning();
     let base = [node("b0", "base")];
     let gang = [member("g-0"), member("g-1")];
-    let (actions, memory) = cycle_with(
-        &policy,
-        &with_requests(stores(&base, &gang), &[]),
-        &Memory::default(),
-        NOW,
-        &provisioning,
-    );
+    let (actions, memory) = first_request_cycle(&policy, &base, &gang);
     let CapacityAction::CreateProvisioningRequest { request, .. } = &actions[0] else {
         panic!()
     };
