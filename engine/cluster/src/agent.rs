@@ -3,7 +3,7 @@
 //! patched only when something differs and at most once per `min_patch_interval`.
 
 use engine::inventory::nvml::publish::{self, Published};
-use engine::serve::state::{AgentOptions, AgentReader, ClusterOptions};
+use engine::serve::state::{AgentOptions, AgentReader};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -132,16 +132,8 @@ pub async fn run(
 
 /// The client for the agent's options (its kubeconfig, or the service account).
 pub async fn client(options: &AgentOptions) -> Result<Client, String> {
-    let mut config = crate::watch::config(&ClusterOptions {
-        kubeconfig: options.kubeconfig.clone(),
-        in_cluster: options.in_cluster,
-        pool_label: String::new(),
-        sync_timeout: Duration::from_secs(0),
-        watch_jobs: false,
-        placeholder_image: None,
-        provisioning_requests: false,
-    })
-    .await?;
+    let mut config =
+        crate::watch::config(options.kubeconfig.as_deref(), options.in_cluster).await?;
     config.default_retry = false;
     let server = config.cluster_url.to_string();
     Client::try_from(config).map_err(|e| format!("cannot make a client for {server}: {e}"))

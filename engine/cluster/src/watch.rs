@@ -63,17 +63,20 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     }
 }
 
-/// The client configuration `options` name: a kubeconfig file, the in-cluster service
-/// account, or kube's inference.
-pub async fn config(options: &ClusterOptions) -> Result<Config, String> {
-    if let Some(path) = &options.kubeconfig {
+/// The client configuration: a kubeconfig file, the in-cluster service account, or
+/// kube's inference.
+pub async fn config(
+    kubeconfig: Option<&std::path::Path>,
+    in_cluster: bool,
+) -> Result<Config, String> {
+    if let Some(path) = kubeconfig {
         let file = kube::config::Kubeconfig::read_from(path)
             .map_err(|e| format!("kubeconfig {}: {e}", path.display()))?;
         return Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
             .await
             .map_err(|e| format!("kubeconfig {}: {e}", path.display()));
     }
-    if options.in_cluster {
+    if in_cluster {
         return Config::incluster().map_err(|e| {
             format!("--in-cluster: {e} (outside a pod, pass --kubeconfig PATH instead)")
         });
@@ -86,7 +89,7 @@ pub async fn config(options: &ClusterOptions) -> Result<Config, String> {
 impl Live {
     /// Connects with `options` and waits for the first complete lists.
     pub async fn start(options: &ClusterOptions) -> Result<Live, String> {
-        let mut config = config(options).await?;
+        let mut config = config(options.kubeconfig.as_deref(), options.in_cluster).await?;
         // kube's client would retry a 429 up to 15 times with growing waits: a
         // PodDisruptionBudget refusing an eviction would stall a whole cycle for minutes.
         // Watches back off on their own and the queue retries next cycle.
