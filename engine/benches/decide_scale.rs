@@ -6,7 +6,7 @@
 //! the jobs pinned to a pool. Seeded: the same N gives the same snapshot.
 //!
 //! `cargo bench -p engine --bench decide_scale [-- N...]` prints, per N, the time of one
-//! `decide` (best of a few runs; one run from 10,000 nodes), what it placed, the time
+//! `decide` (best of three runs, with the allocator the binary ships), what it placed, the time
 //! divided by N·log2 N (flat means no worse than N log N), and the peak RSS so far.
 
 #![allow(
@@ -15,6 +15,10 @@
     clippy::unwrap_used,
     reason = "benchmark setup: a broken fixture should stop the run"
 )]
+
+// The allocator `gantry` ships with (engine/gantry/src/main.rs).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 mod common;
 use common::{fleet_in_pools, peak_rss_mib, shape};
@@ -181,7 +185,7 @@ fn main() {
             .map(|j| j.gpu_milli() as f64 / 1000.0)
             .sum();
         let pending = snap.jobs.iter().filter(|j| j.running.is_none()).count();
-        let runs = if n >= 10_000 { 1 } else { 3 };
+        let runs = 3;
         let mut best = f64::MAX;
         let mut placed = 0;
         for _ in 0..runs {

@@ -116,6 +116,11 @@ pub fn place_job_within(
             }
         }
     }
+    // A gang that the free room of every node together cannot hold is not tried member
+    // by member (each try commits and undoes).
+    if job.members > 1 && placer.room_bound(&job.member) < u64::from(job.members) {
+        return Err(explain(placer, job, &pool_ok));
+    }
     place_members(placer, job, &is_allowed).ok_or_else(|| explain(placer, job, &pool_ok))
 }
 
@@ -164,12 +169,13 @@ fn place_in_groups(
     placer.track_group_free(level);
     let ctx = placer.context();
     let fleet = placer.fleet();
+    let groups = placer.groups(level);
     let mut best: Option<(u64, usize)> = None;
-    for (g, (_, nodes)) in placer.groups(level).iter().enumerate() {
-        // A group whose free GPUs cannot hold every member is passed over unvisited.
-        if placer.group_room_bound(level, g, &job.member) < u64::from(job.members) {
+    // Groups whose free GPUs cannot hold every member are not visited.
+    for g in placer.groups_with_room(level, &job.member, u64::from(job.members)) {
+        let Some((_, nodes)) = groups.get(g) else {
             continue;
-        }
+        };
         let (mut room, mut free_milli) = (0u64, 0u64);
         for &i in nodes.iter().filter(|i| allowed(**i)) {
             let (Some(node), Some(free)) = (fleet.nodes.get(i), placer.state().nodes.get(i)) else {
@@ -178,7 +184,7 @@ fn place_in_groups(
             room = room.saturating_add(member_slots(&ctx, node, free, &job.member));
             free_milli += free.gpu_milli_total();
         }
-        if room >= u64::from(job.members) && best.is_none_or(|(b, _)| free_milli < b) {
+        if room >= u64::from(job.members) && best.is_none_or(|b| (free_milli, g) < b) {
             best = Some((free_milli, g));
         }
     }
@@ -349,12 +355,22 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
     let r = &job.member;
     let pools = pools_text(job);
     if let Some(level) = grouping(job.topology_required) {
-        // The freest group's room; groups whose free GPUs cannot beat it are not visited.
+        // The freest group's room: groups in order of their bound, until no bound beats it.
+        let mut bounded: Vec<(u64, usize)> = placer
+            .groups_with_room(level, r, 1)
+            .into_iter()
+            .map(|g| (placer.group_room_bound(level, g, r), g))
+            .collect();
+        bounded.sort_unstable_by(|a, b| b.cmp(a));
+        let groups = placer.groups(level);
         let mut best_now = 0u64;
-        for (g, (_, nodes)) in placer.groups(level).iter().enumerate() {
-            if placer.group_room_bound(level, g, r) <= best_now {
-                continue;
+        for (bound, g) in bounded {
+            if bound <= best_now {
+                break;
             }
+            let Some((_, nodes)) = groups.get(g) else {
+                continue;
+            };
             let room = nodes
                 .iter()
                 .filter(|i| allowed(**i))

@@ -3,9 +3,11 @@
 //! seeded generator, so the same inputs give the same placements.
 
 pub mod alloc;
+mod classes;
 pub mod fleet;
 pub mod frag;
 pub mod gang;
+mod group_free;
 pub mod mig;
 pub mod packing;
 pub mod placer;

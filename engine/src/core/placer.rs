@@ -5,32 +5,17 @@
 //! comes first in the fleet.
 
 use super::alloc::{ClusterState, NodeFree, Request};
-use super::fleet::{Fleet, Node, MILLI};
+use super::classes::ClassIndex;
+use super::fleet::{Fleet, Node};
 use super::frag::Workload;
 use super::gang::{JobShape, Unplaced};
+use super::group_free::GroupFree;
 use super::mig::{self, MigTable};
 use super::packing::{self, Context, OnNode, Score, Strategy};
 use super::rng::Rng;
 use lang::ir::TopologyLevel;
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::rc::Rc;
-
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct ClassKey {
-    /// Index of the node's static kind (GPU models, memory, islands, MIG mode).
-    kind: u32,
-    free: NodeFree,
-}
-
-#[derive(Debug, Default)]
-struct Class {
-    nodes: BTreeSet<usize>,
-    before: Option<(f64, f64)>,
-    /// `None`: the request does not fit nodes of this class.
-    /// By request id: `None` not evaluated yet; `Some(None)` does not fit.
-    memo: Vec<Option<Option<(Score, OnNode)>>>,
-}
 
 /// Where one member of a job goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,10 +32,9 @@ pub struct Placer<'a> {
     fleet: &'a Fleet,
     ctx: Context<'a>,
     state: ClusterState,
-    classes: BTreeMap<Rc<ClassKey>, Class>,
-    kind_of: Vec<u32>,
     /// Each node's current class, kept in step with `state`.
-    key_of: Vec<Option<Rc<ClassKey>>>,
+    classes: ClassIndex,
+    kind_of: Vec<u32>,
     /// Nodes grouped by label value, per topology level (the fleet is static); built on
     /// first use, as most cycles need none or one level.
     groups: BTreeMap<TopologyLevel, std::cell::OnceCell<Groups>>,
@@ -74,40 +58,6 @@ pub struct Placer<'a> {
     /// without visiting their nodes.
     group_free: BTreeMap<TopologyLevel, GroupFree>,
     rng: Rng,
-}
-
-/// Free GPUs of each group at one topology level.
-#[derive(Debug, Default)]
-struct GroupFree {
-    /// Each node's group (index into [`Placer::groups`]).
-    group_of: Vec<Option<usize>>,
-    /// Whole free GPUs per group.
-    whole: Vec<u64>,
-    /// Free milli-GPUs per group.
-    milli: Vec<u64>,
-}
-
-/// (whole free GPUs, free milli-GPUs) of a node.
-fn free_counts(free: &NodeFree) -> (u64, u64) {
-    (
-        free.gpu_milli.iter().filter(|g| **g >= MILLI).count() as u64,
-        free.gpu_milli_total(),
-    )
-}
-
-impl Class {
-    fn get(&self, id: usize) -> Option<&Option<(Score, OnNode)>> {
-        self.memo.get(id).and_then(Option::as_ref)
-    }
-
-    fn put(&mut self, id: usize, value: Option<(Score, OnNode)>) {
-        if self.memo.len() <= id {
-            self.memo.resize(id + 1, None);
-        }
-        if let Some(slot) = self.memo.get_mut(id) {
-            *slot = Some(value);
-        }
-    }
 }
 
 /// The static part of a node that placement reads (not its name, pool or labels): per GPU,
@@ -175,7 +125,6 @@ impl<'a> Placer<'a> {
             pool_of,
             pool_ids,
             group_free: BTreeMap::new(),
-            key_of: vec![None; fleet.nodes.len()],
             groups,
             fleet,
             ctx: Context {
@@ -184,7 +133,7 @@ impl<'a> Placer<'a> {
                 mig,
             },
             state,
-            classes: BTreeMap::new(),
+            classes: ClassIndex::new(fleet.nodes.len()),
             kind_of,
             rng: Rng::new(seed),
         };
@@ -225,23 +174,7 @@ impl<'a> Placer<'a> {
         let (Some(kind), Some(free)) = (self.kind_of.get(node), self.state.nodes.get(node)) else {
             return;
         };
-        let key = ClassKey {
-            kind: *kind,
-            free: free.clone(),
-        };
-        // Keys are shared between the class map and `key_of`: one copy of the free state.
-        let key = match self.classes.get_key_value(&key) {
-            Some((existing, _)) => Rc::clone(existing),
-            None => Rc::new(key),
-        };
-        self.classes
-            .entry(Rc::clone(&key))
-            .or_default()
-            .nodes
-            .insert(node);
-        if let Some(slot) = self.key_of.get_mut(node) {
-            *slot = Some(key);
-        }
+        self.classes.enter(node, *kind, free);
         self.count_group_free(node, true);
     }
 
@@ -253,20 +186,8 @@ impl<'a> Placer<'a> {
         let Some(free) = self.state.nodes.get(node) else {
             return;
         };
-        let (whole, milli) = free_counts(free);
         for gf in self.group_free.values_mut() {
-            let Some(g) = gf.group_of.get(node).copied().flatten() else {
-                continue;
-            };
-            if let (Some(w), Some(m)) = (gf.whole.get_mut(g), gf.milli.get_mut(g)) {
-                if entering {
-                    *w += whole;
-                    *m += milli;
-                } else {
-                    *w = w.saturating_sub(whole);
-                    *m = m.saturating_sub(milli);
-                }
-            }
+            gf.update(node, free, entering);
         }
     }
 
@@ -275,58 +196,30 @@ impl<'a> Placer<'a> {
         if self.group_free.contains_key(&level) {
             return;
         }
-        let mut gf = GroupFree {
-            group_of: vec![None; self.fleet.nodes.len()],
-            ..GroupFree::default()
-        };
-        let groups = self.groups(level);
-        gf.whole = vec![0; groups.len()];
-        gf.milli = vec![0; groups.len()];
-        for (g, (_, nodes)) in groups.iter().enumerate() {
-            for &i in nodes {
-                if let Some(slot) = gf.group_of.get_mut(i) {
-                    *slot = Some(g);
-                }
-                let (whole, milli) = self.state.nodes.get(i).map_or((0, 0), free_counts);
-                if let (Some(w), Some(m)) = (gf.whole.get_mut(g), gf.milli.get_mut(g)) {
-                    *w += whole;
-                    *m += milli;
-                }
-            }
-        }
+        let gf = GroupFree::new(self.groups(level), &self.state.nodes);
         self.group_free.insert(level, gf);
     }
 
     /// At most how many members of `r` group `g` at `level` could hold now (`u64::MAX`
     /// when not tracked or not bounded by GPUs: MIG, no GPUs).
     pub fn group_room_bound(&self, level: TopologyLevel, g: usize, r: &Request) -> u64 {
-        let Some(gf) = self.group_free.get(&level) else {
-            return u64::MAX;
-        };
-        if r.mig_profile.is_some() || r.num_gpu == 0 {
-            return u64::MAX;
+        self.group_free
+            .get(&level)
+            .map_or(u64::MAX, |gf| gf.room_bound(g, r))
+    }
+
+    /// The groups at `level` whose bound for `r` is at least `members`, in group order
+    /// (every group when the level is not tracked).
+    pub fn groups_with_room(&self, level: TopologyLevel, r: &Request, members: u64) -> Vec<usize> {
+        match self.group_free.get(&level) {
+            Some(gf) => gf.candidates(r, members),
+            None => (0..self.groups(level).len()).collect(),
         }
-        if r.gpu_milli >= MILLI {
-            return gf
-                .whole
-                .get(g)
-                .map_or(u64::MAX, |w| w / u64::from(r.num_gpu));
-        }
-        let per = u64::from(r.gpu_milli.max(1)) * u64::from(r.num_gpu);
-        gf.milli.get(g).map_or(u64::MAX, |m| m / per)
     }
 
     fn leave(&mut self, node: usize) {
-        let Some(key) = self.key_of.get_mut(node).and_then(Option::take) else {
-            return;
-        };
         self.count_group_free(node, false);
-        if let Some(class) = self.classes.get_mut(&key) {
-            class.nodes.remove(&node);
-            if class.nodes.is_empty() {
-                self.classes.remove(&key);
-            }
-        }
+        self.classes.leave(node);
     }
 
     /// Nodes grouped by their label at `level` (`Node`: one group per node); nodes without
@@ -355,7 +248,20 @@ impl<'a> Placer<'a> {
     /// Every class with its free resources and nodes: for counting capacity without
     /// visiting every node.
     pub fn classes(&self) -> impl Iterator<Item = (&NodeFree, &BTreeSet<usize>)> {
-        self.classes.iter().map(|(k, c)| (&k.free, &c.nodes))
+        self.classes.iter().map(|c| (&c.free, &c.nodes))
+    }
+
+    /// At most how many members of `r` the free room of all nodes holds (per class, not
+    /// per node).
+    pub fn room_bound(&self, r: &Request) -> u64 {
+        self.classes
+            .iter()
+            .filter_map(|c| {
+                let node = self.fleet.nodes.get(*c.nodes.first()?)?;
+                let slots = super::gang::member_slots(&self.ctx, node, &c.free, r);
+                Some(slots.saturating_mul(c.nodes.len() as u64))
+            })
+            .fold(0u64, u64::saturating_add)
     }
 
     fn request_id(&mut self, req: &Request) -> usize {
@@ -372,18 +278,17 @@ impl<'a> Placer<'a> {
     /// The memoised evaluation of `req` on `node`'s class.
     fn evaluate_memo(&mut self, node: usize, req: &Request) -> Option<(Score, OnNode)> {
         let id = self.request_id(req);
-        let key = self.key_of.get(node)?.as_ref()?;
-        let class = self.classes.get_mut(key.as_ref())?;
+        let ctx = self.ctx;
+        let class = self.classes.of_mut(node)?;
         if let Some(hit) = class.get(id) {
             return hit.clone();
         }
         let n = self.fleet.nodes.get(node)?;
-        let value = if packing::feasible(&self.ctx, n, &key.free, req) {
-            let ctx = self.ctx;
+        let value = if packing::feasible(&ctx, n, &class.free, req) {
             let before = *class
                 .before
-                .get_or_insert_with(|| packing::node_state(&ctx, n, &key.free));
-            Some(packing::score(&self.ctx, n, &key.free, req, before))
+                .get_or_insert_with(|| packing::node_state(&ctx, n, &class.free));
+            Some(packing::score(&ctx, n, &class.free, req, before))
         } else {
             None
         };
@@ -412,11 +317,11 @@ impl<'a> Placer<'a> {
         let ctx = self.ctx;
         if ctx.strategy == Strategy::Random && req.mig_profile.is_none() {
             let mut all = Vec::new();
-            for (key, class) in &self.classes {
+            for class in self.classes.iter() {
                 let Some(rep) = class.nodes.first().and_then(|i| fleet.nodes.get(*i)) else {
                     continue;
                 };
-                if packing::feasible(&ctx, rep, &key.free, req) {
+                if packing::feasible(&ctx, rep, &class.free, req) {
                     all.extend(class.nodes.iter().copied().filter(|i| allowed(*i)));
                 }
             }
@@ -428,21 +333,20 @@ impl<'a> Placer<'a> {
         }
         let id = self.request_id(req);
         let mut best: Option<((Score, Reverse<usize>), Choice)> = None;
-        for (key, class) in self.classes.iter_mut() {
-            let Some(first) = class.nodes.iter().copied().find(|i| allowed(*i)) else {
-                continue;
-            };
-            let Some(node) = fleet.nodes.get(first) else {
+        for class in self.classes.iter_mut() {
+            // Nodes of a class score the same: evaluated on any of them, and only a class
+            // that fits is searched for its first allowed node (full classes are large).
+            let Some(node) = class.nodes.first().and_then(|i| fleet.nodes.get(*i)) else {
                 continue;
             };
             let evaluated = match class.get(id) {
                 Some(hit) => hit.clone(),
                 None => {
-                    let value = if packing::feasible(&ctx, node, &key.free, req) {
+                    let value = if packing::feasible(&ctx, node, &class.free, req) {
                         let before = *class
                             .before
-                            .get_or_insert_with(|| packing::node_state(&ctx, node, &key.free));
-                        Some(packing::score(&ctx, node, &key.free, req, before))
+                            .get_or_insert_with(|| packing::node_state(&ctx, node, &class.free));
+                        Some(packing::score(&ctx, node, &class.free, req, before))
                     } else {
                         None
                     };
@@ -451,6 +355,9 @@ impl<'a> Placer<'a> {
                 }
             };
             let Some((score, on)) = evaluated else {
+                continue;
+            };
+            let Some(first) = class.nodes.iter().copied().find(|i| allowed(*i)) else {
                 continue;
             };
             let rank = (score, Reverse(first));

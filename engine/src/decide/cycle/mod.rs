@@ -792,18 +792,22 @@ impl<'a> Cycle<'a> {
     fn order(&mut self, queue: &[(usize, Admission, JobShape)]) -> Vec<usize> {
         let jobs = &self.snapshot.jobs;
         let job = |q: usize| queue.get(q).and_then(|(k, _, _)| jobs.get(*k));
-        let mut bands: BTreeMap<std::cmp::Reverse<i64>, BTreeMap<Option<String>, Vec<usize>>> =
+        let mut bands: BTreeMap<std::cmp::Reverse<i64>, BTreeMap<Option<&str>, Vec<usize>>> =
             BTreeMap::new();
         for q in 0..queue.len() {
             let Some(js) = job(q) else { continue };
             bands
                 .entry(std::cmp::Reverse(self.priority(js)))
                 .or_default()
-                .entry(js.job.team.clone())
+                .entry(js.job.team.as_deref())
                 .or_default()
                 .push(q);
         }
-        let key = |q: usize| job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id()));
+        // Sort keys side by side, not read through each job record at every comparison.
+        let keys: Vec<Option<(i64, &str)>> = (0..queue.len())
+            .map(|q| job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id())))
+            .collect();
+        let key = |q: usize| keys.get(q).copied().flatten();
         let mut order = Vec::with_capacity(queue.len());
         for (_, mut teams) in bands {
             for list in teams.values_mut() {
@@ -813,11 +817,11 @@ impl<'a> Cycle<'a> {
             // Each team's next job in a heap keyed by (share, submit time, id); a team's
             // share moves only when it gets a job, so only its entry is pushed again.
             // Shares are non-negative, so their bit patterns order like the numbers.
-            let names: Vec<Option<String>> = teams.keys().cloned().collect();
+            let names: Vec<Option<&str>> = teams.keys().copied().collect();
             let mut heap = std::collections::BinaryHeap::new();
             for (t, name) in names.iter().enumerate() {
                 if let Some(q) = teams.get(name).and_then(|l| l.last().copied()) {
-                    let share = self.shares.share(name.as_deref()).max(0.0).to_bits();
+                    let share = self.shares.share(*name).max(0.0).to_bits();
                     heap.push(std::cmp::Reverse((share, key(q), t)));
                 }
             }
@@ -838,7 +842,7 @@ impl<'a> Cycle<'a> {
                     self.shares.hold(js.job.team.as_deref(), r);
                 }
                 if let Some(next) = teams.get(name).and_then(|l| l.last().copied()) {
-                    let share = self.shares.share(name.as_deref()).max(0.0).to_bits();
+                    let share = self.shares.share(*name).max(0.0).to_bits();
                     heap.push(std::cmp::Reverse((share, key(next), t)));
                 }
             }

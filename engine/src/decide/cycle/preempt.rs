@@ -89,6 +89,8 @@ const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
 
 /// Placements tried per quota victim search once the team's own limits pass.
 const QUOTA_PLACEMENT_TRIES: usize = 4;
+/// At most this many victims, cheapest first, are released while looking for quota room.
+const QUOTA_VICTIMS: usize = 64;
 
 /// One holder as a candidate: (GPUs it alone takes below a guarantee, lost work,
 /// priority, holder).
@@ -891,6 +893,12 @@ impl<'a> Cycle<'a> {
                 _ => None,
             })
             .collect();
+        // Only the cheapest 64 are tried: those are sorted, the rest only counted.
+        let considered = ranked.len();
+        if ranked.len() > QUOTA_VICTIMS {
+            ranked.select_nth_unstable(QUOTA_VICTIMS);
+            ranked.truncate(QUOTA_VICTIMS);
+        }
         ranked.sort_unstable();
         self.tell(js, |c| {
             let names: Vec<String> = ranked
@@ -900,7 +908,7 @@ impl<'a> Cycle<'a> {
                 .collect();
             format!(
                 "preemption for quota: {} candidate(s) of its own lower tiers or borrowing teams, cheapest first: {}",
-                ranked.len(),
+                considered,
                 names.join(", ")
             )
         });
@@ -908,7 +916,7 @@ impl<'a> Cycle<'a> {
         let mut taken = Vec::new();
         let mut placed = None;
         let mut tries = 0;
-        for (_, _, _, h) in ranked.into_iter().take(64) {
+        for (_, _, _, h) in ranked {
             self.release_holder(h);
             taken.push(h);
             // The team's own limits first: no placement is tried until they pass. Past

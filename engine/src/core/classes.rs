@@ -1,0 +1,158 @@
+//! Nodes grouped into classes of identical static kind and free resources, with each
+//! node's class at hand: entering and leaving a class costs a hash of the node's free
+//! state and no allocation unless the class is new (placement and preemption trials move
+//! nodes between classes hundreds of thousands of times per cycle).
+
+use super::alloc::NodeFree;
+use super::packing::{OnNode, Score};
+use std::collections::{BTreeSet, HashMap};
+
+#[derive(Debug)]
+pub(crate) struct Class {
+    /// Index of the nodes' static kind (GPU models, memory, islands, MIG mode).
+    pub kind: u32,
+    pub free: NodeFree,
+    pub nodes: BTreeSet<usize>,
+    pub before: Option<(f64, f64)>,
+    /// By request id: `None` not evaluated yet; `Some(None)` does not fit.
+    pub memo: Vec<Option<Option<(Score, OnNode)>>>,
+}
+
+impl Class {
+    pub fn get(&self, id: usize) -> Option<&Option<(Score, OnNode)>> {
+        self.memo.get(id).and_then(Option::as_ref)
+    }
+
+    pub fn put(&mut self, id: usize, value: Option<(Score, OnNode)>) {
+        if self.memo.len() <= id {
+            self.memo.resize(id + 1, None);
+        }
+        if let Some(slot) = self.memo.get_mut(id) {
+            *slot = Some(value);
+        }
+    }
+}
+
+/// The classes in a slab (ids are reused once a class empties), found by a hash of their
+/// key; nodes point at their class by id.
+#[derive(Debug, Default)]
+pub(crate) struct ClassIndex {
+    slab: Vec<Option<Class>>,
+    vacant: Vec<usize>,
+    by_hash: HashMap<u64, Vec<usize>>,
+    class_of: Vec<Option<usize>>,
+}
+
+/// FxHash-style mixing of a class key: deterministic and cheap; collisions are resolved by
+/// comparing keys.
+fn key_hash(kind: u32, free: &NodeFree) -> u64 {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
+    let mut h = 0u64;
+    let mut add = |v: u64| h = (h.rotate_left(5) ^ v).wrapping_mul(K);
+    add(u64::from(kind));
+    add(free.cpu_milli);
+    add(free.memory_mib);
+    for g in &free.gpu_milli {
+        add(u64::from(*g));
+    }
+    for m in &free.mig {
+        add(m.map_or(u64::MAX, u64::from));
+    }
+    for v in &free.vram_mib {
+        add(*v);
+    }
+    h
+}
+
+impl ClassIndex {
+    pub fn new(nodes: usize) -> ClassIndex {
+        ClassIndex {
+            class_of: vec![None; nodes],
+            ..ClassIndex::default()
+        }
+    }
+
+    /// Puts `node` in the class of (`kind`, `free`), making the class if it is new.
+    pub fn enter(&mut self, node: usize, kind: u32, free: &NodeFree) {
+        let hash = key_hash(kind, free);
+        let chain = self.by_hash.entry(hash).or_default();
+        let found = chain.iter().copied().find(|id| {
+            self.slab
+                .get(*id)
+                .and_then(Option::as_ref)
+                .is_some_and(|c| c.kind == kind && c.free == *free)
+        });
+        let id = match found {
+            Some(id) => id,
+            None => {
+                let class = Class {
+                    kind,
+                    free: free.clone(),
+                    nodes: BTreeSet::new(),
+                    before: None,
+                    memo: Vec::new(),
+                };
+                let id = match self.vacant.pop() {
+                    Some(id) => {
+                        if let Some(slot) = self.slab.get_mut(id) {
+                            *slot = Some(class);
+                        }
+                        id
+                    }
+                    None => {
+                        self.slab.push(Some(class));
+                        self.slab.len() - 1
+                    }
+                };
+                chain.push(id);
+                id
+            }
+        };
+        if let Some(c) = self.slab.get_mut(id).and_then(Option::as_mut) {
+            c.nodes.insert(node);
+        }
+        if let Some(slot) = self.class_of.get_mut(node) {
+            *slot = Some(id);
+        }
+    }
+
+    /// Takes `node` out of its class, dropping the class when it empties.
+    pub fn leave(&mut self, node: usize) {
+        let Some(id) = self.class_of.get_mut(node).and_then(Option::take) else {
+            return;
+        };
+        let Some(slot) = self.slab.get_mut(id) else {
+            return;
+        };
+        let Some(class) = slot.as_mut() else {
+            return;
+        };
+        class.nodes.remove(&node);
+        if !class.nodes.is_empty() {
+            return;
+        }
+        let hash = key_hash(class.kind, &class.free);
+        *slot = None;
+        self.vacant.push(id);
+        if let Some(chain) = self.by_hash.get_mut(&hash) {
+            chain.retain(|c| *c != id);
+            if chain.is_empty() {
+                self.by_hash.remove(&hash);
+            }
+        }
+    }
+
+    /// The class `node` is in.
+    pub fn of_mut(&mut self, node: usize) -> Option<&mut Class> {
+        let id = self.class_of.get(node).copied().flatten()?;
+        self.slab.get_mut(id).and_then(Option::as_mut)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Class> {
+        self.slab.iter().flatten()
+    }
+
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Class> {
+        self.slab.iter_mut().flatten()
+    }
+}
