@@ -5,7 +5,8 @@
 //! domain) — of 23 teams (three cohorts and two standalone teams), three tiers, a third of
 //! the jobs pinned to a pool. Seeded: the same N gives the same snapshot.
 //!
-//! `cargo bench -p engine --bench decide_scale [-- N...]` prints, per N, the time of one
+//! `cargo bench -p engine --bench decide_scale [-- N... [--backfill MODE]]` prints, per N
+//! (with the policy's backfill MODE, `on` unless given), the time of one
 //! `decide` (best of three runs, with the allocator the binary ships), what it placed, the time
 //! divided by N·log2 N (flat means no worse than N log N), and the peak RSS so far.
 
@@ -42,7 +43,7 @@ fn pool_of(i: usize) -> &'static str {
 }
 
 /// 23 teams whose guarantees add up to about the fleet.
-fn policy(n: usize) -> Program {
+fn policy(n: usize, backfill: &str) -> Program {
     let gpus = n * 8;
     let train = gpus * 3 / 4;
     let infer = gpus - train;
@@ -50,7 +51,7 @@ fn policy(n: usize) -> Program {
         "use std.nodes.{{dgx_h100}}\nuse std.tiers\n\
          pool train {{ capacity = reserved; node = dgx_h100; nodes = {} }}\n\
          pool infer {{ capacity = reserved; node = dgx_h100; nodes = {} }}\n\
-         placement {{ backfill = on; gang_timeout = 30m }}\n",
+         placement {{ backfill = {backfill}; gang_timeout = 30m }}\n",
         n - n / 4,
         n / 4
     );
@@ -164,6 +165,15 @@ fn snapshot(n: usize, program: &Program) -> Snapshot {
 }
 
 fn main() {
+    // `--backfill MODE`: the policy's backfill (default `on`, EASY), e.g.
+    // `conservative(depth = 100)`.
+    let args: Vec<String> = std::env::args().collect();
+    let backfill = args
+        .iter()
+        .position(|a| a == "--backfill")
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| "on".to_string());
     let sizes: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
@@ -176,7 +186,7 @@ fn main() {
     println!("| nodes | GPUs held | pending | decide | placed | per N·log2 N (ns) | peak RSS |");
     println!("|---|---|---|---|---|---|---|");
     for n in sizes {
-        let program = policy(n);
+        let program = policy(n, &backfill);
         let snap = snapshot(n, &program);
         let held: f64 = snap
             .jobs

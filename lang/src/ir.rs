@@ -133,6 +133,9 @@ pub struct Tier {
     /// For a `preempt = never` tier: whether its jobs may borrow beyond their team's
     /// guarantee (a lender then cannot reclaim those GPUs). Off unless the policy says.
     pub borrow: bool,
+    /// The runtime estimate of a job of this tier that gives none (Slurm's partition
+    /// `DefaultTime`); a team's own default wins.
+    pub default_runtime_s: Option<u64>,
 }
 
 /// GPUs overall and per pool, in milli-GPUs.
@@ -162,6 +165,8 @@ pub struct Team {
     pub weight: f64,
     /// The team charged for jobs that name none.
     pub default: bool,
+    /// The runtime estimate of the team's jobs that give none (before the tier's).
+    pub default_runtime_s: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -216,9 +221,22 @@ pub struct Placement {
     pub topology_preferred: Vec<TopologyLevel>,
     pub packing: Packing,
     pub backfill: bool,
+    /// How many blocked jobs, in queue order, get a reservation: 1 is EASY backfill
+    /// (`backfill = on`), more is conservative backfill (`conservative(depth = K)`;
+    /// `u32::MAX` for `depth = all`, Slurm's behaviour).
+    pub reservation_depth: u32,
     pub backfill_window_s: u64,
     pub max_gang_gpus: Option<u32>,
+    /// Starvation bound: a blocked job that has waited this long gets a reservation of
+    /// its own even past `reservation_depth`.
+    pub reserve_after_wait_s: u64,
+    /// … or that this many later-submitted jobs of its priority or lower, running now,
+    /// started ahead of.
+    pub reserve_after_overtaken: u32,
 }
+
+/// `backfill = conservative` without a depth.
+pub const DEFAULT_CONSERVATIVE_DEPTH: u32 = 100;
 
 impl Default for Placement {
     fn default() -> Placement {
@@ -229,8 +247,11 @@ impl Default for Placement {
             topology_preferred: vec![TopologyLevel::NvlinkIsland, TopologyLevel::Node],
             packing: Packing::LeastFragmentation,
             backfill: true,
+            reservation_depth: 1,
             backfill_window_s: 24 * 3600,
             max_gang_gpus: None,
+            reserve_after_wait_s: 24 * 3600,
+            reserve_after_overtaken: 100,
         }
     }
 }

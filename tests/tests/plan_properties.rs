@@ -55,9 +55,13 @@ fn team_strategy() -> impl Strategy<Value = TeamSpec> {
 }
 
 fn policy(teams: &[TeamSpec], nodes: u32, backfill: bool) -> String {
+    policy_with(teams, nodes, if backfill { "on" } else { "off" })
+}
+
+/// The policy with `backfill = MODE` (`on`, `off`, `conservative(depth = all)`, …).
+fn policy_with(teams: &[TeamSpec], nodes: u32, backfill: &str) -> String {
     let mut text = format!(
-        "use std.nodes.{{dgx_h100}}\nuse std.tiers\npool gpu {{ capacity = reserved; node = dgx_h100; nodes = {nodes} }}\nplacement {{ backfill = {} }}\n",
-        if backfill { "on" } else { "off" }
+        "use std.nodes.{{dgx_h100}}\nuse std.tiers\npool gpu {{ capacity = reserved; node = dgx_h100; nodes = {nodes} }}\nplacement {{ backfill = {backfill} }}\n"
     );
     let body = |name: &str, t: &TeamSpec| {
         let mut s = format!("team {name} {{ guaranteed = {} gpu", t.guaranteed);
@@ -179,9 +183,15 @@ fn case_strategy() -> impl Strategy<Value = Case> {
 /// Runs both cycles of one case and checks every invariant; `None` when the random
 /// policy does not check (guarantees beyond the fleet).
 fn check_case(case: &Case) -> Result<Option<Stats>, TestCaseError> {
-    let (teams, nodes, backfill, first, second) = case;
-    let (nodes, backfill) = (*nodes, *backfill);
-    let text = policy(teams, nodes, backfill);
+    check_case_with(case, None)
+}
+
+/// [`check_case`] with the backfill mode `backfill` instead of the case's own.
+fn check_case_with(case: &Case, backfill: Option<&str>) -> Result<Option<Stats>, TestCaseError> {
+    let (teams, nodes, on, first, second) = case;
+    let nodes = *nodes;
+    let mode = backfill.unwrap_or(if *on { "on" } else { "off" });
+    let text = policy_with(teams, nodes, mode);
     let checked = lang::check(&[("p.gantry".to_string(), text.clone())]);
     // Random guarantees may exceed the fleet; the checker rejects those, as it should.
     let Some(program) = checked.program else {
@@ -338,6 +348,12 @@ proptest! {
     #[test]
     fn plans_keep_the_invariants(case in case_strategy()) {
         check_case(&case)?;
+    }
+
+    /// The same invariants with conservative backfill's reservations for every job.
+    #[test]
+    fn conservative_plans_keep_the_invariants(case in case_strategy()) {
+        check_case_with(&case, Some("conservative(depth = all)"))?;
     }
 }
 

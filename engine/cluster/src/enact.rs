@@ -18,7 +18,7 @@
 
 use crate::pods::{PodSeen, ASSIGNED_ANNOTATION, WAITING_CONDITION};
 use crate::queue::QueueView;
-use engine::decide::plan::{Action as PlanAction, Plan, Reason};
+use engine::decide::plan::{Action as PlanAction, EtaKind, Plan, Reason};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -173,7 +173,11 @@ pub fn waiting(reason: &Reason, now: i64) -> (String, String) {
         let when = chrono::DateTime::from_timestamp(at, 0)
             .map(|t| t.format("%Y-%m-%dT%H:%MZ").to_string())
             .unwrap_or_default();
-        message.push_str(&format!("; expected to start by {when}"));
+        if reason.eta_kind == Some(EtaKind::Reservation) {
+            message.push_str(&format!("; reserved to start by {when}"));
+        } else {
+            message.push_str(&format!("; expected to start by {when}"));
+        }
     }
     if let Some(u) = &reason.unblock {
         message.push_str(&format!("; {u}"));

@@ -15,6 +15,10 @@ pub struct Plan {
     /// The head blocked job's reservation, if backfill made one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reservation: Option<Reservation>,
+    /// Conservative backfill's reservations and those of the starvation bound, in queue
+    /// order (under conservative backfill the first is also `reservation`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reservations: Vec<Booked>,
     pub scale: Vec<ScaleEntry>,
     pub warm: Vec<WarmEntry>,
     /// The autoscaler's memory for the next cycle (pass it back as `--state`).
@@ -136,6 +140,9 @@ pub struct Reason {
     pub position: Option<usize>,
     /// Seconds until it is expected to start, when the running jobs' estimates say.
     pub eta_s: Option<i64>,
+    /// Whether `eta_s` is a reservation's start or an estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub eta_kind: Option<EtaKind>,
     /// What would let it run.
     pub unblock: Option<String>,
     /// The rule that denied it.
@@ -153,6 +160,7 @@ impl Reason {
             message: message.into(),
             position: None,
             eta_s: None,
+            eta_kind: None,
             unblock: None,
             rule: None,
             gang_timeout_exceeded: false,
@@ -183,6 +191,33 @@ pub struct Reservation {
     /// Seconds since the epoch when the reserved GPUs are expected free.
     pub start_at: i64,
     pub nodes: Vec<String>,
+}
+
+/// One of conservative backfill's reservations: GPUs booked per node from the job's
+/// earliest start to its expected end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Booked {
+    pub job: String,
+    pub start_at: i64,
+    /// `None`: the job gives no runtime, so its GPUs stay booked.
+    pub end_at: Option<i64>,
+    pub nodes: Vec<BookedNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BookedNode {
+    pub node: String,
+    /// Whole GPUs booked there; `None` for the whole node (shares and MIG instances).
+    pub gpus: Option<u64>,
+}
+
+/// Where an ETA comes from: a reservation (exact under the runtime estimates) or an
+/// estimate of when running jobs free room of the job's shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EtaKind {
+    Reservation,
+    Estimate,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

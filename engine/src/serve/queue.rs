@@ -1,7 +1,7 @@
 //! What `/v1/queue` and the queue metrics show: every job gantry queues or runs in the
 //! cluster, with its place, state, reason and ETA — from the last cycle of `serve --queue`.
 
-use crate::decide::plan::{Action, Plan};
+use crate::decide::plan::{Action, EtaKind, Plan};
 use crate::inventory::jobs_file::Job;
 use lang::ir::Program;
 use serde::{Deserialize, Serialize};
@@ -25,6 +25,9 @@ pub struct QueueRow {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub eta_s: Option<i64>,
+    /// `reservation` (exact under the runtime estimates) or `estimate`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_kind: Option<EtaKind>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
 }
@@ -72,6 +75,7 @@ impl QueueReport {
                 },
                 reason: d.reason.as_ref().map(|r| r.message.clone()),
                 eta_s: d.reason.as_ref().and_then(|r| r.eta_s),
+                eta_kind: d.reason.as_ref().and_then(|r| r.eta_kind),
                 nodes: d.placement.iter().map(|a| a.node.clone()).collect(),
             })
             .collect();
@@ -95,6 +99,7 @@ impl QueueReport {
                 state: "running".into(),
                 reason: None,
                 eta_s: None,
+                eta_kind: None,
                 nodes,
             }
         });

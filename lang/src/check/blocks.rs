@@ -32,6 +32,7 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("grace", false),
             ("default", false),
             ("borrow", false),
+            ("default_runtime", false),
         ],
         BlockKind::Cohort => &[("fair_share", false), ("half_life", false)],
         BlockKind::Team => &[
@@ -42,6 +43,7 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("weight", false),
             ("cohort", false),
             ("default", false),
+            ("default_runtime", false),
         ],
         BlockKind::Placement => &[
             ("gang", false),
@@ -51,6 +53,8 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("backfill", false),
             ("backfill_window", false),
             ("max_gang", false),
+            ("reserve_after_wait", false),
+            ("reserve_after_overtaken", false),
         ],
         BlockKind::Warm => &[("size", true), ("during", false)],
         BlockKind::Autoscale => &[
@@ -509,6 +513,7 @@ impl<'a> Checker<'a> {
         let grace_s = self.seconds(&f, "grace").unwrap_or(120);
         let default = self.flag(&f, "default", &format!("tier/{name}/default"));
         let borrow = self.flag(&f, "borrow", &format!("tier/{name}/borrow"));
+        let default_runtime_s = self.seconds(&f, "default_runtime");
         self.remember(format!("tier/{name}"), f.header);
         if b.template {
             return None;
@@ -522,6 +527,7 @@ impl<'a> Checker<'a> {
             grace_s,
             default,
             borrow,
+            default_runtime_s,
         })
     }
 
@@ -578,6 +584,7 @@ impl<'a> Checker<'a> {
             None => self.reference(&f, "cohort", DefKind::Cohort),
         };
         let default = self.flag(&f, "default", &format!("team/{name}/default"));
+        let default_runtime_s = self.seconds(&f, "default_runtime");
         self.remember(format!("team/{name}"), f.header);
         if b.template {
             return None;
@@ -591,6 +598,7 @@ impl<'a> Checker<'a> {
             tiers,
             weight,
             default,
+            default_runtime_s,
         })
     }
 
@@ -719,12 +727,19 @@ impl<'a> Checker<'a> {
             };
         }
         if let Some((e, m)) = self.field_expr(&f, "backfill") {
-            if let Some(t) = self.expr(e, Some(&Ty::Word(types::SWITCH)), &Ctx::plain(m)) {
-                p.backfill = matches!(t.ir, ir::Expr::Const(Value::Word(ref w)) if w == "on");
+            if let Some((on, depth)) = self.backfill_mode(e, m) {
+                p.backfill = on;
+                p.reservation_depth = depth;
             }
         }
         if let Some(s) = self.seconds(&f, "backfill_window") {
             p.backfill_window_s = s;
+        }
+        if let Some(s) = self.seconds(&f, "reserve_after_wait") {
+            p.reserve_after_wait_s = s;
+        }
+        if let Some(n) = self.count(&f, "reserve_after_overtaken") {
+            p.reserve_after_overtaken = n;
         }
         p.max_gang_gpus = self
             .field_quantity(&f, "max_gang", Dim::Gpu)
@@ -733,6 +748,69 @@ impl<'a> Checker<'a> {
             self.remember("placement/max_gang".into(), s);
         }
         p
+    }
+
+    /// `on`/`easy` (one reservation), `off`, `conservative` or `conservative(depth = K)`
+    /// with K a count or `all`: (backfill on, reservation depth).
+    fn backfill_mode(&mut self, e: &'a ast::Expr, m: ModuleId) -> Option<(bool, u32)> {
+        const HELP: &str = "write `backfill = on` (EASY: a reservation for the first blocked job), `backfill = conservative(depth = 100)` (the first 100 blocked jobs each get one; `depth = all` for every one) or `backfill = off`";
+        match &e.kind {
+            ast::ExprKind::Path(p) if p.len() == 1 => {
+                let word = p.first().map(|i| i.name.as_str()).unwrap_or_default();
+                match word {
+                    "on" | "easy" => return Some((true, 1)),
+                    "off" => return Some((false, 1)),
+                    "conservative" => return Some((true, ir::DEFAULT_CONSERVATIVE_DEPTH)),
+                    _ => {}
+                }
+            }
+            ast::ExprKind::Call { func, args } if func.name == "conservative" => {
+                let mut depth = ir::DEFAULT_CONSERVATIVE_DEPTH;
+                for a in args {
+                    let named_depth = a.name.as_ref().is_some_and(|n| n.name == "depth");
+                    if !named_depth {
+                        self.error(
+                            Diagnostic::new(
+                                codes::BAD_ARGUMENTS,
+                                "`conservative` takes one argument, `depth = K` or `depth = all`",
+                            )
+                            .with_label(
+                                a.name.as_ref().map_or(a.value.span, |n| n.span),
+                                "not `depth = …`",
+                            )
+                            .with_help(HELP),
+                        );
+                        return None;
+                    }
+                    if let ast::ExprKind::Path(p) = &a.value.kind {
+                        if p.len() == 1 && p.first().is_some_and(|i| i.name == "all") {
+                            depth = u32::MAX;
+                            continue;
+                        }
+                    }
+                    depth = self.count_expr(&a.value, m, "`depth`")?;
+                    if depth == 0 {
+                        self.error(
+                            Diagnostic::new(codes::OUT_OF_RANGE, "`depth` must be at least 1")
+                                .with_label(a.value.span, "no job would get a reservation")
+                                .with_help("write `backfill = off` to turn backfill off"),
+                        );
+                        return None;
+                    }
+                }
+                return Some((true, depth));
+            }
+            _ => {}
+        }
+        self.error(
+            Diagnostic::new(
+                codes::UNKNOWN_VARIANT,
+                "`backfill` is `on`, `off`, `easy`, `conservative` or `conservative(depth = K)`",
+            )
+            .with_label(e.span, "not a backfill mode")
+            .with_help(HELP),
+        );
+        None
     }
 
     pub(crate) fn lower_warm(

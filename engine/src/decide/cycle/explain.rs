@@ -5,7 +5,6 @@
 //! by its own team's quota comes from that team's running jobs.
 
 use super::preempt::Protection;
-use super::reserve::Reserved;
 use super::{Blocked, Cycle};
 use crate::core::gang::{JobShape, UnplacedCode};
 use crate::decide::plan::{human_duration, Reason, ReasonCode};
@@ -16,7 +15,11 @@ const ETA_BUDGET: usize = 64;
 
 /// A shape and the reservation it waits behind (start, end); the memo is cleared when
 /// the allocation state changes.
-pub(super) type EtaKey = (JobShape, Option<(i64, Option<i64>)>);
+pub(super) type EtaKey = (
+    JobShape,
+    Option<(i64, Option<i64>)>,
+    Option<(usize, Option<i64>)>,
+);
 
 impl Cycle<'_> {
     /// The reason for a job that stays blocked, with its ETA and what would unblock it.
@@ -70,9 +73,14 @@ impl Cycle<'_> {
                         "it fits only on GPUs reserved for {} from {} from now, and {}",
                         res.job,
                         human_duration(until),
-                        match js.job.runtime_s {
-                            Some(rt) => format!("it would run for {}", human_duration(rt as i64)),
-                            None => "it has no runtime estimate".to_string(),
+                        match (js.job.runtime_s, self.runtime(js)) {
+                            (Some(rt), _) =>
+                                format!("it would run for {}", human_duration(rt as i64)),
+                            (None, Some(rt)) => format!(
+                                "it would run for {} (the policy's default runtime)",
+                                human_duration(rt)
+                            ),
+                            (None, None) => "it has no runtime estimate".to_string(),
                         }
                     ),
                 )
@@ -81,7 +89,13 @@ impl Cycle<'_> {
                     res.job,
                     human_duration(until)
                 ));
-                r.eta_s = self.eta(shape, Some(&res));
+                // Conservative backfill books a start for this job too.
+                if !self.bookings.is_empty() {
+                    if let Some(reserved) = self.hold_reservation(js, shape, &r.message) {
+                        return reserved;
+                    }
+                }
+                r.eta_s = self.eta(shape, self.runtime(js));
                 r
             }
         }
@@ -90,28 +104,10 @@ impl Cycle<'_> {
     /// A no-capacity reason with an ETA, holding the reservation if this is the head
     /// blocked job.
     fn capacity_reason(&mut self, js: &JobState, shape: &JobShape, mut r: Reason) -> Reason {
-        if let Some(start) = self.reserve(js, shape) {
-            let names: Vec<String> = self
-                .reservation
-                .iter()
-                .flat_map(|res| res.nodes.iter())
-                .filter_map(|i| self.node_name(*i))
-                .collect();
-            let mut reserved = Reason::new(
-                ReasonCode::Reserved,
-                format!(
-                    "{}; it holds the reservation on {}, free in {} by the running jobs' estimates",
-                    r.message,
-                    names.join(", "),
-                    human_duration(start - self.now)
-                ),
-            )
-            .unblock("starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first");
-            reserved.eta_s = Some(start - self.now);
+        if let Some(reserved) = self.hold_reservation(js, shape, &r.message) {
             return reserved;
         }
-        let reservation = self.reservation.clone();
-        r.eta_s = self.eta(shape, reservation.as_ref());
+        r.eta_s = self.eta(shape, self.runtime(js));
         r.unblock = Some(match r.eta_s {
             Some(eta) => format!(
                 "fits in about {}, when running jobs end (by their runtime estimates)",
@@ -120,6 +116,51 @@ impl Cycle<'_> {
             None => "fits when running jobs free capacity of this shape (no estimate: some of them give no runtime, or too many shapes wait)".to_string(),
         });
         self.protected_reason(js, shape, r, false)
+    }
+
+    /// A `reserved` reason when `js` gets a reservation (see [`Cycle::reserve`]).
+    fn hold_reservation(&mut self, js: &JobState, shape: &JobShape, why: &str) -> Option<Reason> {
+        if let Some((start, starving)) = self.reserve(js, shape) {
+            let names: Vec<String> = match self.bookings.list.last().filter(|b| b.job == js.id()) {
+                // Conservative backfill books GPUs per node.
+                Some(b) => b
+                    .nodes
+                    .iter()
+                    .filter_map(|(i, nb)| {
+                        let name = self.node_name(*i)?;
+                        Some(match nb.gpus {
+                            u64::MAX => format!("{name} (whole node)"),
+                            1 => format!("{name} (1 GPU)"),
+                            g => format!("{name} ({g} GPUs)"),
+                        })
+                    })
+                    .collect(),
+                None => self
+                    .reservation
+                    .iter()
+                    .flat_map(|res| res.nodes.iter())
+                    .filter_map(|i| self.node_name(*i))
+                    .collect(),
+            };
+            let mut reserved = Reason::new(
+                ReasonCode::Reserved,
+                format!(
+                    "{}; it holds {} on {}, free in {} by the running jobs' estimates",
+                    why,
+                    if starving {
+                        "a reservation past the policy's depth (the starvation bound: it has waited `reserve_after_wait` or been overtaken by `reserve_after_overtaken` later jobs)"
+                    } else {
+                        "the reservation"
+                    },
+                    names.join(", "),
+                    human_duration(start - self.now)
+                ),
+            )
+            .unblock("starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first");
+            reserved.eta_s = Some(start - self.now);
+            return Some(reserved);
+        }
+        None
     }
 
     /// Says why preemption was not used when lower-priority jobs it may take are
@@ -164,12 +205,21 @@ impl Cycle<'_> {
     /// Seconds until `shape` could start by the running jobs' estimates, with the
     /// reservation's GPUs counted only from the reserving job's expected end. Memoised
     /// per shape while the allocation state is unchanged.
-    fn eta(&mut self, shape: &JobShape, res: Option<&Reserved>) -> Option<i64> {
+    fn eta(&mut self, shape: &JobShape, runtime: Option<i64>) -> Option<i64> {
         if self.eta_version != self.changed.len() {
             self.eta_memo.clear();
             self.eta_version = self.changed.len();
         }
-        let key: EtaKey = (shape.clone(), res.map(|r| (r.start_at, r.ends_at)));
+        // EASY's reservation is held in the walk; conservative backfill's bookings (and
+        // the starvation bound's) are in every walk, so the estimate then depends on the
+        // job's runtime and on how many are booked.
+        let res = self.reservation.clone();
+        let booked = !self.bookings.is_empty();
+        let key: EtaKey = (
+            shape.clone(),
+            res.as_ref().map(|r| (r.start_at, r.ends_at)),
+            booked.then(|| (self.bookings.len(), runtime)),
+        );
         if let Some(hit) = self.eta_memo.get(&key) {
             return *hit;
         }
@@ -177,10 +227,12 @@ impl Cycle<'_> {
             return None;
         }
         self.eta_estimates += 1;
-        let held = res.map(|r| (&r.nodes, r.ends_at.unwrap_or(i64::MAX)));
+        let held = res
+            .as_ref()
+            .map(|r| (&r.nodes, r.ends_at.unwrap_or(i64::MAX)));
         // Room now means something other than capacity holds the job: no estimate.
         let eta = self
-            .earliest_start(shape, held)
+            .earliest_start(shape, held, runtime)
             .map(|(t, _)| t - self.now)
             .filter(|eta| *eta > 0);
         self.eta_memo.insert(key, eta);

@@ -1,5 +1,6 @@
 //! The decision cycle itself; see the module docs of `decide`.
 
+mod bookings;
 mod explain;
 mod preempt;
 mod quota_gate;
@@ -11,7 +12,8 @@ pub use story::job_story;
 use super::admission::{admit, Admission};
 use super::fairshare::{FairShares, Resources};
 use super::plan::{
-    Action, Assignment, Decision, Plan, Preemption, Reason, ReasonCode, Reservation, Routed,
+    Action, Assignment, Booked, BookedNode, Decision, EtaKind, Plan, Preemption, Reason,
+    ReasonCode, Reservation, Routed,
 };
 use super::quota::{Ledger, QuotaBlock};
 use super::snapshot::{JobState, Snapshot};
@@ -58,6 +60,14 @@ struct Cycle<'a> {
     shares: FairShares,
     holders: Vec<Holder<'a>>,
     reservation: Option<Reserved>,
+    /// Conservative backfill's reservations (`reservation_depth` > 1), shared with the
+    /// node checks of the job being placed.
+    bookings: std::rc::Rc<bookings::Bookings>,
+    /// Reservations the starvation bound added past the depth this cycle.
+    starving_booked: usize,
+    /// Running jobs' submit times by priority, sorted (for the starvation bound; on
+    /// first use).
+    running_submits: Option<BTreeMap<i64, Vec<i64>>>,
     /// Shapes and priorities for which no victim set exists this cycle.
     no_victims: FxHashSet<(JobShape, preempt::Asker)>,
     /// Running jobs (preemption candidates) by node.
@@ -118,7 +128,7 @@ struct Standing {
 }
 
 /// A shape and how it stands to the reservation (its start, whether the job ends first).
-type UnfitKey = (JobShape, Option<(i64, bool)>);
+type UnfitKey = (JobShape, Option<(i64, bool)>, Option<Option<i64>>);
 
 /// What placing one job came to.
 enum Outcome {
@@ -345,6 +355,9 @@ fn decide_cycle(
         shares: FairShares::new(program, capacity, &snapshot.usage, now),
         holders: Vec::new(),
         reservation: None,
+        bookings: std::rc::Rc::default(),
+        starving_booked: 0,
+        running_submits: None,
         no_victims: FxHashSet::default(),
         lowest_victim_priority: None,
         holders_on: vec![Vec::new(); fleet.nodes.len()],
@@ -495,6 +508,15 @@ impl<'a> Cycle<'a> {
                     victims,
                     borrowing,
                 } => {
+                    if !self.bookings.is_empty() {
+                        let until = self.runtime(js).map(|r| self.now + r);
+                        std::rc::Rc::make_mut(&mut self.bookings).started(
+                            &shape.member,
+                            &choices,
+                            self.now,
+                            until,
+                        );
+                    }
                     let mut d = self.decision(js, Action::Place, None, admission);
                     d.placement = self.assignments(&js.job.shape.member, &choices);
                     d.victims = victims;
@@ -523,21 +545,72 @@ impl<'a> Cycle<'a> {
                 st.lines.push(story::outcome(d));
             }
         }
-        let reservation = self.reservation.as_ref().map(|r| Reservation {
-            job: r.job.clone(),
-            start_at: r.start_at,
-            nodes: r.nodes.iter().filter_map(|i| self.node_name(*i)).collect(),
-        });
+        for r in decisions.iter_mut().filter_map(|d| d.reason.as_mut()) {
+            if r.eta_s.is_some() {
+                r.eta_kind = Some(if r.code == ReasonCode::Reserved {
+                    EtaKind::Reservation
+                } else {
+                    EtaKind::Estimate
+                });
+            }
+        }
+        let reservations: Vec<Booked> = self
+            .bookings
+            .list
+            .iter()
+            .map(|b| Booked {
+                job: b.job.clone(),
+                start_at: b.start_at,
+                end_at: b.ends_at,
+                nodes: b
+                    .nodes
+                    .iter()
+                    .filter_map(|(i, nb)| {
+                        Some(BookedNode {
+                            node: self.node_name(*i)?,
+                            gpus: (nb.gpus != u64::MAX).then_some(nb.gpus),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        // EASY's head reservation, else conservative backfill's first.
+        let reservation = match (&self.reservation, reservations.first()) {
+            (Some(r), _) => Some(Reservation {
+                job: r.job.clone(),
+                start_at: r.start_at,
+                nodes: r.nodes.iter().filter_map(|i| self.node_name(*i)).collect(),
+            }),
+            (None, Some(b)) => Some(Reservation {
+                job: b.job.clone(),
+                start_at: b.start_at,
+                nodes: b.nodes.iter().map(|n| n.node.clone()).collect(),
+            }),
+            (None, None) => None,
+        };
         Plan {
             policy_revision: String::new(),
             now: self.now,
             decisions,
             preemptions: std::mem::take(&mut self.preemptions),
             reservation,
+            reservations,
             scale: Vec::new(),
             warm: Vec::new(),
             state: None,
         }
+    }
+
+    /// The job's runtime estimate: its own, else its team's default, else its tier's.
+    fn runtime(&self, js: &JobState) -> Option<i64> {
+        js.job
+            .runtime_s
+            .or_else(|| {
+                let team = self.team_ix(js.job.team.as_deref())?;
+                self.program.teams.get(team)?.default_runtime_s
+            })
+            .or_else(|| self.tier(js)?.default_runtime_s)
+            .map(|r| r as i64)
     }
 
     fn node_name(&self, i: usize) -> Option<String> {
@@ -682,7 +755,7 @@ impl<'a> Cycle<'a> {
                     .map_or(v.priority, |p| p.min(v.priority)),
             );
         }
-        let ends_at = js.job.runtime_s.map(|r| (started + r as i64).max(self.now));
+        let ends_at = self.runtime(js).map(|r| (started + r).max(self.now));
         if !self.ends_deferred {
             if let Some(end) = ends_at {
                 self.ends.insert((end, self.holders.len()));
@@ -864,8 +937,10 @@ impl<'a> Cycle<'a> {
     /// Places one job: the quota gate first, then directly, or by preempting, or not
     /// (with a reason).
     fn place(&mut self, js: &'a JobState, shape: &JobShape) -> Outcome {
-        let ends_at = js.job.runtime_s.map(|r| self.now + r as i64);
+        let ends_at = self.runtime(js).map(|r| self.now + r);
         let reservation = self.reservation.clone();
+        let bookings = std::rc::Rc::clone(&self.bookings);
+        let (now, member) = (self.now, &shape.member);
         let snapshot = self.snapshot;
         let respects = |r: &Option<Reserved>, node: usize| {
             snapshot.takes_new(node)
@@ -875,6 +950,7 @@ impl<'a> Cycle<'a> {
                     }
                     None => true,
                 }
+                && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at))
         };
         self.tell_quota(js);
         let blocked = match self.quota_gate(js, shape) {
@@ -896,12 +972,30 @@ impl<'a> Cycle<'a> {
                     reservation
                         .as_ref()
                         .map(|r| (r.start_at, ends_at.is_some_and(|e| e <= r.start_at))),
+                    // Bookings let a job through by its end.
+                    (!bookings.is_empty()).then_some(ends_at),
                 );
                 let attempt = match self.unfit.get(&memo_key) {
                     Some((epoch, why)) if *epoch == self.released => {
                         Err(Blocked::Capacity(why.clone()))
                     }
                     _ => self.try_place_keeping(js, shape, &|i| respects(&reservation, i), true),
+                };
+                // Several members on one booked node may together take what one alone
+                // could: such a placement would delay a reservation.
+                let attempt = match attempt {
+                    Ok((choices, _))
+                        if bookings.violated(member, &choices, now, ends_at).is_some() =>
+                    {
+                        for c in &choices {
+                            self.placer.release(member, c);
+                        }
+                        Err(Blocked::Capacity(Unplaced {
+                            code: UnplacedCode::NoCapacity,
+                            message: "it fits now only by delaying reserved jobs".into(),
+                        }))
+                    }
+                    other => other,
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
                     self.unfit.insert(memo_key, (self.released, why.clone()));

@@ -230,6 +230,7 @@ impl<'a> Cycle<'a> {
             self.reservation
                 .as_ref()
                 .is_some_and(|r| r.nodes.contains(&n))
+                || self.bookings.is_booked(n)
         };
         let mut best: Option<(i64, usize, Protection)> = None;
         for (n, protected) in self.protected_on.iter().enumerate() {

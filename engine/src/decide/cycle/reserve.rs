@@ -4,13 +4,19 @@
 //! Every request shape is estimated alike: whole GPUs, shares and MIG profiles, gangs per
 //! required topology group.
 
+use super::bookings::{whole_gpus, Booking, NodeBooking};
 use super::{Blocked, Cycle};
 use crate::core::alloc::{NodeFree, Request};
+use crate::core::fleet::MILLI;
 use crate::core::gang::{self, JobShape};
 use crate::core::placer::give_on;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Reservations the starvation bound may add past the policy's depth in one cycle: each
+/// costs an earliest-start walk over the running jobs.
+const STARVING_RESERVATIONS: usize = 256;
 
 /// Earliest-start room is kept per (member, pools, required topology level).
 pub(super) type RoomKey = (Request, Vec<String>, Option<TopologyLevel>);
@@ -50,6 +56,15 @@ impl WalkScratch {
     }
 }
 
+/// Where an earliest start puts members: how many on the node, and its whole free GPUs
+/// then.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Landing {
+    pub node: usize,
+    pub members: u64,
+    pub whole_free: u64,
+}
+
 /// The head blocked job's reservation.
 #[derive(Debug, Clone)]
 pub(super) struct Reserved {
@@ -69,37 +84,145 @@ impl Cycle<'_> {
         shape: &JobShape,
         blocked: Blocked,
     ) -> Blocked {
-        let (Some(res), Blocked::Capacity(_)) = (self.reservation.clone(), &blocked) else {
-            return blocked;
-        };
-        if !self.room_on(&res.nodes, shape) {
+        if !matches!(blocked, Blocked::Capacity(_)) {
             return blocked;
         }
+        if let Some(res) = self.reservation.clone() {
+            let snapshot = self.snapshot;
+            if self.room_on(&res.nodes, shape)
+                && self
+                    .try_place(js, shape, &|n| snapshot.takes_new(n))
+                    .is_ok()
+            {
+                return Blocked::Reservation(res);
+            }
+        }
+        if !self.bookings.is_empty() {
+            return self.booked_for_another(js, shape, blocked);
+        }
+        blocked
+    }
+
+    /// Conservative backfill: a job that would fit now if no GPUs were booked waits for
+    /// the first booking its placement would delay.
+    fn booked_for_another(&mut self, js: &JobState, shape: &JobShape, blocked: Blocked) -> Blocked {
         let snapshot = self.snapshot;
-        match self.try_place(js, shape, &|n| snapshot.takes_new(n)) {
-            Ok(_) => Blocked::Reservation(res),
-            Err(_) => blocked,
+        let Ok((choices, _)) = self.try_place(js, shape, &|n| snapshot.takes_new(n)) else {
+            return blocked;
+        };
+        let until = self.runtime(js).map(|r| self.now + r);
+        let delayed = self.bookings.list.iter().find(|b| {
+            b.ends_at.is_none_or(|e| self.now < e)
+                && until.is_none_or(|u| b.start_at < u)
+                && choices.iter().any(|c| b.nodes.contains_key(&c.node))
+        });
+        match delayed {
+            Some(b) => Blocked::Reservation(Reserved {
+                job: b.job.clone(),
+                start_at: b.start_at,
+                ends_at: b.ends_at,
+                nodes: b.nodes.keys().copied().collect(),
+            }),
+            None => blocked,
         }
     }
 
-    /// Makes `js` the reservation holder if backfill is on, none is held yet, and its
-    /// earliest start is inside the backfill window; its start time if so.
-    pub(super) fn reserve(&mut self, js: &JobState, shape: &JobShape) -> Option<i64> {
+    /// Makes `js` a reservation holder if backfill is on, the reservations are not all
+    /// taken (one for EASY, `reservation_depth` for conservative backfill), and its
+    /// earliest start is inside the backfill window; its start time if so, and whether
+    /// the starvation bound gave it (past the depth).
+    pub(super) fn reserve(&mut self, js: &JobState, shape: &JobShape) -> Option<(i64, bool)> {
         let placement = &self.program.placement;
-        if !placement.backfill || self.reservation.is_some() {
+        let depth = placement.reservation_depth;
+        let conservative = depth > 1;
+        let within_depth = if conservative {
+            self.bookings.len() < depth as usize
+        } else {
+            self.reservation.is_none()
+        };
+        // Past the depth, only a starving job gets one (the starvation bound).
+        if !placement.backfill
+            || (!within_depth
+                && (self.starving_booked >= STARVING_RESERVATIONS || !self.starving(js)))
+        {
             return None;
         }
-        let (start, nodes) = self.earliest_start(shape, None)?;
+        let runtime = self.runtime(js);
+        // EASY's head reservation holds its nodes in the walk of a starving job.
+        let head = self.reservation.clone().filter(|_| !within_depth);
+        let held = head
+            .as_ref()
+            .map(|r| (&r.nodes, r.ends_at.unwrap_or(i64::MAX)));
+        let (start, landing) = self.earliest_start(shape, held, runtime)?;
         if start == self.now || start - self.now > placement.backfill_window_s as i64 {
             return None;
+        }
+        if !within_depth {
+            self.starving_booked += 1;
+        }
+        let ends_at = runtime.map(|r| start + r);
+        if conservative || !within_depth {
+            let per = whole_gpus(&shape.member);
+            let nodes = landing
+                .iter()
+                .map(|l| {
+                    let gpus = per.map_or(u64::MAX, |p| p.saturating_mul(l.members));
+                    let nb = NodeBooking {
+                        gpus,
+                        free_at_start: l.whole_free,
+                    };
+                    (l.node, nb)
+                })
+                .collect();
+            std::rc::Rc::make_mut(&mut self.bookings).push(Booking {
+                job: js.id().to_string(),
+                start_at: start,
+                ends_at,
+                nodes,
+            });
+            return Some((start, !within_depth));
         }
         self.reservation = Some(Reserved {
             job: js.id().to_string(),
             start_at: start,
-            ends_at: js.job.runtime_s.map(|r| start + r as i64),
-            nodes,
+            ends_at,
+            nodes: landing.iter().map(|l| l.node).collect(),
         });
-        Some(start)
+        Some((start, false))
+    }
+
+    /// The starvation bound: whether `js` has waited `reserve_after_wait` since it was
+    /// submitted, or `reserve_after_overtaken` jobs of its priority or lower that were
+    /// submitted after it are running now.
+    fn starving(&mut self, js: &JobState) -> bool {
+        let placement = &self.program.placement;
+        let Some(submitted) = js.job.submitted_at else {
+            return false;
+        };
+        if self.now - submitted >= placement.reserve_after_wait_s as i64 {
+            return true;
+        }
+        let limit = placement.reserve_after_overtaken as usize;
+        let priority = self.priority(js);
+        if self.running_submits.is_none() {
+            let mut by_priority: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+            for r in self.snapshot.jobs.iter().filter(|j| j.running.is_some()) {
+                if let Some(at) = r.job.submitted_at {
+                    by_priority.entry(self.priority(r)).or_default().push(at);
+                }
+            }
+            for v in by_priority.values_mut() {
+                v.sort_unstable();
+            }
+            self.running_submits = Some(by_priority);
+        }
+        let overtaken: usize = self
+            .running_submits
+            .iter()
+            .flat_map(|m| m.range(..=priority))
+            .map(|(_, at)| at.len() - at.partition_point(|t| *t <= submitted))
+            .sum();
+        overtaken >= limit
     }
 
     /// Whether any of `nodes` (in the job's pools) has room for a member now.
@@ -130,7 +253,8 @@ impl Cycle<'_> {
         &mut self,
         shape: &JobShape,
         held: Option<(&BTreeSet<usize>, i64)>,
-    ) -> Option<(i64, BTreeSet<usize>)> {
+        runtime: Option<i64>,
+    ) -> Option<(i64, Vec<Landing>)> {
         let key: RoomKey = (
             shape.member.clone(),
             shape.pools.clone(),
@@ -144,7 +268,14 @@ impl Cycle<'_> {
         };
         self.catch_up(&mut index, &key.0);
         let mut scratch = std::mem::take(&mut self.walk_scratch);
-        let found = self.walk_ends(&index, &key.0, u64::from(shape.members), held, &mut scratch);
+        let found = self.walk_ends(
+            &index,
+            &key.0,
+            u64::from(shape.members),
+            held,
+            runtime,
+            &mut scratch,
+        );
         self.walk_scratch = scratch;
         self.room_cache.insert(key, index);
         found
@@ -222,33 +353,55 @@ impl Cycle<'_> {
         index.seen = self.changed.len();
     }
 
-    /// The walk over expected ends from the current room in `index`.
+    /// The walk over expected ends from the current room in `index`. With conservative
+    /// backfill's bookings, a booked node counts only the members its spare GPUs hold for
+    /// a job of `runtime` starting then; that changes where a booking starts or stops
+    /// overlapping the job, so those times are events too.
+    #[allow(clippy::too_many_arguments)]
     fn walk_ends(
         &self,
         index: &RoomIndex,
         member: &Request,
         members: u64,
         held: Option<(&BTreeSet<usize>, i64)>,
+        runtime: Option<i64>,
         free: &mut WalkScratch,
-    ) -> Option<(i64, BTreeSet<usize>)> {
+    ) -> Option<(i64, Vec<Landing>)> {
         let ctx = self.placer.context();
         let fleet = &self.snapshot.fleet;
         let now_free = &self.placer.state().nodes;
         let empty = &self.placer.empty_state().nodes;
         let group_of = &index.group_of;
+        let bookings = &self.bookings;
         // Nodes whose jobs ended so far, copied (most nodes are never touched), with
         // their member slots then.
         free.begin(fleet.nodes.len(), empty.first()?);
         let held_until = held.map_or(i64::MIN, |(_, t)| t);
         let is_held = |n: usize| held.is_some_and(|(nodes, _)| nodes.contains(&n));
-        let slots = |free: &WalkScratch, n: usize, at: i64| -> u64 {
-            if at < held_until && is_held(n) {
-                return 0;
-            }
+        let raw = |free: &WalkScratch, n: usize| -> u64 {
             match free.get(n) {
                 Some((_, _, s)) => *s,
                 None => index.slots.get(n).copied().unwrap_or(0),
             }
+        };
+        let slots = |free: &WalkScratch, n: usize, at: i64| -> u64 {
+            if at < held_until && is_held(n) {
+                return 0;
+            }
+            raw(free, n)
+        };
+        let whole_free = |free: &WalkScratch, n: usize| -> u64 {
+            let f = match free.get(n) {
+                Some((_, f, _)) => Some(f),
+                None => now_free.get(n),
+            };
+            f.map_or(0, |f| {
+                f.gpu_milli.iter().filter(|m| **m >= MILLI).count() as u64
+            })
+        };
+        let capped = |free: &WalkScratch, n: usize, at: i64| -> u64 {
+            let until = runtime.map(|r| at.saturating_add(r));
+            bookings.cap(n, (raw(free, n), whole_free(free, n)), member, at, until)
         };
         let mut room = index.room.clone();
         // Adds to the node's group; whether that group now holds every member.
@@ -258,6 +411,16 @@ impl Cycle<'_> {
             *r = (*r + grown).saturating_sub(shrunk);
             (*r >= members).then_some(g)
         };
+        // Booked nodes count what their spare holds for a start now.
+        let mut counted: BTreeMap<usize, u64> = BTreeMap::new();
+        for n in bookings.booked_nodes() {
+            if group_of.get(n).copied().flatten().is_none() {
+                continue;
+            }
+            let c = capped(free, n, self.now);
+            add(&mut room, n, c, raw(free, n));
+            counted.insert(n, c);
+        }
         // Held nodes count nothing until the reservation's job ends.
         if self.now < held_until {
             for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
@@ -276,16 +439,49 @@ impl Cycle<'_> {
             .filter(|(_, h)| self.holders.get(*h).is_some_and(|x| !x.evicted))
             .peekable();
         let mut held_event = held_event.into_iter().peekable();
-        let events = std::iter::from_fn(|| match (ends.peek(), held_event.peek()) {
-            (Some(e), Some(h)) if h < e => held_event.next(),
-            (Some(_), _) => ends.next(),
-            (None, _) => held_event.next(),
+        let mut boundaries = bookings
+            .boundaries(self.now, runtime)
+            .into_iter()
+            .peekable();
+        // Booking boundaries come before ends at the same time (`Err` marks them).
+        let events = std::iter::from_fn(|| {
+            let end = match (ends.peek(), held_event.peek()) {
+                (Some(e), Some(h)) if h < e => held_event.peek().copied(),
+                (Some(e), _) => Some(*e),
+                (None, h) => h.copied(),
+            };
+            match (boundaries.peek(), end) {
+                (Some(b), Some(e)) if b.0 <= e.0 => boundaries.next().map(Err),
+                (Some(_), None) => boundaries.next().map(Err),
+                (_, Some(_)) => match (ends.peek(), held_event.peek()) {
+                    (Some(e), Some(h)) if h < e => held_event.next().map(Ok),
+                    (Some(_), _) => ends.next().map(Ok),
+                    (None, _) => held_event.next().map(Ok),
+                },
+                (None, None) => None,
+            }
         });
         let mut found = winner(&room).map(|g| (self.now, g));
-        for (end, h) in events {
+        for event in events {
             if found.is_some() {
                 break;
             }
+            let (end, h) = match event {
+                Ok(e) => e,
+                Err((at, booking)) => {
+                    for n in bookings.nodes_of(booking) {
+                        let Some(before) = counted.get(&n).copied() else {
+                            continue;
+                        };
+                        let after = capped(free, n, at);
+                        counted.insert(n, after);
+                        if let Some(g) = add(&mut room, n, after, before) {
+                            found = found.or(Some((at, g)));
+                        }
+                    }
+                    continue;
+                }
+            };
             if h == usize::MAX {
                 for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
                     if let Some(g) = add(&mut room, *n, slots(free, *n, end), 0) {
@@ -300,7 +496,10 @@ impl Cycle<'_> {
                 if group_of.get(c.node).copied().flatten().is_none() {
                     continue;
                 }
-                let before = slots(free, c.node, end);
+                let before = match counted.get(&c.node) {
+                    Some(b) => *b,
+                    None => slots(free, c.node, end),
+                };
                 let walk = free.walk;
                 if let (Some(node), Some(cap), Some(current), Some(entry)) = (
                     fleet.nodes.get(c.node),
@@ -315,7 +514,13 @@ impl Cycle<'_> {
                     give_on(&ctx, node, &mut entry.1, holder.member, &c.on, cap);
                     entry.2 = gang::member_slots(&ctx, node, &entry.1, member);
                 }
-                let after = slots(free, c.node, end);
+                let after = match counted.get_mut(&c.node) {
+                    Some(slot) => {
+                        *slot = capped(free, c.node, end);
+                        *slot
+                    }
+                    None => slots(free, c.node, end),
+                };
                 if let Some(g) = add(&mut room, c.node, after, before) {
                     // Members of one event may grow several groups: the first wins.
                     found = found.or(Some((end, g)));
@@ -326,17 +531,24 @@ impl Cycle<'_> {
         // The nodes that hold the members, roomiest first.
         let mut nodes: Vec<(u64, usize)> = (0..fleet.nodes.len())
             .filter(|n| group_of.get(*n).copied().flatten() == Some(g))
-            .map(|n| (slots(free, n, start), n))
+            .map(|n| match counted.get(&n) {
+                Some(c) => (*c, n),
+                None => (slots(free, n, start), n),
+            })
             .filter(|(s, _)| *s > 0)
             .collect();
         nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
         let mut need = members;
-        let mut chosen = BTreeSet::new();
+        let mut chosen = Vec::new();
         for (s, n) in nodes {
             if need == 0 {
                 break;
             }
-            chosen.insert(n);
+            chosen.push(Landing {
+                node: n,
+                members: s.min(need),
+                whole_free: whole_free(free, n),
+            });
             need = need.saturating_sub(s);
         }
         Some((start, chosen))

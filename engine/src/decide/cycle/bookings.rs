@@ -1,0 +1,204 @@
+//! Conservative backfill's reservations (`backfill = conservative(depth = K)`): the first
+//! K jobs blocked on capacity each book GPUs on the nodes that will hold them, from their
+//! earliest start (given the running jobs' estimates and the bookings before them) to
+//! their expected end. A job may start now, or be booked later, only where it delays none:
+//! on a booked node it may use only the whole GPUs that every overlapping booking leaves
+//! spare at its start. Bookings count whole GPUs per node, not whole nodes (Slurm books
+//! whole nodes); a booking of shares or MIG instances holds its whole node.
+
+use crate::core::alloc::Request;
+use crate::core::fleet::MILLI;
+use crate::core::placer::Choice;
+use std::collections::BTreeMap;
+
+/// What one booking holds on one node.
+#[derive(Debug, Clone)]
+pub(super) struct NodeBooking {
+    /// Whole GPUs it takes there (`u64::MAX`: the whole node).
+    pub gpus: u64,
+    /// Whole GPUs free on the node at the booking's start by the running jobs' estimates,
+    /// less those of jobs started since that run past it.
+    pub free_at_start: u64,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Booking {
+    pub job: String,
+    pub start_at: i64,
+    /// `None`: the job gives no runtime, so the booking never ends.
+    pub ends_at: Option<i64>,
+    pub nodes: BTreeMap<usize, NodeBooking>,
+}
+
+impl Booking {
+    fn overlaps(&self, from: i64, until: Option<i64>) -> bool {
+        until.is_none_or(|u| self.start_at < u) && self.ends_at.is_none_or(|e| from < e)
+    }
+}
+
+/// A whole-GPU request's GPUs per member (`None`: shares, MIG or CPU only).
+pub(super) fn whole_gpus(r: &Request) -> Option<u64> {
+    (r.mig_profile.is_none() && r.num_gpu > 0 && r.gpu_milli >= MILLI)
+        .then_some(u64::from(r.num_gpu))
+}
+
+#[derive(Debug, Default, Clone)]
+pub(super) struct Bookings {
+    pub list: Vec<Booking>,
+    /// Bookings by node, for the checks of one node.
+    by_node: BTreeMap<usize, Vec<usize>>,
+}
+
+impl Bookings {
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_booked(&self, node: usize) -> bool {
+        self.by_node.contains_key(&node)
+    }
+
+    pub fn booked_nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.by_node.keys().copied()
+    }
+
+    pub fn push(&mut self, booking: Booking) {
+        let ix = self.list.len();
+        for n in booking.nodes.keys() {
+            self.by_node.entry(*n).or_default().push(ix);
+        }
+        self.list.push(booking);
+    }
+
+    /// Whole GPUs booked on `node` at time `at`.
+    fn booked_at(&self, on_node: &[usize], node: usize, at: i64) -> u64 {
+        on_node
+            .iter()
+            .filter_map(|i| self.list.get(*i))
+            .filter(|o| o.start_at <= at && o.ends_at.is_none_or(|e| at < e))
+            .filter_map(|o| o.nodes.get(&node))
+            .fold(0u64, |sum, nb| sum.saturating_add(nb.gpus))
+    }
+
+    /// Whole GPUs of `node` a job running over [`from`, `until`) may take without
+    /// delaying a booking, given `free_from` whole GPUs free there at `from`: `None` when
+    /// no booking there overlaps it (no limit). Free GPUs only grow over a walk, so the
+    /// tight points are `from` itself and the starts of the bookings inside the interval.
+    pub fn spare(&self, node: usize, from: i64, until: Option<i64>, free_from: u64) -> Option<u64> {
+        let on_node = self.by_node.get(&node)?;
+        let now_booked = self.booked_at(on_node, node, from);
+        let mut spare = (now_booked > 0).then(|| free_from.saturating_sub(now_booked));
+        for b in on_node.iter().filter_map(|i| self.list.get(*i)) {
+            let inside = b.start_at > from && until.is_none_or(|u| b.start_at < u);
+            let Some(mine) = b.nodes.get(&node).filter(|_| inside) else {
+                continue;
+            };
+            let left = mine
+                .free_at_start
+                .saturating_sub(self.booked_at(on_node, node, b.start_at));
+            spare = Some(spare.map_or(left, |s| s.min(left)));
+        }
+        spare
+    }
+
+    /// Member slots of `r` on `node` given `raw` slots and `free_from` whole free GPUs on
+    /// its free resources, for a job over [`from`, `until`): capped by the spare whole
+    /// GPUs; none for a request that is not whole GPUs where a booking overlaps.
+    pub fn cap(
+        &self,
+        node: usize,
+        (raw, free_from): (u64, u64),
+        r: &Request,
+        from: i64,
+        until: Option<i64>,
+    ) -> u64 {
+        if r.num_gpu == 0 {
+            return raw;
+        }
+        match (self.spare(node, from, until, free_from), whole_gpus(r)) {
+            (None, _) => raw,
+            (Some(spare), Some(per)) => raw.min(spare / per),
+            (Some(_), None) => 0,
+        }
+    }
+
+    /// Whether one member of `r` may start on `node` now and run until `until`.
+    pub fn allows(&self, node: usize, r: &Request, now: i64, until: Option<i64>) -> bool {
+        // Nothing is booked before its start, and every start is later than now.
+        self.cap(node, (1, u64::MAX), r, now, until) > 0
+    }
+
+    /// The first node where `choices` take more than the bookings leave spare.
+    pub fn violated(
+        &self,
+        r: &Request,
+        choices: &[Choice],
+        now: i64,
+        until: Option<i64>,
+    ) -> Option<usize> {
+        let mut per_node: BTreeMap<usize, u64> = BTreeMap::new();
+        for c in choices {
+            *per_node.entry(c.node).or_default() += 1;
+        }
+        per_node
+            .into_iter()
+            .find(|(n, members)| self.cap(*n, (*members, u64::MAX), r, now, until) < *members)
+            .map(|(n, _)| n)
+    }
+
+    /// A job started now over [`now`, `until`) on `choices`: the bookings it overlaps
+    /// have that many fewer free GPUs at their start.
+    pub fn started(&mut self, r: &Request, choices: &[Choice], now: i64, until: Option<i64>) {
+        let Some(per) = whole_gpus(r) else {
+            return;
+        };
+        for c in choices {
+            let Some(on_node) = self.by_node.get(&c.node) else {
+                continue;
+            };
+            for i in on_node {
+                let Some(b) = self.list.get_mut(*i) else {
+                    continue;
+                };
+                if !b.overlaps(now, until) {
+                    continue;
+                }
+                if let Some(nb) = b.nodes.get_mut(&c.node) {
+                    nb.free_at_start = nb.free_at_start.saturating_sub(per);
+                }
+            }
+        }
+    }
+
+    /// Times in a walk over [`now`, …) at which a job of runtime `runtime` (`None`: no
+    /// estimate) starts or stops overlapping a booking, with that booking's nodes: its
+    /// spare changes there.
+    pub fn boundaries(&self, now: i64, runtime: Option<i64>) -> Vec<(i64, usize)> {
+        let mut out = Vec::new();
+        for (i, b) in self.list.iter().enumerate() {
+            // A start at t overlaps from t > start - runtime (never later, without one).
+            if let Some(rt) = runtime {
+                let begins = b.start_at.saturating_sub(rt);
+                if begins >= now {
+                    out.push((begins.saturating_add(1), i));
+                }
+            }
+            if let Some(e) = b.ends_at.filter(|e| *e > now) {
+                out.push((e, i));
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    pub fn nodes_of(&self, booking: usize) -> impl Iterator<Item = usize> + '_ {
+        self.list
+            .get(booking)
+            .into_iter()
+            .flat_map(|b| b.nodes.keys().copied())
+    }
+}
