@@ -246,7 +246,10 @@ pub async fn enact(
             continue;
         }
         match apply(client, a, now).await {
-            Ok(()) => done.push(a.clone()),
+            Ok(()) => {
+                log_enacted(a);
+                done.push(a.clone());
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "a write was refused; the next cycle starts from what the pods say");
                 if let Some(j) = a.job() {
@@ -440,6 +443,53 @@ pub async fn run(q: Queue) {
             actions: done,
             errors,
         };
+    }
+}
+
+/// The decision log's line for an action carried out (see
+/// `engine::serve::decision_log`): placements, evictions with their cause, and waiting
+/// reasons that changed. Assignments (the first phase of a placement) are at debug level.
+fn log_enacted(a: &Action) {
+    use engine::serve::decision_log::{admit, TARGET};
+    let level = match a {
+        Action::Assign { .. } | Action::Unassign { .. } => tracing::Level::DEBUG,
+        _ => tracing::Level::INFO,
+    };
+    let Some(dropped) = admit(level) else {
+        return;
+    };
+    let pod = a.pod();
+    let (namespace, name) = (pod.namespace.as_str(), pod.name.as_str());
+    match a {
+        Action::Assign { job, node, .. } => tracing::debug!(
+            target: TARGET, decision = "assign", namespace, pod = name, job, node, dropped,
+            "assign: {namespace}/{name} to {node}"
+        ),
+        Action::Unassign { .. } => tracing::debug!(
+            target: TARGET, decision = "unassign", namespace, pod = name, dropped,
+            "unassign: {namespace}/{name}"
+        ),
+        Action::Release { job, node, .. } => tracing::info!(
+            target: TARGET, decision = "place", namespace, pod = name, job, node, dropped,
+            "place: {namespace}/{name} (job {job}) on {node}"
+        ),
+        Action::Evict {
+            job,
+            for_job,
+            cause,
+            grace_s,
+            ..
+        } => tracing::info!(
+            target: TARGET, decision = "evict", namespace, pod = name, job, for_job, cause,
+            grace_s, dropped,
+            "evict: {namespace}/{name} (job {job}) for {for_job}: {cause}"
+        ),
+        Action::Wait {
+            reason, message, ..
+        } => tracing::info!(
+            target: TARGET, decision = "wait", namespace, pod = name, reason, detail = message, dropped,
+            "wait: {namespace}/{name}: {reason}"
+        ),
     }
 }
 

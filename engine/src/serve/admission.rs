@@ -25,6 +25,12 @@ pub struct Outcome {
     /// The pod already carries this webhook's revision label: a reinvoked `/mutate`, or
     /// `/admit` after `/mutate`. The decision was counted the first time.
     pub repeat: bool,
+    /// For the decision log: the pod (its name, else its `generateName`), its namespace,
+    /// the operation, and a denial's message.
+    pub namespace: Option<String>,
+    pub pod: Option<String>,
+    pub operation: String,
+    pub message: Option<String>,
 }
 
 /// A request the webhook cannot read at all (HTTP 400).
@@ -69,7 +75,31 @@ pub fn review(
                 .and_then(|o| o.pointer(&format!("/metadata/labels/{}", pointer(REVISION_LABEL))))
                 .is_some()
     });
-    judge(ctx, review, mutate).map(|(response, outcome)| (response, Outcome { repeat, ..outcome }))
+    let request = review.request.as_ref();
+    let namespace = request.and_then(|r| r.namespace.clone());
+    let pod = request.and_then(|r| {
+        let meta = |key: &str| {
+            let v = r.object.as_ref()?.pointer(&format!("/metadata/{key}"))?;
+            v.as_str().filter(|n| !n.is_empty()).map(str::to_string)
+        };
+        let named = r.name.clone().filter(|n| !n.is_empty());
+        named
+            .or_else(|| meta("name"))
+            .or_else(|| meta("generateName"))
+    });
+    let operation = request.map(|r| r.operation.clone()).unwrap_or_default();
+    judge(ctx, review, mutate).map(|(response, outcome)| {
+        let message = response.response.status.as_ref().map(|s| s.message.clone());
+        let outcome = Outcome {
+            repeat,
+            namespace,
+            pod,
+            operation,
+            message,
+            ..outcome
+        };
+        (response, outcome)
+    })
 }
 
 /// The label `/mutate` sets to the policy revision that admitted the pod.
@@ -109,6 +139,10 @@ fn judge(
         reason: reason.to_string(),
         dry_run,
         repeat: false,
+        namespace: None,
+        pod: None,
+        operation: String::new(),
+        message: None,
     };
     let operation = req.operation.as_str();
     if req.kind.kind != "Pod" || !matches!(operation, "CREATE" | "UPDATE") {

@@ -159,6 +159,8 @@ fn review(state: &AppState, raw: Result<Bytes, BytesRejection>, mutate: bool) ->
                 if !outcome.dry_run && !outcome.repeat {
                     state.metrics.decision(outcome.action, &outcome.reason);
                 }
+                let endpoint = if mutate { "mutate" } else { "admit" };
+                super::decision_log::admission(endpoint, &outcome, ctx.revision);
                 Json(response).into_response()
             }
             Err(e) => error(StatusCode::BAD_REQUEST, e.0),

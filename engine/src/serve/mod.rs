@@ -6,6 +6,7 @@
 
 pub mod admission;
 pub mod app;
+pub mod decision_log;
 pub mod extender;
 pub mod json_errors;
 pub mod listen;
@@ -273,12 +274,27 @@ pub fn run(args: &ServeArgs, cluster: Option<&dyn ClusterConnector>) -> Result<(
     })
 }
 
+/// The start-up banner: three lines for a person, or one JSON log line with the same
+/// facts under `--log-format json` (so the stream stays JSON).
 fn announce(state: &AppState, args: &ServeArgs, https: bool) {
     let (Some(p), Some(i)) = (state.policy(), state.inventory()) else {
         return;
     };
     let scheme = if https { "https" } else { "http" };
     let insecure = if https { "k" } else { "" };
+    if args.log_format == LogFormat::Json {
+        tracing::info!(
+            policy = %p.dir.display(),
+            revision = %p.revision,
+            files = p.files.len(),
+            inventory = %i.source,
+            nodes = i.fleet.nodes.len(),
+            gpus = i.fleet.gpu_count(),
+            listen = %format!("{scheme}://{}", args.listen),
+            "serving"
+        );
+        return;
+    }
     eprintln!(
         "gantry serve: policy {} ({}, {} files), inventory {} ({} nodes, {} GPUs)\nlistening on {scheme}://{}\n  try: curl -s{insecure} {scheme}://{}/v1/status",
         p.dir.display(),
