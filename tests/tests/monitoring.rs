@@ -117,9 +117,16 @@ fn the_dashboard_loads_and_covers_what_operators_watch() {
     assert!(panels.len() >= 8);
     let mut ids = BTreeSet::new();
     for p in panels {
-        assert!(ids.insert(p["id"].as_u64().unwrap()), "panel ids are unique");
+        assert!(
+            ids.insert(p["id"].as_u64().unwrap()),
+            "panel ids are unique"
+        );
         assert!(p["title"].as_str().is_some_and(|t| !t.is_empty()));
-        assert!(!p["targets"].as_array().unwrap().is_empty(), "{}", p["title"]);
+        assert!(
+            !p["targets"].as_array().unwrap().is_empty(),
+            "{}",
+            p["title"]
+        );
     }
     let named: BTreeSet<String> = dashboard_queries(&d)
         .iter()
@@ -155,7 +162,10 @@ fn the_alerts_cover_webhook_down_reload_failing_and_queue_stuck() {
 #[test]
 fn every_query_names_a_metric_the_server_exports() {
     let exported = exported();
-    assert!(exported.contains("gantry_policy_reloads_total"), "{exported:?}");
+    assert!(
+        exported.contains("gantry_policy_reloads_total"),
+        "{exported:?}"
+    );
     assert!(exported.contains("gantry_queue_wait_seconds_bucket"));
     let queries = dashboard_queries(&dashboard())
         .into_iter()

@@ -10,20 +10,14 @@
     reason = "test code"
 )]
 
+mod common;
+
+use common::*;
 use serde_json::Value;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .unwrap()
-        .to_path_buf()
-}
 
 /// A POST over plain HTTP/1.1 on loopback; the status line.
 fn post(addr: SocketAddr, path: &str, body: &[u8]) -> String {

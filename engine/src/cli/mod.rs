@@ -16,6 +16,7 @@ mod queue;
 mod safe_write;
 mod simulate;
 mod test;
+mod trace;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
@@ -150,6 +151,8 @@ enum Command {
     /// Replay one trace under two policies and report what changes (waits, utilization,
     /// preemptions, cost, jobs decided differently); `--fail-if` gates CI.
     Diff(diff::DiffArgs),
+    /// Replay traces from real systems: `trace import --from slurm|kubernetes`.
+    Trace(trace::TraceArgs),
 }
 
 /// Runs the CLI with `args` (including the program name) and returns the exit code.
@@ -184,6 +187,7 @@ where
         Command::Inventory(args) => inventory::run(&args, io),
         Command::Simulate(args) => simulate::run(&args, io),
         Command::Diff(args) => diff::run(&args, io),
+        Command::Trace(args) => trace::run(&args, io),
         Command::Test(args) => test::run(&args, io),
         Command::Serve(args) => match crate::serve::run(&args, io.cluster.as_deref()) {
             Ok(()) => EXIT_OK,

@@ -3,6 +3,7 @@
 
 pub mod diff;
 pub mod fill;
+pub mod import;
 pub mod metrics;
 pub mod openb;
 pub mod replay;

@@ -1,0 +1,185 @@
+//! Kubernetes pod listings (`kubectl get pods -A -o json`, one or more taken over time):
+//! each GPU pod that ran to the end is a job — submitted at `creationTimestamp`, started
+//! at `status.startTime`, done at its containers' last `finishedAt`. Pods of one gang
+//! (`gantry.dev/gang` with `gantry.dev/gang-size`) are one job. A later listing's view of
+//! a pod (by uid) replaces an earlier one, so a pod running in the first and finished in
+//! the last counts with its real end. Team and tier come from `gantry.dev/team` and
+//! `gantry.dev/tier`, else from the namespace and the priority class through the mapping.
+
+use super::{at, Imported, Mapping, TraceJob};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// The command that writes what this reads.
+pub const KUBECTL: &str = "kubectl get pods -A -o json";
+
+#[derive(Debug, Clone)]
+struct Seen {
+    namespace: String,
+    name: String,
+    team: Option<String>,
+    tier: Option<String>,
+    priority_class: Option<String>,
+    gang: Option<(String, u32)>,
+    gpus: u32,
+    created: i64,
+    started: Option<i64>,
+    finished: Option<i64>,
+}
+
+/// Reads every listing (`(file, text)`, oldest first) into one trace.
+pub fn import(listings: &[(String, String)], map: &Mapping) -> Result<Imported, String> {
+    let mut pods: BTreeMap<String, Seen> = BTreeMap::new();
+    for (file, text) in listings {
+        let list: Value = serde_json::from_str(text).map_err(|e| {
+            at(
+                file,
+                e.line(),
+                format!("not JSON: {e}; save the listing with `{KUBECTL}`"),
+            )
+        })?;
+        let Some(items) = list.get("items").and_then(Value::as_array) else {
+            return Err(at(
+                file,
+                1,
+                format!("no `items`: a pod listing is a PodList, as `{KUBECTL}` writes"),
+            ));
+        };
+        for pod in items {
+            let uid = pod
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            if let Some(seen) = read(pod) {
+                pods.insert(uid.to_string(), seen);
+            }
+        }
+    }
+    let mut out = Imported::default();
+    let mut gangs: BTreeMap<(String, String), Vec<Seen>> = BTreeMap::new();
+    for seen in pods.into_values() {
+        if seen.gpus == 0 {
+            out.skip("no GPUs");
+            continue;
+        }
+        match &seen.gang {
+            Some((gang, _)) => gangs
+                .entry((seen.namespace.clone(), gang.clone()))
+                .or_default()
+                .push(seen),
+            None => job(
+                &mut out,
+                map,
+                &format!("{}/{}", seen.namespace, seen.name),
+                &[seen],
+            ),
+        }
+    }
+    for ((namespace, gang), members) in gangs {
+        job(&mut out, map, &format!("{namespace}/{gang}"), &members);
+    }
+    Ok(out)
+}
+
+/// A job from its pods (one, or a gang's members), if it ran to the end.
+fn job(out: &mut Imported, map: &Mapping, id: &str, pods: &[Seen]) {
+    let Some(first) = pods.first() else { return };
+    let size = first.gang.as_ref().map_or(1, |(_, n)| *n);
+    if pods.len() < size as usize {
+        out.skip("gang members missing from the listings");
+        return;
+    }
+    let started: Option<Vec<i64>> = pods.iter().map(|p| p.started).collect();
+    let finished: Option<Vec<i64>> = pods.iter().map(|p| p.finished).collect();
+    let (Some(started), Some(finished)) = (started, finished) else {
+        out.skip(if pods.iter().any(|p| p.started.is_none()) {
+            "never started"
+        } else {
+            "not finished in the last listing"
+        });
+        return;
+    };
+    let start = started.iter().copied().min().unwrap_or(0);
+    let end = finished.iter().copied().max().unwrap_or(start);
+    let submitted = pods.iter().map(|p| p.created).min().unwrap_or(start);
+    let team = first
+        .team
+        .clone()
+        .or_else(|| map.team(&[first.namespace.as_str()]));
+    let tier = first
+        .tier
+        .clone()
+        .or_else(|| map.tier(&[first.priority_class.as_deref().unwrap_or("")]));
+    out.jobs.push(TraceJob {
+        id: id.to_string(),
+        team,
+        tier,
+        user: None,
+        pools: Vec::new(),
+        submitted_at: submitted,
+        members: u32::try_from(pods.len()).unwrap_or(u32::MAX),
+        gpus_per_member: first.gpus,
+        runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
+    });
+}
+
+fn read(pod: &Value) -> Option<Seen> {
+    let text = |p: &str| pod.pointer(p).and_then(Value::as_str);
+    let time = |s: &str| {
+        chrono::DateTime::parse_from_rfc3339(s)
+            .ok()
+            .map(|t| t.timestamp())
+    };
+    let label = |k: &str| {
+        pod.pointer("/metadata/labels")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let gpus: u32 = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            let r = c.get("resources")?;
+            let q = r
+                .pointer("/limits/nvidia.com~1gpu")
+                .or_else(|| r.pointer("/requests/nvidia.com~1gpu"))?;
+            match q {
+                Value::String(s) => s.parse().ok(),
+                Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                _ => None,
+            }
+        })
+        .sum();
+    let finished = pod
+        .pointer("/status/containerStatuses")
+        .and_then(Value::as_array)
+        .and_then(|cs| {
+            let ends: Option<Vec<i64>> = cs
+                .iter()
+                .map(|c| {
+                    c.pointer("/state/terminated/finishedAt")?
+                        .as_str()
+                        .and_then(time)
+                })
+                .collect();
+            ends?.into_iter().max()
+        });
+    let namespace = text("/metadata/namespace")?.to_string();
+    let priority_class = text("/spec/priorityClassName").map(str::to_string);
+    Some(Seen {
+        name: text("/metadata/name")?.to_string(),
+        team: label("gantry.dev/team"),
+        tier: label("gantry.dev/tier"),
+        priority_class,
+        gang: label("gantry.dev/gang")
+            .zip(label("gantry.dev/gang-size").and_then(|s| s.parse().ok())),
+        gpus,
+        created: text("/metadata/creationTimestamp").and_then(time)?,
+        started: text("/status/startTime").and_then(time),
+        finished,
+        namespace,
+    })
+}
