@@ -30,6 +30,13 @@ const POLICY: &str = "use std.nodes.{dgx_h100}\nuse std.tiers\n\
     team a { guaranteed = 32 gpu }\n\
     placement { backfill = conservative(depth = all); backfill_window = 24h }\n";
 
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
 fn rows(text: &str) -> impl Iterator<Item = Vec<&str>> {
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
@@ -70,7 +77,11 @@ fn seconds(t: &str) -> i64 {
 
 /// Slurm's planned start of each job, in seconds after the running jobs started.
 fn slurm_starts(dir: &Path) -> BTreeMap<String, i64> {
-    let text = std::fs::read_to_string(dir.join("squeue.txt")).unwrap();
+    starts_in(&std::fs::read_to_string(dir.join("squeue.txt")).unwrap())
+}
+
+/// [`slurm_starts`] of `squeue` output: a comment line, the header, then one job a line.
+fn starts_in(text: &str) -> BTreeMap<String, i64> {
     let jobs: Vec<(String, String, i64)> = text
         .lines()
         .skip(2)
@@ -176,4 +187,79 @@ fn the_sample_workload_starts_as_slurm_plans_it() {
 #[test]
 fn forty_jobs_start_as_slurm_plans_them_or_say_why_not() {
     compare("forty");
+}
+
+/// The same comparison against a live Slurm, where one is installed: the peer of
+/// `../shared/peers/slurm/` is started in a temporary directory, the sample workload
+/// submitted, and Slurm's plan compared with gantry's, job by job. Skipped, saying why,
+/// without `slurm-wlm` (`apt-get install slurm-wlm`) or the peer's scripts.
+#[test]
+fn a_live_slurm_plans_the_sample_as_gantry_does() {
+    let peer = repo().join("../shared/peers/slurm/start.sh");
+    let have = |cmd: &str| {
+        std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {cmd}")])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !peer.exists()
+        || !["slurmctld", "slurmd", "sbatch", "squeue"]
+            .iter()
+            .all(|c| have(c))
+    {
+        eprintln!(
+            "skipped: no live Slurm here (needs slurm-wlm: apt-get install slurm-wlm, and {})",
+            peer.display()
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("gantry-slurm-{}", std::process::id()));
+    let conf = dir.join("slurm.conf");
+    let run = |args: &[&str]| {
+        std::process::Command::new(args[0])
+            .args(&args[1..])
+            .env("SLURM_CONF", &conf)
+            .current_dir(repo().join("tests/slurm"))
+            .output()
+            .unwrap()
+    };
+    let dir_s = dir.to_str().unwrap().to_string();
+    let peer_s = peer.to_str().unwrap().to_string();
+    let started = run(&["bash", &peer_s, &dir_s]);
+    let up = String::from_utf8_lossy(&started.stdout)
+        .matches("idle")
+        .count()
+        == 4;
+    let outcome = std::panic::catch_unwind(|| {
+        assert!(
+            up,
+            "the peer did not come up: {}",
+            String::from_utf8_lossy(&started.stderr)
+        );
+        let submitted = run(&["sh", "submit.sh", "sample/workload.tsv"]);
+        assert!(
+            submitted.status.success(),
+            "{}",
+            String::from_utf8_lossy(&submitted.stderr)
+        );
+        // Two backfill passes (bf_interval=5).
+        std::thread::sleep(std::time::Duration::from_secs(12));
+        let listed = run(&["squeue", "-o", "%.4i %.12j %.8T %.12r %.20S %.20e %N %b"]);
+        let text = format!("# live\n{}", String::from_utf8_lossy(&listed.stdout));
+        let slurm = starts_in(&text);
+        let gantry = gantry_starts(workload(&repo().join("tests/slurm/sample")));
+        assert_eq!(slurm.len(), 7, "{text}");
+        for (job, at) in &slurm {
+            let ours = gantry.get(job).copied().flatten();
+            assert!(
+                ours.is_some_and(|o| (o - at).abs() <= 60),
+                "{job}: Slurm plans {at} s, gantry {ours:?}\n{text}"
+            );
+        }
+    });
+    let _ = run(&["bash", &peer_s, &dir_s, "stop"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    if let Err(e) = outcome {
+        std::panic::resume_unwind(e);
+    }
 }
