@@ -8,6 +8,10 @@
 # container toolkit mounts it into GPU pods; the image does not carry it.
 
 FROM rust:1.95-bookworm AS build
+# `.git` is not copied: pass the commit for `gantry --version`
+# (docker build --build-arg GIT_COMMIT=$(git rev-parse --short=12 HEAD) .).
+ARG GIT_COMMIT=unknown
+ENV GANTRY_GIT_COMMIT=$GIT_COMMIT
 WORKDIR /src
 COPY . .
 RUN cargo build --release --locked -p gantry \

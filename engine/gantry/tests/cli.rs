@@ -1212,3 +1212,20 @@ fn queue_says_why_it_cannot_show_the_queue() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn version_names_the_crate_version_and_the_commit() {
+    let out = gantry(&["--version"], &repo());
+    assert_eq!(out.status.code(), Some(0));
+    let line = text(&out.stdout);
+    let commit = line
+        .trim()
+        .strip_prefix(concat!("gantry ", env!("CARGO_PKG_VERSION"), " (commit "))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        commit == "unknown"
+            || (commit.len() == 12 && commit.chars().all(|c| c.is_ascii_hexdigit())),
+        "{line}"
+    );
+}

@@ -81,7 +81,7 @@ impl<'a> Io<'a> {
 #[derive(Debug, Parser)]
 #[command(
     name = "gantry",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("GANTRY_GIT_COMMIT"), ")"),
     about = "Check, format, test and explain Gantry GPU scheduling policies; plan, simulate and diff them"
 )]
 struct Cli {
