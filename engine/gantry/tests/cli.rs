@@ -1229,3 +1229,43 @@ fn version_names_the_crate_version_and_the_commit() {
         "{line}"
     );
 }
+
+#[test]
+fn check_of_one_file_checks_the_policy_it_belongs_to() {
+    // As a pre-commit hook passing changed files does: the file uses names its siblings
+    // define, so it is checked with them and reported for itself.
+    let dir = tempdir("check-one-file");
+    for entry in std::fs::read_dir(repo().join("policies/onprem-dgx")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|x| x == "gantry") {
+            std::fs::copy(&path, dir.join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let out = gantry(&["check", "teams.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("0 errors"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A mistake in the named file is reported; one in a sibling only counted.
+    let teams = std::fs::read_to_string(dir.join("teams.gantry")).unwrap();
+    std::fs::write(
+        dir.join("teams.gantry"),
+        teams + "\nteam extra { guarnteed = 8 gpu }\n",
+    )
+    .unwrap();
+    let fleet = std::fs::read_to_string(dir.join("fleet.gantry")).unwrap();
+    std::fs::write(
+        dir.join("fleet.gantry"),
+        fleet + "\npool broken { capacity = nope }\n",
+    )
+    .unwrap();
+    let out = gantry(&["check", "teams.gantry"], &dir);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("no field `guarnteed`"), "{err}");
+    assert!(!err.contains("broken"), "{err}");
+    assert!(err.contains("in other files of this policy"), "{err}");
+    assert!(err.contains("1 error"), "{err}");
+}

@@ -5,7 +5,7 @@ use super::{fail, DiagnosticFormat, Io, EXIT_FINDINGS, EXIT_OK};
 use lang::codes::{self, Severity};
 use lang::{Diagnostic, SourceMap, Span};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Rendered diagnostics per policy; more would bury the first ones (JSON lists all).
 const MAX_RENDERED: usize = 200;
@@ -23,11 +23,17 @@ pub fn run(
     };
     let (mut errors, mut warnings, mut file_count) = (0usize, 0usize, 0usize);
     for policy in &policies {
+        // Files named one by one are checked with the rest of their directory (the
+        // policy they belong to), and reported for themselves only.
+        let (files, shown) = match with_siblings(policy) {
+            Ok(v) => v,
+            Err(e) => return fail(io, e.0),
+        };
+        file_count += shown.as_ref().map_or(files.len(), Vec::len);
         let mut inputs = Vec::new();
         let mut unreadable = SourceMap::new();
         let mut io_diags = Vec::new();
-        for path in &policy.files {
-            file_count += 1;
+        for path in &files {
             let name = files::display_name(path);
             match files::read(path) {
                 Ok(Contents::Text(text)) => inputs.push((name, text)),
@@ -53,7 +59,23 @@ pub fn run(
             continue;
         }
         let checked = lang::check(&inputs);
-        for (i, d) in checked.diagnostics.iter().enumerate() {
+        let reported = |d: &&Diagnostic| {
+            let Some(shown) = &shown else { return true };
+            d.labels
+                .first()
+                .is_none_or(|l| shown.iter().any(|n| n == checked.sources.name(l.span.file)))
+        };
+        let elsewhere = checked.diagnostics.iter().filter(|d| !reported(d)).count();
+        let diagnostics: Vec<&Diagnostic> = checked.diagnostics.iter().filter(reported).collect();
+        if elsewhere > 0 && format == DiagnosticFormat::Human {
+            let _ = writeln!(
+                io.stderr,
+                "note: {elsewhere} {} in other files of this policy; check the directory to see {}",
+                plural(elsewhere, "diagnostic", "diagnostics"),
+                plural(elsewhere, "it", "them")
+            );
+        }
+        for (i, d) in diagnostics.iter().copied().enumerate() {
             match d.severity {
                 Severity::Error => errors += 1,
                 Severity::Warning => warnings += 1,
@@ -62,7 +84,7 @@ pub fn run(
                 let _ = writeln!(
                     io.stderr,
                     "... and {} more diagnostics (`--format json` lists them all)",
-                    checked.diagnostics.len() - MAX_RENDERED
+                    diagnostics.len() - MAX_RENDERED
                 );
             }
             if format == DiagnosticFormat::Json || i < MAX_RENDERED {
@@ -102,6 +124,50 @@ fn report(d: &Diagnostic, sources: &SourceMap, format: DiagnosticFormat, io: &mu
             }
         }
     }
+}
+
+/// The files to check for `policy` and, for files named one by one, the display names
+/// to report for: named files that do not check on their own bring the other `.gantry`
+/// files of their directory (the policy they belong to, whose names they may use).
+fn with_siblings(
+    policy: &files::Policy,
+) -> Result<(Vec<PathBuf>, Option<Vec<String>>), files::FindError> {
+    let Some(named) = &policy.named else {
+        return Ok((policy.files.clone(), None));
+    };
+    // Files that check cleanly on their own stay on their own (a scratch file in a
+    // directory of others is not mixed with them).
+    let alone: Option<Vec<(String, String)>> = named
+        .iter()
+        .map(|p| match files::read(p) {
+            Ok(Contents::Text(t)) => Some((files::display_name(p), t)),
+            _ => None,
+        })
+        .collect();
+    let clean = alone.is_some_and(|inputs| {
+        lang::check(&inputs)
+            .diagnostics
+            .iter()
+            .all(|d| d.severity != Severity::Error)
+    });
+    if clean {
+        return Ok((named.clone(), None));
+    }
+    let dir = named
+        .first()
+        .and_then(|f| f.parent())
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    let named_canonical: Vec<PathBuf> = named.iter().map(|p| canonical(p)).collect();
+    let mut files: Vec<PathBuf> = files::siblings(&dir)?
+        .into_iter()
+        .filter(|s| !named_canonical.contains(&canonical(s)))
+        .collect();
+    files.extend(named.iter().cloned());
+    files.sort();
+    let shown = named.iter().map(|p| files::display_name(p)).collect();
+    Ok((files, Some(shown)))
 }
 
 fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {

@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 #[derive(Debug)]
 pub struct Policy {
     pub files: Vec<PathBuf>,
+    /// When the files were named one by one (not found under a directory argument): those
+    /// files. `gantry check` then checks the whole directory and reports for these.
+    pub named: Option<Vec<PathBuf>>,
 }
 
 /// What went wrong finding files; shown as `gantry: ...` with exit code 2.
@@ -30,6 +33,7 @@ pub fn default_paths(paths: &[PathBuf]) -> Vec<PathBuf> {
 /// Every `.gantry` file under the paths, grouped into policies by directory.
 pub fn find_policies(paths: &[PathBuf]) -> Result<Vec<Policy>, FindError> {
     let mut by_dir: BTreeMap<PathBuf, Vec<PathBuf>> = BTreeMap::new();
+    let mut whole: std::collections::BTreeSet<PathBuf> = std::collections::BTreeSet::new();
     for path in paths {
         let meta = std::fs::metadata(path).map_err(|e| cannot_read(path, &e))?;
         if meta.is_dir() {
@@ -42,6 +46,7 @@ pub fn find_policies(paths: &[PathBuf]) -> Result<Vec<Policy>, FindError> {
                 )));
             }
             for f in found {
+                whole.insert(parent(&f));
                 by_dir.entry(parent(&f)).or_default().push(f);
             }
         } else {
@@ -49,13 +54,27 @@ pub fn find_policies(paths: &[PathBuf]) -> Result<Vec<Policy>, FindError> {
         }
     }
     Ok(by_dir
-        .into_values()
-        .map(|mut files| {
+        .into_iter()
+        .map(|(dir, mut files)| {
             files.sort();
             files.dedup();
-            Policy { files }
+            let named = (!whole.contains(&dir)).then(|| files.clone());
+            Policy { files, named }
         })
         .collect())
+}
+
+/// The `.gantry` files of `dir` itself (not below it), sorted: the policy a named file
+/// belongs to.
+pub fn siblings(dir: &Path) -> Result<Vec<PathBuf>, FindError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| cannot_read(dir, &e))?;
+    let mut out: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "gantry"))
+        .collect();
+    out.sort();
+    Ok(out)
 }
 
 fn parent(p: &Path) -> PathBuf {
