@@ -239,16 +239,44 @@ fn unusable_tiers(c: &mut Checker<'_>, p: &Program) {
             continue;
         }
         if let Some(at) = span(c, &[format!("tier/{}", tier.name)]) {
+            // A tier of the standard library cannot be removed: import only the ones used.
+            let module = c
+                .world
+                .modules
+                .iter()
+                .find(|m| m.files.contains(&at.file))
+                .map(|m| m.name.clone())
+                .filter(|m| m.starts_with("std."));
+            let help = match module {
+                Some(m) => {
+                    let used: Vec<&str> = p
+                        .tiers
+                        .iter()
+                        .map(|t| t.name.as_str())
+                        .filter(|n| {
+                            p.teams.iter().any(|t| {
+                                t.tiers.as_ref().is_some_and(|ts| ts.iter().any(|x| x == n))
+                            })
+                        })
+                        .collect();
+                    format!(
+                        "`{}` comes from `use {m}`; import only the tiers teams use: `use {m}.{{{}}}`",
+                        tier.name,
+                        used.join(", ")
+                    )
+                }
+                None => format!(
+                    "add `{}` to a team's `tiers`, or remove the tier",
+                    tier.name
+                ),
+            };
             c.error(
                 Diagnostic::new(
                     codes::UNUSABLE_TIER,
                     format!("no team may use tier `{}`", tier.name),
                 )
                 .with_label(at, "every team lists its tiers, and none lists this one")
-                .with_help(format!(
-                    "add `{}` to a team's `tiers`, or remove the tier",
-                    tier.name
-                )),
+                .with_help(help),
             );
         }
     }
