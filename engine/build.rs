@@ -7,15 +7,20 @@ use std::process::Command;
 
 fn main() {
     println!("cargo:rerun-if-env-changed=GANTRY_GIT_COMMIT");
-    // Rebuild when HEAD moves: HEAD itself, the branch it names, and packed refs.
+    // Rebuild when HEAD moves: HEAD itself, the branch it names, and packed refs. Only
+    // paths that exist: cargo reruns a build script on every build for a missing one.
     let git = Path::new("../.git");
-    println!("cargo:rerun-if-changed=../.git/HEAD");
-    println!("cargo:rerun-if-changed=../.git/packed-refs");
+    let mut watch = vec!["HEAD".to_string(), "packed-refs".to_string()];
     if let Ok(head) = std::fs::read_to_string(git.join("HEAD")) {
         if let Some(branch) = head.trim().strip_prefix("ref: ") {
-            println!("cargo:rerun-if-changed=../.git/{branch}");
+            watch.push(branch.to_string());
         }
     }
+    for path in watch.iter().filter(|p| git.join(p).exists()) {
+        println!("cargo:rerun-if-changed=../.git/{path}");
+    }
+    // Outside a git checkout (a container build) only the variable and this file matter.
+    println!("cargo:rerun-if-changed=build.rs");
     let commit = std::env::var("GANTRY_GIT_COMMIT")
         .ok()
         .filter(|c| !c.is_empty())
