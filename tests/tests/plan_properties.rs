@@ -512,8 +512,13 @@ fn replay_case_strategy() -> impl Strategy<Value = ReplayCase> {
 /// promises here: a later arrival of a higher tier, a team with a lower fair share, or a
 /// job ahead whose quota opens may rightly go first.
 fn check_replay(case: &ReplayCase) -> Result<Option<ReplayStats>, TestCaseError> {
+    check_replay_with(case, "on")
+}
+
+/// [`check_replay`] with `backfill = MODE`.
+fn check_replay_with(case: &ReplayCase, mode: &str) -> Result<Option<ReplayStats>, TestCaseError> {
     let (teams, nodes, specs) = case;
-    let checked = lang::check(&[("p.gantry".to_string(), policy(teams, *nodes, true))]);
+    let checked = lang::check(&[("p.gantry".to_string(), policy_with(teams, *nodes, mode))]);
     let Some(program) = checked.program else {
         return Ok(None);
     };
@@ -531,8 +536,15 @@ fn check_replay(case: &ReplayCase) -> Result<Option<ReplayStats>, TestCaseError>
 /// the queue, so a reservation is a promise — backfill never delays it, whatever the
 /// shapes (whole GPUs, shares, gangs).
 fn check_promises(case: &(u32, Vec<JobSpec>)) -> Result<ReplayStats, TestCaseError> {
+    check_promises_with(case, "on")
+}
+
+fn check_promises_with(
+    case: &(u32, Vec<JobSpec>),
+    mode: &str,
+) -> Result<ReplayStats, TestCaseError> {
     let (nodes, specs) = case;
-    let text = policy(&[], *nodes, true);
+    let text = policy_with(&[], *nodes, mode);
     let program = lang::check(&[("p.gantry".to_string(), text)])
         .program
         .expect("a policy without teams checks");
@@ -563,6 +575,12 @@ proptest! {
     ) {
         check_promises(&case)?;
     }
+
+    #[test]
+    fn conservative_replays_have_no_preemption_loops(case in replay_case_strategy()) {
+        check_replay_with(&case, "conservative(depth = all)")?;
+    }
+
 }
 
 /// The replay generators are not vacuous: they preempt, and reservations are checked.

@@ -4,7 +4,8 @@
 //! their expected end. A job may start now, or be booked later, only where it delays none:
 //! on a booked node it may use only the whole GPUs that every overlapping booking leaves
 //! spare at its start. Bookings count whole GPUs per node, not whole nodes (Slurm books
-//! whole nodes); a booking of shares or MIG instances holds its whole node.
+//! whole nodes); a GPU share counts as one whole GPU on both sides (a share may take a
+//! free GPU), and a booking of MIG instances holds its whole node.
 
 use crate::core::alloc::Request;
 use crate::core::fleet::MILLI;
@@ -36,10 +37,17 @@ impl Booking {
     }
 }
 
-/// A whole-GPU request's GPUs per member (`None`: shares, MIG or CPU only).
-pub(super) fn whole_gpus(r: &Request) -> Option<u64> {
-    (r.mig_profile.is_none() && r.num_gpu > 0 && r.gpu_milli >= MILLI)
-        .then_some(u64::from(r.num_gpu))
+/// The whole GPUs a member of `r` counts for in bookings: its GPUs, or one for a share
+/// (it may take a whole free GPU); `None` for MIG instances and CPU only.
+pub(super) fn booked_gpus(r: &Request) -> Option<u64> {
+    if r.mig_profile.is_some() || r.num_gpu == 0 {
+        return None;
+    }
+    Some(if r.gpu_milli >= MILLI {
+        u64::from(r.num_gpu)
+    } else {
+        1
+    })
 }
 
 #[derive(Debug, Default, Clone)]
@@ -107,7 +115,7 @@ impl Bookings {
 
     /// Member slots of `r` on `node` given `raw` slots and `free_from` whole free GPUs on
     /// its free resources, for a job over [`from`, `until`): capped by the spare whole
-    /// GPUs; none for a request that is not whole GPUs where a booking overlaps.
+    /// GPUs; none for MIG instances where a booking overlaps.
     pub fn cap(
         &self,
         node: usize,
@@ -119,7 +127,7 @@ impl Bookings {
         if r.num_gpu == 0 {
             return raw;
         }
-        match (self.spare(node, from, until, free_from), whole_gpus(r)) {
+        match (self.spare(node, from, until, free_from), booked_gpus(r)) {
             (None, _) => raw,
             (Some(spare), Some(per)) => raw.min(spare / per),
             (Some(_), None) => 0,
@@ -140,6 +148,10 @@ impl Bookings {
         now: i64,
         until: Option<i64>,
     ) -> Option<usize> {
+        // Called for every placement: nothing to count without bookings (EASY).
+        if self.by_node.is_empty() {
+            return None;
+        }
         let mut per_node: BTreeMap<usize, u64> = BTreeMap::new();
         for c in choices {
             *per_node.entry(c.node).or_default() += 1;
@@ -153,7 +165,7 @@ impl Bookings {
     /// A job started now over [`now`, `until`) on `choices`: the bookings it overlaps
     /// have that many fewer free GPUs at their start.
     pub fn started(&mut self, r: &Request, choices: &[Choice], now: i64, until: Option<i64>) {
-        let Some(per) = whole_gpus(r) else {
+        let Some(per) = booked_gpus(r) else {
             return;
         };
         for c in choices {

@@ -4,7 +4,7 @@
 //! Every request shape is estimated alike: whole GPUs, shares and MIG profiles, gangs per
 //! required topology group.
 
-use super::bookings::{whole_gpus, Booking, NodeBooking};
+use super::bookings::{booked_gpus, Booking, NodeBooking};
 use super::{Blocked, Cycle};
 use crate::core::alloc::{NodeFree, Request};
 use crate::core::fleet::MILLI;
@@ -162,7 +162,7 @@ impl Cycle<'_> {
         }
         let ends_at = runtime.map(|r| start + r);
         if conservative || !within_depth {
-            let per = whole_gpus(&shape.member);
+            let per = booked_gpus(&shape.member);
             let nodes = landing
                 .iter()
                 .map(|l| {
