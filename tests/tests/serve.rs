@@ -489,6 +489,44 @@ async fn a_policy_directory_made_again_is_watched_again() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A policy served through a symlink that is swapped to a new checkout, the way git-sync
+/// updates `current` (a new worktree, then a rename over the link), is reloaded at once,
+/// though the old checkout is never touched; the next swap too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swapped_git_sync_checkout_is_reloaded() {
+    use std::os::unix::fs::symlink;
+    let root = scratch("git-sync");
+    let checkout = |name: &str, text: &str| {
+        let dir = root.join(".worktrees").join(name).join("policies/p");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.gantry"), text).unwrap();
+    };
+    let swap = |name: &str| {
+        let tmp = root.join("tmp-link");
+        symlink(format!(".worktrees/{name}"), &tmp).unwrap();
+        std::fs::rename(&tmp, root.join("current")).unwrap();
+    };
+    checkout("a", ONE_POOL);
+    swap("a");
+    let served = root.join("current/policies/p");
+    let state = Arc::new(AppState::new(Box::new(|| 5)));
+    let first = state.reload_policy(&served).unwrap();
+    engine::serve::watch(state.clone(), &served).unwrap();
+    for (i, name) in ["b", "c"].into_iter().enumerate() {
+        let text = format!("{ONE_POOL}# commit {i}\n");
+        checkout(name, &text);
+        swap(name);
+        let seen = revisions_served(&state, 3000).await;
+        assert_eq!(
+            seen.last(),
+            Some(&revision_of(&text, &format!("git-sync-{name}"))),
+            "swap to {name}: {seen:?}"
+        );
+        assert_ne!(seen.last(), Some(&first));
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// Recorded kube-scheduler extender calls (`tests/extender/*.json`, ExtenderArgs) against
 /// the onprem-dgx policy on `tests/extender/fleet.toml`; `filter_*` go to
 /// `/extender/filter`, `prioritize_*` to `/extender/prioritize`.

@@ -6,7 +6,8 @@
 //! (a ConfigMap's symlink swap, or write-then-rename); the README says so.
 //!
 //! The watch is on the directory itself, so deleting it and making it again ends the
-//! watch. The directory's identity (device and inode) is checked after every change and
+//! watch; where a symlink leads to it (git-sync's `current`), the symlink's parent is
+//! watched too, so a swap is seen at once. The directory's identity (device and inode) is checked after every change and
 //! every tick; while it is missing or replaced it is looked at every `REWATCH_EVERY`, and
 //! watched again (and the policy read) as soon as it is back.
 
@@ -157,5 +158,17 @@ fn watch_dir(
     watcher
         .watch(dir, notify::RecursiveMode::Recursive)
         .map_err(|e| format!("cannot watch `{}`: {e}", dir.display()))?;
+    // A symlink on the way to `dir` (git-sync's `current`) is swapped by a rename in its
+    // parent, which the watch above (on the old target) never sees.
+    for link in dir
+        .ancestors()
+        .filter(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()))
+    {
+        if let Some(parent) = link.parent().filter(|p| !p.as_os_str().is_empty()) {
+            watcher
+                .watch(parent, notify::RecursiveMode::NonRecursive)
+                .map_err(|e| format!("cannot watch `{}`: {e}", parent.display()))?;
+        }
+    }
     Ok(watcher)
 }
