@@ -234,7 +234,16 @@ impl Checker<'_> {
 
     fn infer(&mut self, e: &ast::Expr, expected: Option<&Ty>, ctx: &Ctx<'_>) -> Option<Typed> {
         let t = self.infer_kind(e, expected, ctx)?;
-        self.typed.push((e.span, t.ty.describe()));
+        let described = t.ty.describe();
+        let name = match self.type_names.get(&described) {
+            Some(name) => name.clone(),
+            None => {
+                let name: std::sync::Arc<str> = described.as_str().into();
+                self.type_names.insert(described, name.clone());
+                name
+            }
+        };
+        self.typed.push((e.span, name));
         Some(t)
     }
 

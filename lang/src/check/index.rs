@@ -30,7 +30,7 @@ pub struct Index {
     pub scope: BTreeMap<String, usize>,
     /// Expressions with the type the checker gave them (`a gpu quantity`), in the order
     /// typed: inner expressions before the ones containing them.
-    pub types: Vec<(Span, String)>,
+    pub types: Vec<(Span, std::sync::Arc<str>)>,
 }
 
 impl Index {
@@ -45,7 +45,7 @@ impl Index {
             .iter()
             .filter(|(s, _)| s.file == file && s.start <= offset && offset <= s.end)
             .min_by_key(|(s, _)| s.end - s.start)
-            .map(|(s, t)| (*s, t.as_str()))
+            .map(|(s, t)| (*s, &**t))
     }
 }
 
@@ -94,7 +94,7 @@ fn doc(trivia: &Trivia) -> String {
 }
 
 impl Checker<'_> {
-    pub(super) fn index(&self, policy: ModuleId) -> Index {
+    pub(super) fn index(&mut self, policy: ModuleId) -> Index {
         let items = items_by_name(self.asts);
         let definitions = self
             .defs
@@ -119,7 +119,7 @@ impl Checker<'_> {
         Index {
             definitions,
             scope: self.scope.get(policy).cloned().unwrap_or_default(),
-            types: self.typed.clone(),
+            types: std::mem::take(&mut self.typed),
         }
     }
 }

@@ -55,7 +55,10 @@ pub fn check(files: &[(String, String)]) -> Checked {
         files: parsed.iter().map(|(id, _)| *id).collect(),
         ..Module::default()
     });
-    let mut asts: BTreeMap<FileId, ast::File> = parsed.iter().cloned().collect();
+    // The policy's trees move into the map the checker reads and back out after: a 10 MB
+    // policy's tree is hundreds of MB, too much to hold twice.
+    let order: Vec<FileId> = parsed.iter().map(|(id, _)| *id).collect();
+    let mut asts: BTreeMap<FileId, ast::File> = parsed.into_iter().collect();
     load_imports(&mut world, &mut sources, &mut asts, 0, &mut diagnostics);
     let (program, index) = {
         let mut checker = Checker::new(&world, &asts);
@@ -65,6 +68,10 @@ pub fn check(files: &[(String, String)]) -> Checked {
         diagnostics.append(&mut checker.diags);
         (program, checker.index(0))
     };
+    let parsed = order
+        .into_iter()
+        .filter_map(|id| asts.remove(&id).map(|ast| (id, ast)))
+        .collect();
     sort_diagnostics(&mut diagnostics);
     let has_errors = diagnostics.iter().any(Diagnostic::is_error);
     Checked {
@@ -205,7 +212,9 @@ pub(crate) struct Checker<'a> {
     /// Spans of lowered values the static analyses point at, keyed `kind/name/field`.
     pub spans: BTreeMap<String, Span>,
     /// Every expression typed, with its type described, for editors.
-    pub typed: Vec<(Span, String)>,
+    pub typed: Vec<(Span, std::sync::Arc<str>)>,
+    /// The descriptions in `typed`, each allocated once.
+    pub type_names: std::collections::HashMap<String, std::sync::Arc<str>>,
 }
 
 impl<'a> Checker<'a> {
@@ -221,6 +230,7 @@ impl<'a> Checker<'a> {
             diags: Vec::new(),
             spans: BTreeMap::new(),
             typed: Vec::new(),
+            type_names: std::collections::HashMap::new(),
         }
     }
 

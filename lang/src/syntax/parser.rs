@@ -34,11 +34,9 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
     let mut diags = Vec::new();
     let mut items = Vec::new();
     let clean = scanned.unterminated.is_empty() && scanned.too_deep.is_empty();
-    let whole = if clean {
-        parse_chunk(file, text, 0..text.len(), &mut items, &mut diags)
-    } else {
-        false
-    };
+    let whole = clean
+        && (parse_in_parts(file, text, &mut items, &mut diags)
+            || parse_chunk(file, text, 0..text.len(), &mut items, &mut diags));
     if !whole {
         items.clear();
         diags.clear();
@@ -99,6 +97,41 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
         );
     }
     (ast, diags)
+}
+
+/// A clean file larger than this is parsed in parts of about this size, each a run of
+/// whole top-level chunks: pest keeps a token queue of about 40 bytes per token for the
+/// text it parses, which for a whole 10 MB policy came to 40× the file.
+const PART_BYTES: usize = 64 * 1024;
+
+/// Parses a large file part by part; `false` (with `items` and `diags` left empty) when
+/// the file is small or a part does not parse on its own, e.g. because a line inside a
+/// block starts with an item keyword. The parts then mean nothing and the whole file is
+/// parsed as one.
+fn parse_in_parts(
+    file: FileId,
+    text: &str,
+    items: &mut Vec<Item>,
+    diags: &mut Vec<Diagnostic>,
+) -> bool {
+    if text.len() <= PART_BYTES {
+        return false;
+    }
+    let mut part_start = 0;
+    let chunks = scan::chunks(text);
+    for (i, chunk) in chunks.iter().enumerate() {
+        let last = i + 1 == chunks.len();
+        if !last && chunk.end - part_start < PART_BYTES {
+            continue;
+        }
+        if !parse_chunk(file, text, part_start..chunk.end, items, diags) || !diags.is_empty() {
+            items.clear();
+            diags.clear();
+            return false;
+        }
+        part_start = chunk.end;
+    }
+    true
 }
 
 /// Parses `text[range]` as a sequence of items; returns whether it parsed cleanly.
@@ -845,5 +878,62 @@ fn binary_op(rule: Rule) -> BinaryOp {
         Rule::op_mul => BinaryOp::Mul,
         Rule::op_div => BinaryOp::Div,
         _ => BinaryOp::In,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used, reason = "test code")]
+mod tests {
+    use super::*;
+
+    fn rules(n: usize) -> String {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "rule r{i}: warn if job.gpus > {} gpu and job.tier == standard \"rule {i}\"\n",
+                    i % 64 + 1
+                )
+            })
+            .collect()
+    }
+
+    fn whole(text: &str) -> (Vec<Item>, Vec<Diagnostic>) {
+        let (mut items, mut diags) = (Vec::new(), Vec::new());
+        assert!(parse_chunk(0, text, 0..text.len(), &mut items, &mut diags));
+        (items, diags)
+    }
+
+    #[test]
+    fn a_large_file_parsed_in_parts_is_the_file_parsed_whole() {
+        let text = format!(
+            "use std.tiers\n\n{}team t {{\n  guaranteed = 8 gpu\n}}\n{}",
+            rules(2_000),
+            rules(1_000)
+        );
+        assert!(text.len() > 3 * PART_BYTES);
+        let (mut items, mut diags) = (Vec::new(), Vec::new());
+        assert!(parse_in_parts(0, &text, &mut items, &mut diags));
+        assert!(diags.is_empty());
+        assert_eq!((items, diags), whole(&text));
+        assert_eq!(parse(0, &text).0.items.len(), 3_002);
+    }
+
+    #[test]
+    fn a_part_boundary_inside_a_block_falls_back_to_the_whole_file() {
+        // `pool = p` in the first column looks like the start of an item to the chunker;
+        // the text before the block is sized so that a part ends just before it.
+        let mut head = rules(780);
+        assert!(head.len() < PART_BYTES - 100);
+        head.push_str(&format!(
+            "#{}\n",
+            "x".repeat(PART_BYTES - 5 - head.len() - 2)
+        ));
+        let text = format!("{head}team t {{\npool = p\n}}\n{}", rules(1_000));
+        let (mut items, mut diags) = (Vec::new(), Vec::new());
+        assert!(!parse_in_parts(0, &text, &mut items, &mut diags));
+        assert!(items.is_empty() && diags.is_empty());
+        let (ast, diags) = parse(0, &text);
+        assert!(diags.is_empty(), "{diags:?}");
+        assert_eq!(ast.items.len(), 1_781);
     }
 }
