@@ -22,6 +22,15 @@ pub struct Diagnostic {
     /// The first label is the primary one: its span is where the diagnostic is reported.
     pub labels: Vec<Label>,
     pub help: Option<String>,
+    /// A machine-applicable fix: the help's change as an edit.
+    pub fix: Option<Fix>,
+}
+
+/// Replace the text at `span` with `replacement`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fix {
+    pub span: Span,
+    pub replacement: String,
 }
 
 impl Diagnostic {
@@ -33,7 +42,17 @@ impl Diagnostic {
             message: message.into(),
             labels: Vec::new(),
             help: None,
+            fix: None,
         }
+    }
+
+    /// The edit that applies the help: replace `span` with `replacement`.
+    pub fn with_fix(mut self, span: Span, replacement: impl Into<String>) -> Diagnostic {
+        self.fix = Some(Fix {
+            span,
+            replacement: replacement.into(),
+        });
+        self
     }
 
     pub fn with_label(mut self, span: Span, message: impl Into<String>) -> Diagnostic {
@@ -56,7 +75,17 @@ impl Diagnostic {
         candidates: impl IntoIterator<Item = &'a str>,
     ) -> Diagnostic {
         match crate::suggest::closest(name, candidates) {
-            Some(s) => self.with_help(format!("did you mean `{s}`?")),
+            Some(s) => {
+                // The primary label is the misspelled name itself when it is as long.
+                let fix = self
+                    .primary_span()
+                    .filter(|p| (p.end - p.start) as usize == name.len());
+                let d = self.with_help(format!("did you mean `{s}`?"));
+                match fix {
+                    Some(at) => d.with_fix(at, s),
+                    None => d,
+                }
+            }
             None => self,
         }
     }
@@ -82,6 +111,17 @@ pub struct JsonDiagnostic {
     pub end: LineCol,
     pub help: Option<String>,
     pub labels: Vec<JsonLabel>,
+    /// The help as an edit, where it is one: replace `file` from `start` to `end` (1-based
+    /// line and column, end exclusive) with `replacement`.
+    pub fix: Option<JsonFix>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct JsonFix {
+    pub file: String,
+    pub start: LineCol,
+    pub end: LineCol,
+    pub replacement: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -119,6 +159,15 @@ impl Diagnostic {
             column: start.column,
             end,
             help: self.help.clone(),
+            fix: self.fix.as_ref().map(|f| {
+                let (file, start, end) = locate(f.span);
+                JsonFix {
+                    file,
+                    start,
+                    end,
+                    replacement: f.replacement.clone(),
+                }
+            }),
             labels: self
                 .labels
                 .iter()

@@ -9,7 +9,7 @@ pub mod source;
 pub mod suggest;
 pub mod syntax;
 
-pub use diagnostic::Diagnostic;
+pub use diagnostic::{Diagnostic, Fix};
 pub use source::{FileId, SourceMap, Span};
 pub mod check;
 pub mod ir;

@@ -129,14 +129,20 @@ fn run_case(path: &Path) -> Result<(), String> {
     ))
 }
 
-#[test]
-fn language_cases() {
+/// The `.gantry` files of `tests/cases`, sorted.
+fn case_paths() -> Vec<std::path::PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");
     let mut paths: Vec<_> = std::fs::read_dir(&dir)
         .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
         .unwrap_or_default();
     paths.retain(|p| p.extension().is_some_and(|e| e == "gantry"));
     paths.sort();
+    paths
+}
+
+#[test]
+fn language_cases() {
+    let paths = case_paths();
     assert!(
         paths.len() >= 30,
         "expected the case folder to hold the language cases, found {}",
@@ -189,4 +195,57 @@ fn rendered_diagnostics() {
             .collect();
         insta::assert_snapshot!(rendered);
     });
+}
+
+/// Every machine-applicable fix in the cases does what its help says: applied to the text,
+/// the diagnostic it belongs to is gone (same code and message), and no more diagnostics
+/// of its code appear (a fixed keyword may reveal what its block lacks, a new E02xx; it
+/// must not leave a syntax error).
+#[test]
+fn fixes_remove_the_diagnostics_they_belong_to() {
+    let paths = case_paths();
+    let mut applied = 0;
+    let mut failures = Vec::new();
+    for path in &paths {
+        let text = std::fs::read_to_string(path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let checked = lang::check(&[(name.clone(), text.clone())]);
+        let of_code =
+            |c: &lang::Checked, code: &str| c.diagnostics.iter().filter(|d| d.code == code).count();
+        for d in &checked.diagnostics {
+            let Some(fix) = &d.fix else { continue };
+            assert_eq!(checked.sources.name(fix.span.file), name, "{name}: {d:?}");
+            let mut fixed = text.clone();
+            fixed.replace_range(
+                fix.span.start as usize..fix.span.end as usize,
+                &fix.replacement,
+            );
+            let again = lang::check(&[(name.clone(), fixed)]);
+            applied += 1;
+            if again
+                .diagnostics
+                .iter()
+                .any(|e| e.code == d.code && e.message == d.message)
+            {
+                failures.push(format!(
+                    "{name}: the fix for {} `{}` leaves it",
+                    d.code, d.message
+                ));
+            }
+            if of_code(&again, d.code) >= of_code(&checked, d.code) {
+                failures.push(format!(
+                    "{name}: the fix for {} `{}` leaves as many of its code: {:?}",
+                    d.code,
+                    d.message,
+                    again
+                        .diagnostics
+                        .iter()
+                        .map(|d| &d.message)
+                        .collect::<Vec<_>>()
+                ));
+            }
+        }
+    }
+    assert!(applied >= 5, "only {applied} fixes in the cases");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -1269,3 +1269,49 @@ fn check_of_one_file_checks_the_policy_it_belongs_to() {
     assert!(err.contains("in other files of this policy"), "{err}");
     assert!(err.contains("1 error"), "{err}");
 }
+
+/// Issue 23: the human output ends with one `gantry explain` line (not one per
+/// diagnostic), and `--format json` carries the did-you-mean as an edit a tool can apply.
+#[test]
+fn check_ends_with_one_explain_line_and_json_carries_fixes() {
+    let dir = tempdir("explain-fix");
+    let policy = "use std.nodes.{dgx_h100}\nuse std.tiers.{standard}\n\
+        pool training { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+        team vision { guarnteed = 8 gpu in training; tiers = [standard] }\n\
+        team nlp { guarnted = 8 gpu in training; tiers = [standard] }\n";
+    std::fs::write(dir.join("p.gantry"), policy).unwrap();
+    let out = gantry(&["check", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert_eq!(err.matches("gantry explain").count(), 1, "{err}");
+    assert!(
+        err.contains("for more on E0205, run `gantry explain E0205`"),
+        "{err}"
+    );
+    let out = gantry(&["check", "--format", "json", "p.gantry"], &dir);
+    let fixes: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["fix"].clone())
+        .collect();
+    assert_eq!(fixes.len(), 2);
+    for fix in &fixes {
+        assert_eq!(fix["replacement"], "guaranteed", "{fix}");
+        assert_eq!(fix["file"], "p.gantry");
+    }
+    // Applying both edits (columns are 1-based characters, end exclusive) gives a policy
+    // that checks.
+    let mut lines: Vec<String> = policy.lines().map(String::from).collect();
+    for fix in &fixes {
+        let line = &mut lines[fix["start"]["line"].as_u64().unwrap() as usize - 1];
+        let (start, end) = (
+            fix["start"]["column"].as_u64().unwrap() as usize - 1,
+            fix["end"]["column"].as_u64().unwrap() as usize - 1,
+        );
+        line.replace_range(start..end, fix["replacement"].as_str().unwrap());
+    }
+    std::fs::write(dir.join("p.gantry"), lines.join("\n") + "\n").unwrap();
+    let out = gantry(&["check", "p.gantry"], &dir);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("gantry explain"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

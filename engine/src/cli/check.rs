@@ -22,6 +22,8 @@ pub fn run(
         Err(e) => return fail(io, e.0),
     };
     let (mut errors, mut warnings, mut file_count) = (0usize, 0usize, 0usize);
+    // Codes reported, in order of first appearance, for the closing `gantry explain` line.
+    let mut codes_seen: Vec<&'static str> = Vec::new();
     for policy in &policies {
         // Files named one by one are checked with the rest of their directory (the
         // policy they belong to), and reported for themselves only.
@@ -59,11 +61,22 @@ pub fn run(
             continue;
         }
         let checked = lang::check(&inputs);
+        // Hidden: what is in the sibling files pulled in; the named files' diagnostics and
+        // the standard library's (e.g. W0404 on an imported tier) are reported.
+        let siblings: Vec<String> = match &shown {
+            Some(shown) => files
+                .iter()
+                .map(|p| files::display_name(p))
+                .filter(|n| !shown.contains(n))
+                .collect(),
+            None => Vec::new(),
+        };
         let reported = |d: &&Diagnostic| {
-            let Some(shown) = &shown else { return true };
-            d.labels
-                .first()
-                .is_none_or(|l| shown.iter().any(|n| n == checked.sources.name(l.span.file)))
+            d.labels.first().is_none_or(|l| {
+                !siblings
+                    .iter()
+                    .any(|n| n == checked.sources.name(l.span.file))
+            })
         };
         let elsewhere = checked.diagnostics.iter().filter(|d| !reported(d)).count();
         let diagnostics: Vec<&Diagnostic> = checked.diagnostics.iter().filter(reported).collect();
@@ -80,6 +93,9 @@ pub fn run(
                 Severity::Error => errors += 1,
                 Severity::Warning => warnings += 1,
             }
+            if !codes_seen.contains(&d.code) {
+                codes_seen.push(d.code);
+            }
             if format == DiagnosticFormat::Human && i == MAX_RENDERED {
                 let _ = writeln!(
                     io.stderr,
@@ -93,6 +109,9 @@ pub fn run(
         }
     }
     if format == DiagnosticFormat::Human {
+        if let Some(first) = codes_seen.first() {
+            let _ = writeln!(io.stderr, "{}", explain_line(&codes_seen, first));
+        }
         let _ = writeln!(
             io.stderr,
             "checked {} {} ({} {}): {} {}, {} {}",
@@ -110,6 +129,17 @@ pub fn run(
         EXIT_FINDINGS
     } else {
         EXIT_OK
+    }
+}
+
+/// Once, after the diagnostics: where the long explanations are (as rustc's `--explain`).
+fn explain_line(codes_seen: &[&str], first: &str) -> String {
+    match codes_seen {
+        [one] => format!("for more on {one}, run `gantry explain {one}`"),
+        many => format!(
+            "for more on a code, run `gantry explain {first}` (codes above: {})",
+            many.join(", ")
+        ),
     }
 }
 

@@ -247,6 +247,7 @@ fn unusable_tiers(c: &mut Checker<'_>, p: &Program) {
                 .find(|m| m.files.contains(&at.file))
                 .map(|m| m.name.clone())
                 .filter(|m| m.starts_with("std."));
+            let mut fix = None;
             let help = match module {
                 Some(m) => {
                     let used: Vec<&str> = p
@@ -259,10 +260,11 @@ fn unusable_tiers(c: &mut Checker<'_>, p: &Program) {
                             })
                         })
                         .collect();
+                    let import = format!("{m}.{{{}}}", used.join(", "));
+                    fix = whole_import(c, &m).map(|at| (at, import.clone()));
                     format!(
-                        "`{}` comes from `use {m}`; import only the tiers teams use: `use {m}.{{{}}}`",
+                        "`{}` comes from `use {m}`; import only the tiers teams use: `use {import}`",
                         tier.name,
-                        used.join(", ")
                     )
                 }
                 None => format!(
@@ -270,16 +272,33 @@ fn unusable_tiers(c: &mut Checker<'_>, p: &Program) {
                     tier.name
                 ),
             };
-            c.error(
-                Diagnostic::new(
-                    codes::UNUSABLE_TIER,
-                    format!("no team may use tier `{}`", tier.name),
-                )
-                .with_label(at, "every team lists its tiers, and none lists this one")
-                .with_help(help),
-            );
+            let d = Diagnostic::new(
+                codes::UNUSABLE_TIER,
+                format!("no team may use tier `{}`", tier.name),
+            )
+            .with_label(at, "every team lists its tiers, and none lists this one")
+            .with_help(help);
+            c.error(match fix {
+                Some((at, text)) => d.with_fix(at, text),
+                None => d,
+            });
         }
     }
+}
+
+/// The module path of the policy's `use MODULE` (importing everything) of `module`.
+fn whole_import(c: &Checker<'_>, module: &str) -> Option<Span> {
+    let files = &c.world.modules.first()?.files;
+    c.asts
+        .iter()
+        .filter(|(id, _)| files.contains(id))
+        .flat_map(|(_, f)| &f.items)
+        .find_map(|item| match &item.kind {
+            crate::syntax::ast::ItemKind::Use(u) if u.names.is_none() && u.module() == module => {
+                Some(u.path_span)
+            }
+            _ => None,
+        })
 }
 
 fn conjuncts(e: &Expr) -> Vec<&Expr> {

@@ -164,6 +164,7 @@ impl<'a> Checker<'a> {
                         b.kind.keyword()
                     )),
                 ),
+                None if self.broken(&base.name) => {}
                 None => {
                     let names = self.visible_names(module, None);
                     self.error(

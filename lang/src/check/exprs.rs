@@ -528,6 +528,9 @@ impl Checker<'_> {
                 }),
             );
         }
+        if self.broken(name) {
+            return None;
+        }
         let d = match (word_set(expected), ref_kind(expected)) {
             (Some(set), _) => Diagnostic::new(
                 codes::UNKNOWN_VARIANT,

@@ -218,6 +218,13 @@ pub(crate) struct Checker<'a> {
 }
 
 impl<'a> Checker<'a> {
+    /// Whether `name` is defined in text that did not parse (reported there already).
+    pub(crate) fn broken(&self, name: &str) -> bool {
+        self.asts
+            .values()
+            .any(|f| f.broken.iter().any(|b| b == name))
+    }
+
     fn new(world: &'a World, asts: &'a BTreeMap<FileId, ast::File>) -> Checker<'a> {
         let n = world.modules.len();
         Checker {

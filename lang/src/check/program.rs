@@ -6,6 +6,7 @@ use super::Checker;
 use crate::codes;
 use crate::diagnostic::Diagnostic;
 use crate::ir::Program;
+use crate::source::Span;
 use crate::syntax::ast;
 use std::collections::BTreeSet;
 
@@ -113,7 +114,60 @@ impl Checker<'_> {
         }
     }
 
+    /// The analyses, quiet about definitions that already have an error: a team with a
+    /// misspelled `guarnteed` is not also told it lends more than its (missing) guarantee.
     fn analyse(&mut self, program: &Program) {
+        let failed = self.failed_definitions();
+        let before = self.diags.len();
         super::analysis::run(self, program);
+        if failed.is_empty() {
+            return;
+        }
+        let inside = |s: &Span| {
+            failed
+                .iter()
+                .any(|f| f.file == s.file && f.start <= s.start && s.end <= f.end)
+        };
+        let mut i = 0;
+        self.diags.retain(|d| {
+            i += 1;
+            i <= before || !d.labels.iter().any(|l| inside(&l.span))
+        });
+    }
+
+    /// The innermost block or rule around each error reported so far.
+    fn failed_definitions(&self) -> Vec<Span> {
+        fn blocks(body: &[ast::Stmt], out: &mut Vec<Span>) {
+            for s in body {
+                if let ast::StmtKind::Block(b) = &s.kind {
+                    out.push(s.span);
+                    blocks(&b.body, out);
+                }
+            }
+        }
+        let mut defs = Vec::new();
+        for file in self.asts.values() {
+            for item in &file.items {
+                defs.push(item.span);
+                if let ast::ItemKind::Block(b) = &item.kind {
+                    blocks(&b.body, &mut defs);
+                }
+            }
+        }
+        let mut failed: Vec<Span> = self
+            .diags
+            .iter()
+            .filter(|d| d.is_error())
+            .filter_map(Diagnostic::primary_span)
+            .filter_map(|at| {
+                defs.iter()
+                    .filter(|d| d.file == at.file && d.start <= at.start && at.end <= d.end)
+                    .min_by_key(|d| d.end - d.start)
+                    .copied()
+            })
+            .collect();
+        failed.sort_by_key(|s| (s.file, s.start, s.end));
+        failed.dedup();
+        failed
     }
 }

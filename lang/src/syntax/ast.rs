@@ -34,6 +34,9 @@ pub struct File {
     pub items: Vec<Item>,
     /// Comments after the last item.
     pub dangling: Vec<Comment>,
+    /// Names defined in text that did not parse: already reported, so their uses are not
+    /// reported again as unknown.
+    pub broken: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -33,6 +33,7 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
     let scanned = scan::scan(file, text);
     let mut diags = Vec::new();
     let mut items = Vec::new();
+    let mut broken = Vec::new();
     let clean = scanned.unterminated.is_empty() && scanned.too_deep.is_empty();
     let whole = clean
         && (parse_in_parts(file, text, &mut items, &mut diags)
@@ -79,13 +80,20 @@ pub fn parse(file: FileId, text: &str) -> (File, Vec<Diagnostic>) {
                 continue;
             }
             let before = diags.len();
-            parse_chunk(file, text, chunk, &mut items, &mut diags);
+            if !parse_chunk(file, text, chunk.clone(), &mut items, &mut diags) {
+                let src = text.get(chunk.clone()).unwrap_or_default();
+                broken.extend(scan::names_defined_in(src));
+                if let Some(d) = diags.last_mut() {
+                    unclosed_block(file, chunk.start, src, chunk.end == text.len(), d);
+                }
+            }
             errors += diags.len() - before;
         }
     }
     let mut ast = File {
         items,
         dangling: Vec::new(),
+        broken,
     };
     super::trivia::attach(&mut ast, scanned.comments, text);
     if ast.items.is_empty() && diags.is_empty() {
@@ -194,6 +202,18 @@ fn syntax_error(
         }
         pest::error::ErrorVariant::CustomError { .. } => Vec::new(),
     };
+    // A chunk that fails on its first word (`tem vision {`) names no rule pest could see.
+    let at_start = src.get(..pos).is_some_and(|before| {
+        before.lines().all(|l| {
+            let l = l.trim();
+            l.is_empty() || l.starts_with('#')
+        })
+    });
+    let expected = if expected.is_empty() && at_start {
+        rule_name(Rule::item).into_iter().collect()
+    } else {
+        expected
+    };
     let expected_text = match expected.as_slice() {
         [] => String::from("valid syntax"),
         [one] => (*one).to_string(),
@@ -221,12 +241,59 @@ fn syntax_error(
     } else {
         "see `gantry explain E0101` and the language tour in README.md".to_string()
     };
-    Diagnostic::new(codes::SYNTAX, message)
+    let at = Span::new(file, offset + pos, offset + pos + len);
+    let d = Diagnostic::new(codes::SYNTAX, message)
+        .with_label(at, "unexpected here")
+        .with_help(help);
+    match typo {
+        Some(word)
+            if found
+                .as_deref()
+                .is_some_and(|t| t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) =>
+        {
+            d.with_fix(at, word)
+        }
+        _ => d,
+    }
+}
+
+/// Turns the syntax error `d` of a chunk (at `offset`, text `src`) with more `{` than `}`
+/// into "this `{` is never closed" at the opening brace, when the parser stopped at or
+/// after it: the end of the chunk is where the parser noticed, not where the mistake is.
+fn unclosed_block(file: FileId, offset: usize, src: &str, last: bool, d: &mut Diagnostic) {
+    let Some(brace) = scan::unclosed_brace(src) else {
+        return;
+    };
+    let stopped = d.primary_span().map_or(offset, |s| s.start as usize);
+    if stopped < offset + brace {
+        return;
+    }
+    let line_start = src
+        .get(..brace)
+        .and_then(|s| s.rfind('\n'))
+        .map_or(0, |i| i + 1);
+    let opener = src
+        .get(line_start..brace)
+        .and_then(|l| l.split_whitespace().next())
+        .filter(|w| w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map_or_else(|| "block".to_string(), |w| format!("`{w}` block"));
+    let mut closed = Diagnostic::new(codes::SYNTAX, "this `{` is never closed")
         .with_label(
-            Span::new(file, offset + pos, offset + pos + len),
-            "unexpected here",
+            Span::new(file, offset + brace, offset + brace + 1),
+            format!("this {opener} is never closed"),
         )
-        .with_help(help)
+        .with_help(format!(
+            "add `}}` where the {opener} ends; the parser reached {} without finding it",
+            match (stopped >= offset + src.trim_end().len(), last) {
+                (true, true) => "the end of the file",
+                (true, false) => "the next definition",
+                (false, _) => "the point marked",
+            }
+        ));
+    if let Some(s) = d.primary_span() {
+        closed = closed.with_label(s, "the parser gave up here");
+    }
+    *d = closed;
 }
 
 /// What a grammar rule is called in an error message; `None` hides the rule.

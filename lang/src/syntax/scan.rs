@@ -118,5 +118,95 @@ fn starts_item(line: &str) -> bool {
     ITEM_KEYWORDS.iter().any(|kw| {
         line.strip_prefix(kw)
             .is_some_and(|rest| rest.starts_with([' ', '\t', '{']))
-    })
+    }) || misspelled_block(line)
+}
+
+/// `word name {` in the first column: a block whose keyword is misspelled (`tem vision {`),
+/// so that the error stays in its own chunk and the definitions around it survive.
+fn misspelled_block(line: &str) -> bool {
+    let Some((first, rest)) = word(line) else {
+        return false;
+    };
+    let Some(rest) = rest.strip_prefix([' ', '\t']) else {
+        return false;
+    };
+    !crate::syntax::RESERVED.contains(&first)
+        && word(rest.trim_start()).is_some_and(|(_, after)| after.trim_start().starts_with('{'))
+}
+
+/// An identifier at the start of `s` and what follows it.
+fn word(s: &str) -> Option<(&str, &str)> {
+    let end = s
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .unwrap_or(s.len());
+    let first = s.chars().next()?;
+    (end > 0 && (first.is_ascii_alphabetic() || first == '_')).then(|| s.split_at(end))
+}
+
+/// Names that `text` (a chunk that did not parse) set out to define: `KEYWORD name` for a
+/// definition keyword, or `word name {` (a misspelled keyword), on any line. Their uses
+/// elsewhere are not reported again as unknown.
+pub fn names_defined_in(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let Some((first, rest)) = word(line.trim_start()) else {
+            continue;
+        };
+        let Some((name, after)) = rest
+            .strip_prefix([' ', '\t'])
+            .and_then(|r| word(r.trim_start()))
+        else {
+            continue;
+        };
+        let after = after.trim_start();
+        let keyword = ITEM_KEYWORDS.contains(&first) && first != "use";
+        if (keyword || after.starts_with('{')) && !crate::syntax::RESERVED.contains(&name) {
+            out.push(name.to_string());
+        }
+    }
+    out
+}
+
+/// In `text` (a chunk with more `{` than `}`), the `{` that is most likely never closed:
+/// a `}` whose line is indented like an outer `{`'s line, not like the innermost open
+/// one's, closes the outer block, so the inner one is the unclosed one (rustc's reading of
+/// indentation). Otherwise the innermost `{` still open at the end. Byte offset in `text`;
+/// braces in strings and comments are skipped.
+pub fn unclosed_brace(text: &str) -> Option<usize> {
+    let indent = |at: usize| {
+        let start = text
+            .get(..at)
+            .and_then(|s| s.rfind('\n'))
+            .map_or(0, |i| i + 1);
+        text.get(start..)
+            .map_or(0, |l| l.len() - l.trim_start_matches([' ', '\t']).len())
+    };
+    let mut open: Vec<usize> = Vec::new();
+    let mut suspect: Option<usize> = None;
+    let (mut in_string, mut in_comment) = (false, false);
+    for (i, c) in text.char_indices() {
+        match c {
+            '\n' => (in_string, in_comment) = (false, false),
+            _ if in_comment => {}
+            '"' => in_string = !in_string,
+            _ if in_string => {}
+            '#' => in_comment = true,
+            '{' => open.push(i),
+            '}' => {
+                let Some(top) = open.pop() else { continue };
+                let here = indent(i);
+                if suspect.is_none()
+                    && indent(top) != here
+                    && open.iter().any(|&o| indent(o) == here)
+                {
+                    suspect = Some(top);
+                }
+            }
+            _ => {}
+        }
+    }
+    if open.is_empty() {
+        return None;
+    }
+    suspect.or(open.last().copied())
 }
