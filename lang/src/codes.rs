@@ -129,6 +129,13 @@ pub const POOL_CANNOT_HOLD_GANG: &str = "E0410";
 pub const WARM_ABOVE_MAX: &str = "E0411";
 pub const SPEND_CAP_BELOW_NODE: &str = "E0412";
 pub const TWO_DEFAULTS: &str = "E0413";
+pub const IMPLAUSIBLE_DURATION: &str = "W0414";
+pub const LEGACY_TIMEZONE: &str = "W0415";
+pub const LEND_WITHOUT_COHORT: &str = "W0416";
+pub const GPU_ID_SHADOWS_STDLIB: &str = "W0417";
+pub const CLAMP_ABOVE_MAX: &str = "W0418";
+pub const MIG_START_NOT_ALLOWED: &str = "W0419";
+pub const MIN_RUNTIME_OVER_MAX_LOST: &str = "W0420";
 
 pub const CODES: &[CodeInfo] = &[
     CodeInfo {
@@ -399,8 +406,8 @@ guarantees or grow the pool.",
         title: "team lends more than it is guaranteed",
         explanation: "A team can only lend its own idle guaranteed GPUs to its cohort; `lend` above \
 `guaranteed` would lend capacity the team does not have.",
-        example: "team ml { guaranteed = 8 gpu; lend = 16 gpu }\n",
-        fix: "team ml { guaranteed = 8 gpu; lend = 8 gpu }\n",
+        example: "cohort research {\n  team ml { guaranteed = 8 gpu; lend = 16 gpu }\n}\n",
+        fix: "cohort research {\n  team ml { guaranteed = 8 gpu; lend = 8 gpu }\n}\n",
         illustration: "",
     },
     CodeInfo {
@@ -508,6 +515,87 @@ PriorityClass `globalDefault` does. Only one tier and one team may be the defaul
 (team) would have two. Keep `default = true` on one of them.",
         example: "tier low { priority = 100; preempt = immediately; default = true }\ntier lower { priority = 50; preempt = immediately; default = true }\n",
         fix: "tier low { priority = 100; preempt = immediately; default = true }\ntier lower { priority = 50; preempt = immediately }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: IMPLAUSIBLE_DURATION,
+        title: "duration outside the usual range for its field",
+        explanation: "The value checks, but it is far outside what the field is used for, which usually means \
+a unit slipped: `half_life = 7m` forgets fair-share usage within minutes when days were meant, `idle > 15h` \
+keeps idle nodes (and their cost) for most of a day, `boot = 10h` makes the autoscaler wait hours for a node. \
+Each duration field has a range (`half_life` 1h to 365d, `grace` up to 2h, `max_lost` 1m to 7d, \
+`min_runtime` up to 7d, `default_runtime` 1m to 30d, `boot` 10s to 2h, `notice` 10s to 1h, `gang_timeout` \
+1m to 7d, `reserve_after_wait` 1m to 30d, cooldowns 10s to 1d, `idle >` in a scale-down trigger 1m to 6h). \
+When the same number in another unit falls in the range, the help names it and `--format json` carries the \
+edit. If the value is really meant, keep it and say why in a comment.",
+        example: "cohort research { fair_share = drf; half_life = 7m }\n",
+        fix: "cohort research { fair_share = drf; half_life = 7d }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: LEGACY_TIMEZONE,
+        title: "legacy or fixed-offset time zone",
+        explanation: "A warm pool's windows follow the clock of their zone. Names like `EST`, `MST`, `PST8PDT`, \
+`CET` or `US/Pacific` are kept in the IANA database only for compatibility, and some have no summer time \
+(`EST` is UTC-5 all year, so a window written for New York office hours starts an hour late from March to \
+November). `Etc/GMT+5` is a fixed offset, with the sign inverted (it is UTC-5). Name the place instead: \
+`\"America/New_York\"`, `\"Europe/Berlin\"`.",
+        example: "use std.nodes\npool dgx { capacity = on_demand; node = dgx_h100; nodes = 0..4 }\nwarm office in dgx { size = 1 nodes; during = weekdays 08:00..18:00 \"EST\" }\n",
+        fix: "use std.nodes\npool dgx { capacity = on_demand; node = dgx_h100; nodes = 0..4 }\nwarm office in dgx { size = 1 nodes; during = weekdays 08:00..18:00 \"America/New_York\" }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: LEND_WITHOUT_COHORT,
+        title: "a team lends but belongs to no cohort",
+        explanation: "Teams borrow each other's idle guarantees only inside a cohort (Kueue's ClusterQueue cohort). \
+A team outside every cohort has no one to lend to, so its `lend` does nothing. Put the team in a `cohort` \
+block, or set `cohort = NAME`, or remove `lend`.",
+        example: "use std.tiers\nteam vision { guaranteed = 16 gpu; lend = 8 gpu }\n",
+        fix: "use std.tiers\ncohort research {\n  team vision { guaranteed = 16 gpu; lend = 8 gpu }\n}\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: GPU_ID_SHADOWS_STDLIB,
+        title: "a GPU model reuses a standard id",
+        explanation: "Inventories (NVML, fleet files, node labels) name GPUs by `id`. A model of the policy's own \
+with the id of a standard-library model means a node reporting that id matches two models, with possibly \
+different memory or MIG profiles. Import the standard model (`use std.gpus.{h100_sxm5_80gb}`), or give \
+yours an id of its own.",
+        example: "gpu my_h100 { id = \"H100-SXM5-80GB\"; memory = 81559 MiB }\n",
+        fix: "gpu my_h100 { id = \"H100-SXM5-80GB-custom\"; memory = 81559 MiB }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: CLAMP_ABOVE_MAX,
+        title: "a warm clamp above the pool's maximum",
+        explanation: "The upper bound of a warm pool's `clamp` is more than its pool can ever hold, so it never \
+binds: the warm pool stops at the pool's maximum. Usually the pool's `nodes` range was lowered and the \
+clamp kept. Lower the clamp, or raise the pool's maximum.",
+        example: "use std.nodes\npool dgx { capacity = on_demand; node = dgx_h100; nodes = 0..4 }\nwarm w in dgx { size = p75(concurrent_starts(pool = dgx), over = 14d, by = hour_of_week) clamp 1..8 nodes }\n",
+        fix: "use std.nodes\npool dgx { capacity = on_demand; node = dgx_h100; nodes = 0..4 }\nwarm w in dgx { size = p75(concurrent_starts(pool = dgx), over = 14d, by = hour_of_week) clamp 1..4 nodes }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: MIG_START_NOT_ALLOWED,
+        title: "a MIG profile starts where NVIDIA does not place it",
+        explanation: "NVIDIA places a MIG instance only at slots that are a multiple of its width (a 4-slot \
+`3g.40gb` at 0 or 4), and on 8-slot GPUs (A100, H100, H200) its compute slices must end by slice 7 (a \
+`4g.40gb` only at 0). A start the driver never uses makes the placer count MIG room that does not exist. \
+`nvidia-smi mig -lgipp` prints the real placements as `{starts}:width`.",
+        example: "gpu g { id = \"G-80GB\"; memory = 81559 MiB; mig_slots = 8\n  mig \"4g.40gb\" { compute = 4; memory = 40192 MiB; width = 4; starts = [0, 4] }\n}\n",
+        fix: "gpu g { id = \"G-80GB\"; memory = 81559 MiB; mig_slots = 8\n  mig \"4g.40gb\" { compute = 4; memory = 40192 MiB; width = 4; starts = [0] }\n}\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: MIN_RUNTIME_OVER_MAX_LOST,
+        title: "min_runtime longer than max_lost",
+        explanation: "An `after_checkpoint` tier protects a job for `min_runtime`, then lets it be preempted while \
+the work since its last checkpoint is under `max_lost`. With `min_runtime` longer than `max_lost`, a job \
+that has not checkpointed by then already has more than `max_lost` at stake, so it cannot be preempted \
+until it checkpoints, and a job that never checkpoints never can. Make `min_runtime` at most `max_lost`, \
+or keep it and say why in a comment.",
+        example: "tier standard { priority = 500; preempt = after_checkpoint; min_runtime = 2h; max_lost = 30m }\n",
+        fix: "tier standard { priority = 500; preempt = after_checkpoint; min_runtime = 20m; max_lost = 30m }\n",
         illustration: "",
     },
 ];

@@ -249,3 +249,22 @@ fn fixes_remove_the_diagnostics_they_belong_to() {
     assert!(applied >= 5, "only {applied} fixes in the cases");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// W0419's placement rule (a start is a multiple of the width; on 8-slot GPUs the compute
+/// slices end by slice 7) holds for every MIG profile of the standard library, which
+/// copies `nvidia-smi mig -lgipp`: checked as a policy of its own, it gets no W0419.
+#[test]
+fn standard_mig_profiles_follow_the_placement_rule() {
+    let text = stdlib::module("std.gpus").unwrap().to_string();
+    let checked = lang::check(&[("gpus.gantry".to_string(), text)]);
+    let w0419: Vec<_> = checked
+        .diagnostics
+        .iter()
+        .filter(|d| d.code == lang::codes::MIG_START_NOT_ALLOWED)
+        .map(|d| &d.message)
+        .collect();
+    assert!(w0419.is_empty(), "{w0419:?}");
+    assert!(checked
+        .program
+        .is_some_and(|p| p.gpu_models.iter().any(|g| g.mig_profiles.len() >= 5)));
+}

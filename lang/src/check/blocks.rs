@@ -1148,6 +1148,7 @@ impl<'a> Checker<'a> {
         name: &str,
     ) -> Option<ir::GpuModel> {
         let f = self.fields(b, module, 0);
+        self.remember(format!("gpu/{name}"), f.header);
         let id = self.string(&f, "id");
         let product = self.string(&f, "product");
         let memory_mib = self.mib(&f, "memory");

@@ -6,6 +6,7 @@ mod analysis;
 mod blocks;
 mod exprs;
 pub mod index;
+mod lints;
 mod program;
 pub mod types;
 

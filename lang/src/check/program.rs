@@ -120,6 +120,11 @@ impl Checker<'_> {
         let failed = self.failed_definitions();
         let before = self.diags.len();
         super::analysis::run(self, program);
+        self.drop_reports_on(&failed, before);
+    }
+
+    /// Drops the diagnostics from index `from` on that point into a `failed` definition.
+    pub(super) fn drop_reports_on(&mut self, failed: &[Span], from: usize) {
         if failed.is_empty() {
             return;
         }
@@ -131,12 +136,12 @@ impl Checker<'_> {
         let mut i = 0;
         self.diags.retain(|d| {
             i += 1;
-            i <= before || !d.labels.iter().any(|l| inside(&l.span))
+            i <= from || !d.labels.iter().any(|l| inside(&l.span))
         });
     }
 
     /// The innermost block or rule around each error reported so far.
-    fn failed_definitions(&self) -> Vec<Span> {
+    pub(super) fn failed_definitions(&self) -> Vec<Span> {
         fn blocks(body: &[ast::Stmt], out: &mut Vec<Span>) {
             for s in body {
                 if let ast::StmtKind::Block(b) = &s.kind {
