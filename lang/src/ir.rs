@@ -402,6 +402,7 @@ pub enum JobField {
     Topology,
     Wait,
     Interactive,
+    Mig,
 }
 
 /// Live or historical signals autoscale and warm expressions read.

@@ -459,3 +459,26 @@ fn a_story_for_a_job_that_is_not_there_is_an_error() {
     assert_eq!(code, 2);
     assert!(String::from_utf8_lossy(&err).contains("no job `nope`"));
 }
+
+/// Issue 23: rules read a MIG job's profile (`job.mig`) and its weight in GPUs, which is
+/// what it counts for in quotas (a 1g of 7 slices is 0.142 gpu), as `plan` shows it.
+#[test]
+fn rules_read_a_mig_jobs_profile_and_quota_weight() {
+    let p = plan("mig_rules");
+    assert_eq!(action(&p, "b-7g"), "deny");
+    assert_eq!(code(&p, "b-7g"), "denied_by_rule");
+    assert_eq!(action(&p, "a-7g"), "place");
+    let small = decision(&p, "b-1g");
+    assert_eq!(small["action"], "place");
+    assert_eq!(small["gpus"], 0.142);
+    assert_eq!(
+        small["warnings"][0]
+            .as_str()
+            .map(|w| w.contains("small MIG slice")),
+        Some(true)
+    );
+    assert!(
+        decision(&p, "b-whole")["warnings"].is_null(),
+        "a whole-GPU job is not `job.mig != none`"
+    );
+}

@@ -182,7 +182,13 @@ impl Env<'_> {
         let job = &self.job.job;
         let shape = &job.shape;
         let fraction = f64::from(shape.member.gpu_milli) / f64::from(MILLI);
-        let per_member = f64::from(shape.member.num_gpu) * fraction;
+        // A MIG member weighs what it counts for in quotas: its instances' share of the
+        // GPU's compute slices (a 3g of 7 is 0.428 gpu), as `plan` shows it.
+        let per_member = if shape.member.mig_profile.is_some() {
+            self.job.member_milli as f64 / f64::from(MILLI)
+        } else {
+            f64::from(shape.member.num_gpu) * fraction
+        };
         let opt_str = |s: &Option<String>| s.clone().map_or(Val::None, Val::Str);
         let seconds = |s: Option<u64>| s.map_or(Val::None, |x| Val::Q(Dim::Duration, x as f64));
         match f {
@@ -248,6 +254,7 @@ impl Env<'_> {
                     .map_or(0.0, |s| (self.now - s).max(0) as f64),
             ),
             JobField::Interactive => Val::Bool(job.interactive),
+            JobField::Mig => opt_str(&shape.member.mig_profile),
         }
     }
 }

@@ -70,6 +70,7 @@ pub const JOB_FIELDS: &[&str] = &[
     "topology",
     "wait",
     "interactive",
+    "mig",
 ];
 
 fn job_field(name: &str) -> Option<(JobField, Ty)> {
@@ -97,6 +98,7 @@ fn job_field(name: &str) -> Option<(JobField, Ty)> {
         "topology" => (JobField::Topology, Ty::Word(types::TOPOLOGY)),
         "wait" => (JobField::Wait, Ty::Q(Dim::Duration)),
         "interactive" => (JobField::Interactive, Ty::Bool),
+        "mig" => (JobField::Mig, Ty::Str),
         _ => return None,
     })
 }
