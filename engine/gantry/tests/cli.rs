@@ -17,6 +17,8 @@ fn gantry(args: &[&str], dir: &Path) -> Output {
         .args(args)
         .current_dir(dir)
         .env("NO_COLOR", "1")
+        // Tables wrap to $COLUMNS; the README's examples are printed at the default width.
+        .env_remove("COLUMNS")
         .output()
         .unwrap()
 }
@@ -1313,5 +1315,51 @@ fn check_ends_with_one_explain_line_and_json_carries_fixes() {
     let out = gantry(&["check", "p.gantry"], &dir);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert!(!text(&out.stderr).contains("gantry explain"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 23: `plan --format table` fits the terminal: reasons wrap to $COLUMNS (under
+/// their row when the reason column would be too narrow), long names are cut with `…`.
+#[test]
+fn plan_table_fits_the_terminal_width() {
+    let dir = tempdir("plan-width");
+    let jobs = std::fs::read_to_string(repo().join("examples/plan/jobs.jsonl")).unwrap();
+    let long = "a-job-name-far-longer-than-any-table-column-should-be";
+    std::fs::write(
+        dir.join("jobs.jsonl"),
+        jobs.replacen("\"vision-big\"", &format!("\"{long}\""), 1),
+    )
+    .unwrap();
+    for columns in ["80", "120", "200"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args([
+                "plan",
+                "--policy",
+                "examples/plan/policy.gantry",
+                "--fleet",
+                "examples/plan/fleet.toml",
+            ])
+            .arg("--jobs")
+            .arg(dir.join("jobs.jsonl"))
+            .current_dir(repo())
+            .env("COLUMNS", columns)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        let width: usize = columns.parse().unwrap();
+        let table: Vec<&str> = stdout
+            .lines()
+            .take_while(|l| !l.starts_with("preempt "))
+            .collect();
+        for line in &table {
+            assert!(
+                line.chars().count() <= width,
+                "{columns} columns: {line:?}\n{stdout}"
+            );
+        }
+        assert!(stdout.contains("a-job-name-far-longer-than-…"), "{stdout}");
+        assert_eq!(table[0].ends_with("reason"), columns != "80", "{stdout}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -261,11 +261,94 @@ pub(super) fn parse_lines<T: serde::de::DeserializeOwned>(
 /// Durations in tables read like the reasons beside them.
 pub(super) use crate::decide::plan::human_duration as duration;
 
+/// Widest a name column grows before its names are cut (with `…`).
+const NAME_WIDTH: usize = 28;
+
+/// The table's width: `$COLUMNS` where the shell exports it, else 120. Reasons wrap to it.
+fn table_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<usize>().ok())
+        .filter(|w| *w >= 60)
+        .unwrap_or(120)
+}
+
+/// `text` cut to `width` characters, ending in `…` when cut.
+fn fit(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_string();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+/// `text` broken into lines of at most `width` characters at spaces (a longer word gets a
+/// line of its own).
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split_whitespace() {
+        let fits = line.is_empty() || line.chars().count() + 1 + word.chars().count() <= width;
+        if !fits {
+            lines.push(std::mem::take(&mut line));
+        }
+        if !line.is_empty() {
+            line.push(' ');
+        }
+        line.push_str(word);
+    }
+    if !line.is_empty() || lines.is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// GPUs as people write them: `8`, `0.5`, `0.142`.
+fn gpus(g: f64) -> String {
+    let text = format!("{g:.3}");
+    text.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 fn table(plan: &Plan, io: &mut Io<'_>) {
+    let widest = |f: &dyn Fn(&crate::decide::plan::Decision) -> usize, header: &str| {
+        plan.decisions
+            .iter()
+            .map(f)
+            .chain(std::iter::once(header.len()))
+            .max()
+            .unwrap_or(0)
+            .min(NAME_WIDTH)
+    };
+    let job_w = widest(&|d| d.job.chars().count(), "job");
+    let team_w = widest(
+        &|d| d.team.as_deref().map_or(1, |t| t.chars().count()),
+        "team",
+    );
+    let tier_w = widest(
+        &|d| d.tier.as_deref().map_or(1, |t| t.chars().count()),
+        "tier",
+    );
+    // pos, job, team, tier, gpus, state, eta, then the reason.
+    let reason_at = 4 + 2 + job_w + 1 + team_w + 1 + tier_w + 1 + 6 + 2 + 7 + 1 + 7 + 2;
+    // Too narrow a terminal for a reason column: reasons go under their row instead.
+    let stacked = table_width() < reason_at + 40;
+    let (reason_at, reason_w) = if stacked {
+        (6, table_width().saturating_sub(6))
+    } else {
+        (reason_at, table_width() - reason_at)
+    };
     let _ = writeln!(
         io.stdout,
-        "{:>4}  {:<20} {:<12} {:<12} {:>6}  {:<7} {:>7}  reason",
-        "pos", "job", "team", "tier", "gpus", "state", "eta"
+        "{:>4}  {:<job_w$} {:<team_w$} {:<tier_w$} {:>6}  {:<7} {:>7}{}",
+        "pos",
+        "job",
+        "team",
+        "tier",
+        "gpus",
+        "state",
+        "eta",
+        if stacked { "" } else { "  reason" }
     );
     for d in &plan.decisions {
         let state = match d.action {
@@ -301,16 +384,28 @@ fn table(plan: &Plan, io: &mut Io<'_>) {
                 ("-".into(), "-".into(), text)
             }
         };
+        let mut lines = wrap(&why, reason_w).into_iter();
+        let first = if stacked {
+            String::new()
+        } else {
+            format!("  {}", lines.next().unwrap_or_default())
+        };
         let _ = writeln!(
             io.stdout,
-            "{pos:>4}  {:<20} {:<12} {:<12} {:>6}  {state:<7} {eta:>7}  {why}",
-            d.job,
-            d.team.as_deref().unwrap_or("-"),
-            d.tier.as_deref().unwrap_or("-"),
-            format!("{}", d.gpus),
+            "{pos:>4}  {:<job_w$} {:<team_w$} {:<tier_w$} {:>6}  {state:<7} {eta:>7}{first}",
+            fit(&d.job, job_w),
+            fit(d.team.as_deref().unwrap_or("-"), team_w),
+            fit(d.tier.as_deref().unwrap_or("-"), tier_w),
+            gpus(d.gpus),
         );
+        for line in lines {
+            let _ = writeln!(io.stdout, "{:reason_at$}{line}", "");
+        }
         if let Some(unblock) = d.reason.as_ref().and_then(|r| r.unblock.as_ref()) {
-            let _ = writeln!(io.stdout, "{:>79}→ {unblock}", "");
+            for (i, line) in wrap(unblock, reason_w.saturating_sub(2)).iter().enumerate() {
+                let arrow = if i == 0 { "→ " } else { "  " };
+                let _ = writeln!(io.stdout, "{:reason_at$}{arrow}{line}", "");
+            }
         }
     }
     for p in &plan.preemptions {
