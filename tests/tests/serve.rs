@@ -854,3 +854,93 @@ async fn with_the_queue_gpu_pods_are_created_gated() {
     let cpu = json(&fixture("cpu_only.json"));
     assert!(mutated(&state, &cpu).await["spec"]["schedulingGates"].is_null());
 }
+
+/// The JSON block that follows `after` in the README.
+fn readme_json_after(after: &str) -> Value {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let at = readme
+        .find(after)
+        .unwrap_or_else(|| panic!("README shows `{after}`"));
+    let rest = &readme[at..];
+    let start = rest.find("```json\n").unwrap() + "```json\n".len();
+    let end = start + rest[start..].find("```").unwrap();
+    json(&rest.as_bytes()[start..end])
+}
+
+/// What differs from run to run (times, the policy's revision and commit, paths as the
+/// working directory shows them) made equal.
+fn steady(mut v: Value) -> Value {
+    fn file_name(v: &mut Value) {
+        match v {
+            Value::String(s) => {
+                *s = s
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .trim_start_matches("file:")
+                    .into();
+            }
+            Value::Array(a) => a.iter_mut().for_each(file_name),
+            _ => {}
+        }
+    }
+    fn walk(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    if ["at", "read_at", "loaded_at", "git_commit", "revision"]
+                        .contains(&k.as_str())
+                    {
+                        *x = Value::Null;
+                    } else if ["directory", "files", "source"].contains(&k.as_str()) {
+                        file_name(x);
+                    } else {
+                        walk(x);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            Value::String(s) if s.starts_with("fnv1a") => *s = "fnv1a".into(),
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    v
+}
+
+/// Issue 23: the README's curl examples show what the service answers: `/v1/status`, the
+/// `/mutate` response for `tests/admission/gpu_pod.json`, and its patch decoded.
+#[tokio::test]
+async fn the_readme_curl_examples_are_what_the_service_answers() {
+    let state = loaded();
+    let (_, status) = call(&state, "GET", "/v1/status", Vec::new()).await;
+    assert_eq!(
+        steady(json(&status)),
+        steady(readme_json_after(
+            "curl -s http://127.0.0.1:8080/v1/status\n"
+        ))
+    );
+    let (_, mutated) = call(&state, "POST", "/mutate", fixture("gpu_pod.json")).await;
+    let mutated = json(&mutated);
+    let shown = readme_json_after(
+        "curl -s -X POST http://127.0.0.1:8080/mutate --data-binary @tests/admission/gpu_pod.json\n```",
+    );
+    assert_eq!(
+        steady(mutated["response"]["allowed"].clone()),
+        steady(shown["response"]["allowed"].clone())
+    );
+    let decode = |v: &Value| -> Value {
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(v["response"]["patch"].as_str().unwrap())
+            .unwrap();
+        json(&bytes)
+    };
+    assert_eq!(steady(decode(&mutated)), steady(decode(&shown)));
+    assert_eq!(
+        steady(decode(&mutated)),
+        steady(readme_json_after(
+            "| jq -r .response.patch | base64 -d | jq .\n"
+        ))
+    );
+}

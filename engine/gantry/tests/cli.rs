@@ -73,6 +73,19 @@ fn a_unit_mistake_shows_where_and_how_to_fix_it() {
     );
     assert!(err.contains("p.gantry:1:24"), "{err}");
     assert!(err.contains("help:"), "{err}");
+    // The README shows this run (on /tmp/ml.gantry) with its whole output.
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let shown = readme
+        .split("gantry check /tmp/ml.gantry\n```\n\n```text\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("README shows the output of `gantry check /tmp/ml.gantry`");
+    std::fs::write(dir.join("ml.gantry"), "team ml { guaranteed = 80 GiB }\n").unwrap();
+    let out = gantry(&["check", "ml.gantry"], &dir);
+    assert_eq!(
+        text(&out.stderr).replace("ml.gantry", "/tmp/ml.gantry"),
+        shown
+    );
 }
 
 #[test]

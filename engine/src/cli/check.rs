@@ -157,30 +157,46 @@ fn report(d: &Diagnostic, sources: &SourceMap, format: DiagnosticFormat, io: &mu
 }
 
 /// The files to check for `policy` and, for files named one by one, the display names
-/// to report for: named files that do not check on their own bring the other `.gantry`
-/// files of their directory (the policy they belong to, whose names they may use).
+/// to report for: named files that use names they do not define bring the other
+/// `.gantry` files of their directory (the policy they belong to), when that leaves them
+/// fewer errors.
 fn with_siblings(
     policy: &files::Policy,
 ) -> Result<(Vec<PathBuf>, Option<Vec<String>>), files::FindError> {
     let Some(named) = &policy.named else {
         return Ok((policy.files.clone(), None));
     };
-    // Files that check cleanly on their own stay on their own (a scratch file in a
-    // directory of others is not mixed with them).
-    let alone: Option<Vec<(String, String)>> = named
-        .iter()
-        .map(|p| match files::read(p) {
-            Ok(Contents::Text(t)) => Some((files::display_name(p), t)),
-            _ => None,
-        })
-        .collect();
-    let clean = alone.is_some_and(|inputs| {
-        lang::check(&inputs)
+    // A named file is checked with its directory only when it names things it does not
+    // define (E0201) and the directory resolves some of them: a scratch file beside
+    // other policies (`/tmp/ml.gantry`) stays on its own, with its own errors.
+    let read_all = |paths: &[PathBuf]| -> Option<Vec<(String, String)>> {
+        paths
+            .iter()
+            .map(|p| match files::read(p) {
+                Ok(Contents::Text(t)) => Some((files::display_name(p), t)),
+                _ => None,
+            })
+            .collect()
+    };
+    let shown: Vec<String> = named.iter().map(|p| files::display_name(p)).collect();
+    let errors_in_named = |inputs: &[(String, String)]| {
+        let checked = lang::check(inputs);
+        checked
             .diagnostics
             .iter()
-            .all(|d| d.severity != Severity::Error)
-    });
-    if clean {
+            .filter(|d| d.severity == Severity::Error)
+            .filter(|d| {
+                d.primary_span()
+                    .is_some_and(|s| shown.iter().any(|n| n == checked.sources.name(s.file)))
+            })
+            .map(|d| d.code)
+            .collect::<Vec<_>>()
+    };
+    let Some(alone) = read_all(named) else {
+        return Ok((named.clone(), None));
+    };
+    let alone_errors = errors_in_named(&alone);
+    if !alone_errors.contains(&codes::UNKNOWN_NAME) {
         return Ok((named.clone(), None));
     }
     let dir = named
@@ -196,8 +212,12 @@ fn with_siblings(
         .collect();
     files.extend(named.iter().cloned());
     files.sort();
-    let shown = named.iter().map(|p| files::display_name(p)).collect();
-    Ok((files, Some(shown)))
+    let together = read_all(&files).map(|inputs| errors_in_named(&inputs));
+    if together.is_some_and(|e| e.len() < alone_errors.len()) {
+        Ok((files, Some(shown)))
+    } else {
+        Ok((named.clone(), None))
+    }
 }
 
 fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
