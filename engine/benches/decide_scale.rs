@@ -5,7 +5,8 @@
 //! domain) — of 23 teams (three cohorts and two standalone teams), three tiers, a third of
 //! the jobs pinned to a pool. Seeded: the same N gives the same snapshot.
 //!
-//! `cargo bench -p engine --bench decide_scale [-- N... [--backfill MODE]]` prints, per N
+//! `cargo bench -p engine --bench decide_scale [-- N... [--backfill MODE] [--pending-per-node F]]`
+//! prints, per N
 //! (with the policy's backfill MODE, `on` unless given), the time of one
 //! `decide` (best of three runs, with the allocator the binary ships), what it placed, the time
 //! divided by N·log2 N (flat means no worse than N log N), and the peak RSS so far.
@@ -150,11 +151,11 @@ fn running(n: usize, teams: &[String], rng: &mut Rng) -> Vec<Job> {
     out
 }
 
-fn snapshot(n: usize, program: &Program) -> Snapshot {
+fn snapshot(n: usize, program: &Program, pending_count: usize) -> Snapshot {
     let mut rng = Rng::new(20);
     let teams: Vec<String> = program.teams.iter().map(|t| t.name.clone()).collect();
     let mut jobs = running(n, &teams, &mut rng);
-    jobs.extend((0..5 * n).map(|i| pending(i, &teams, &mut rng)));
+    jobs.extend((0..pending_count).map(|i| pending(i, &teams, &mut rng)));
     Snapshot::build(
         fleet_in_pools(n, pool_of),
         jobs,
@@ -174,9 +175,26 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .cloned()
         .unwrap_or_else(|| "on".to_string());
-    let sizes: Vec<usize> = std::env::args()
+    // `--pending-per-node F`: pending jobs per node (default 5; issue 20's 12,500-node
+    // target has 50,000 pending, 4 per node).
+    let per_node: f64 = args
+        .iter()
+        .position(|a| a == "--pending-per-node")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5.0);
+    let flag_values: Vec<usize> = args
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| a.starts_with("--"))
+        .map(|(i, _)| i + 1)
+        .collect();
+    let sizes: Vec<usize> = args
+        .iter()
+        .enumerate()
         .skip(1)
-        .filter_map(|a| a.parse().ok())
+        .filter(|(i, _)| !flag_values.contains(i))
+        .filter_map(|(_, a)| a.parse().ok())
         .collect();
     let sizes = if sizes.is_empty() {
         vec![1_000, 2_500, 5_000, 10_000, 12_500, 20_000]
@@ -187,7 +205,7 @@ fn main() {
     println!("|---|---|---|---|---|---|---|");
     for n in sizes {
         let program = policy(n, &backfill);
-        let snap = snapshot(n, &program);
+        let snap = snapshot(n, &program, (n as f64 * per_node).round() as usize);
         let held: f64 = snap
             .jobs
             .iter()

@@ -4,7 +4,7 @@
 //! runtimes log-uniform from 5 minutes to 8 hours, six teams in a cohort, three tiers —
 //! replayed through the same decision cycle as production.
 //!
-//! `cargo bench -p engine --bench replay [-- JOBS..] [--write DIR]` prints, per trace
+//! `cargo bench -p engine --bench replay [-- JOBS..] [--load F] [--write DIR]` prints, per trace
 //! size, the replay's CPU time, simulated days, jobs and decision cycles per second and
 //! the peak RSS; `--write DIR` also writes `trace-JOBS.jsonl`, `fleet.toml` and
 //! `policy.gantry` there, for `gantry simulate --policy DIR --fleet DIR/fleet.toml
@@ -17,6 +17,10 @@
     reason = "benchmark setup: a broken fixture should stop the run"
 )]
 
+// The allocator `gantry` ships with (engine/gantry/src/main.rs), as `gantry simulate` runs.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 mod common;
 
 use common::peak_rss_mib;
@@ -27,6 +31,7 @@ use std::time::Instant;
 
 const NODES: usize = 500;
 const GPUS: f64 = (NODES * 8) as f64;
+/// The default offered load; `--load F` sets another.
 const LOAD: f64 = 0.72;
 const DAY: f64 = 86_400.0;
 const TEAMS: [&str; 6] = ["vision", "nlp", "speech", "rl", "infra", "research"];
@@ -55,14 +60,14 @@ fn fleet_toml() -> String {
 }
 
 /// `jobs` jobs as JSON Lines, seeded.
-fn trace(jobs: usize) -> String {
+fn trace(jobs: usize, load: f64) -> String {
     let mut rng = Rng::new(2026);
     let uniform = |rng: &mut Rng| (rng.below(1_000_000) as f64 + 0.5) / 1_000_000.0;
     // Mean GPU-seconds of a job of the mix, to set the arrival rate for the load.
     let (lo, hi) = (300f64, 28_800f64);
     let mean_runtime = (hi - lo) / (hi / lo).ln();
     let mean_gpus = 0.40 * 1.0 + 0.20 * 2.0 + 0.20 * 4.0 + 0.15 * 8.0 + 0.05 * 3.0 * 8.0;
-    let rate = LOAD * GPUS / (mean_gpus * mean_runtime);
+    let rate = load * GPUS / (mean_gpus * mean_runtime);
     let mut out = String::with_capacity(jobs * 160);
     let mut t = 0f64;
     for i in 0..jobs {
@@ -110,7 +115,19 @@ fn main() {
         .position(|a| a == "--write")
         .and_then(|i| args.get(i + 1))
         .map(std::path::PathBuf::from);
-    let mut sizes: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+    let load = args
+        .iter()
+        .position(|a| a == "--load")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(LOAD);
+    // Numbers that are not a flag's value are trace sizes.
+    let mut sizes: Vec<usize> = args
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || !args[i - 1].starts_with("--"))
+        .filter_map(|(_, a)| a.parse().ok())
+        .collect();
     if sizes.is_empty() {
         sizes = vec![10_000, 50_000, 100_000];
     }
@@ -132,7 +149,7 @@ fn main() {
     println!("| jobs | simulated | CPU | jobs/s | cycles | cycles/s | utilization | peak RSS |");
     println!("|---|---|---|---|---|---|---|---|");
     for jobs in sizes {
-        let text = trace(jobs);
+        let text = trace(jobs, load);
         if let Some(dir) = &write {
             std::fs::write(dir.join(format!("trace-{jobs}.jsonl")), &text).unwrap();
         }
