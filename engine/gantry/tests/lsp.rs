@@ -396,3 +396,53 @@ fn bad_input_never_crashes_the_server() {
     let status = lsp.child.wait().unwrap();
     assert!(status.success(), "{status}");
 }
+
+/// Issue 23: a diagnostic's machine-applicable fix is a quick fix in the editor (the same
+/// edit `gantry check --format json` prints).
+#[test]
+fn quick_fixes_apply_the_did_you_mean() {
+    let dir = scratch("quickfix");
+    std::fs::write(dir.join("fleet.gantry"), FLEET).unwrap();
+    let typo = "team ml { guarnteed = 8 gpu in training }\n";
+    std::fs::write(dir.join("teams.gantry"), typo).unwrap();
+    let teams = uri(&dir.join("teams.gantry"));
+    let mut lsp = Lsp::start();
+    let init = lsp.request(
+        "initialize",
+        json!({"processId": null, "rootUri": uri(&dir), "capabilities": {}}),
+    );
+    assert_eq!(init["result"]["capabilities"]["codeActionProvider"], true);
+    lsp.notify("initialized", json!({}));
+    lsp.notify(
+        "textDocument/didOpen",
+        json!({"textDocument": {"uri": teams, "languageId": "gantry", "version": 1, "text": typo}}),
+    );
+    let diags = lsp.diagnostics_for(&teams);
+    assert_eq!(diags[0]["code"], "E0205", "{diags:?}");
+    let range = json!({"start": {"line": 0, "character": 12}, "end": {"line": 0, "character": 12}});
+    let actions = lsp.request(
+        "textDocument/codeAction",
+        json!({"textDocument": {"uri": teams}, "range": range, "context": {"diagnostics": diags}}),
+    );
+    let action = &actions["result"][0];
+    assert_eq!(action["kind"], "quickfix", "{actions}");
+    assert!(
+        action["title"].as_str().unwrap().contains("guaranteed"),
+        "{action}"
+    );
+    let edit = &action["edit"]["changes"][&teams][0];
+    assert_eq!(edit["newText"], "guaranteed");
+    assert_eq!(
+        edit["range"],
+        json!({"start": {"line": 0, "character": 10}, "end": {"line": 0, "character": 19}})
+    );
+    // Nowhere near a diagnostic: no actions.
+    let elsewhere =
+        json!({"start": {"line": 0, "character": 30}, "end": {"line": 0, "character": 31}});
+    let none = lsp.request(
+        "textDocument/codeAction",
+        json!({"textDocument": {"uri": teams}, "range": elsewhere, "context": {"diagnostics": []}}),
+    );
+    assert_eq!(none["result"], json!([]), "{none}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

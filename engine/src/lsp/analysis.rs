@@ -112,6 +112,44 @@ impl Analysis {
         out
     }
 
+    /// Quick fixes in `file` whose diagnostic overlaps `range`: the diagnostic's help as
+    /// a title and its fix as an edit, which may be in another file of the policy (W0404
+    /// points at a stdlib tier and fixes the `use` line).
+    pub fn fixes(&self, file: &str, range: Range) -> Vec<(String, Place, String)> {
+        let Some(&id) = self.files.get(file) else {
+            return Vec::new();
+        };
+        self.checked
+            .diagnostics
+            .iter()
+            .filter_map(|d| {
+                let fix = d.fix.as_ref()?;
+                // Offered where the diagnostic is shown: at its span, or at the fix for a
+                // diagnostic whose span is outside the user's files.
+                let shown = d
+                    .primary_span()
+                    .filter(|s| self.files.values().any(|f| *f == s.file))
+                    .unwrap_or(fix.span);
+                if shown.file != id {
+                    return None;
+                }
+                let at = self.place(shown).range;
+                let overlaps = at.start <= range.end && range.start <= at.end;
+                overlaps.then(|| {
+                    let title = d
+                        .help
+                        .clone()
+                        .unwrap_or_else(|| format!("replace with `{}`", fix.replacement));
+                    (
+                        format!("{}: {title}", d.code),
+                        self.place(fix.span),
+                        fix.replacement.clone(),
+                    )
+                })
+            })
+            .collect()
+    }
+
     /// The byte offset of `pos` in a user file, and the file's id and text.
     fn locate(&self, file: &str, pos: Position) -> Option<(FileId, &str, usize)> {
         let id = *self.files.get(file)?;
