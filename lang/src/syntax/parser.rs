@@ -169,7 +169,8 @@ fn parse_chunk(
             true
         }
         Err(e) => {
-            diags.push(syntax_error(file, range.start, src, &e));
+            let last = range.end == text.len();
+            diags.push(syntax_error(file, range.start, src, last, &e));
             false
         }
     }
@@ -179,10 +180,13 @@ fn is_item(rule: Rule) -> bool {
     matches!(rule, Rule::use_decl | Rule::rule_decl | Rule::block)
 }
 
+/// The diagnostic for pest's error `e` in `src` (at `offset` in the file; `last` when
+/// `src` runs to the end of the file).
 fn syntax_error(
     file: FileId,
     offset: usize,
     src: &str,
+    last: bool,
     e: &pest::error::Error<Rule>,
 ) -> Diagnostic {
     let pos = match e.location {
@@ -221,8 +225,10 @@ fn syntax_error(
     };
     let message = match &found {
         Some(t) => format!("expected {expected_text}, found `{t}`"),
-        None => format!("expected {expected_text}, found the end of the file"),
+        None if last => format!("expected {expected_text}, found the end of the file"),
+        None => format!("expected {expected_text}, found the next definition"),
     };
+    let is_rule = src.trim_start().starts_with("rule ");
     let len = found.as_ref().map_or(0, |t| t.len());
     let typo = found
         .as_deref()
@@ -233,17 +239,36 @@ fn syntax_error(
     } else if found.as_deref().is_some_and(|t| t.starts_with(',')) {
         "to give several values, write a list in brackets: `[8 gpu in dgx, 4 gpu in spot]`"
             .to_string()
+    } else if found.is_none() && is_rule {
+        "a rule ends with its message in quotes: `rule NAME: deny if CONDITION \"why\"`".to_string()
     } else if found.is_none() {
         "a block may be missing its closing `}`".to_string()
+    } else if expected == ["`=`"] {
+        "a field is written `name = value`, e.g. `guaranteed = 8 gpu`".to_string()
     } else if expected.contains(&"a value") {
         "a field is written `name = value`, e.g. `priority = 500` or `guaranteed = 8 gpu`"
             .to_string()
     } else {
         "see `gantry explain E0101` and the language tour in README.md".to_string()
     };
-    let at = Span::new(file, offset + pos, offset + pos + len);
+    // Cut off by the next definition: point where the missing text goes, after the last
+    // word of this one, not at the next definition.
+    let (at, label) = if found.is_none() && !last {
+        let end = offset + src.trim_end().len();
+        let what = if is_rule {
+            "the rule's message goes here"
+        } else {
+            "expected more here"
+        };
+        (Span::new(file, end, end), what)
+    } else {
+        (
+            Span::new(file, offset + pos, offset + pos + len),
+            "unexpected here",
+        )
+    };
     let d = Diagnostic::new(codes::SYNTAX, message)
-        .with_label(at, "unexpected here")
+        .with_label(at, label)
         .with_help(help);
     match typo {
         Some(word)
@@ -252,6 +277,10 @@ fn syntax_error(
                 .is_some_and(|t| t.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')) =>
         {
             d.with_fix(at, word)
+        }
+        // `guaranteed 8 gpu`: the `=` goes before the value.
+        _ if expected == ["`=`"] && found.is_some() => {
+            d.with_fix(Span::new(file, at.start as usize, at.start as usize), "= ")
         }
         _ => d,
     }
