@@ -27,7 +27,7 @@ pub fn run(
     for policy in &policies {
         // Files named one by one are checked with the rest of their directory (the
         // policy they belong to), and reported for themselves only.
-        let (files, shown) = match with_siblings(policy) {
+        let (files, shown, precomputed) = match with_siblings(policy) {
             Ok(v) => v,
             Err(e) => return fail(io, e.0),
         };
@@ -60,7 +60,11 @@ pub fn run(
         if inputs.is_empty() {
             continue;
         }
-        let checked = lang::check(&inputs);
+        // The check `with_siblings` made of the same files, when it made one.
+        let checked = match precomputed {
+            Some(c) if io_diags.is_empty() => c,
+            _ => lang::check(&inputs),
+        };
         // Hidden: what is in the sibling files pulled in; the named files' diagnostics and
         // the standard library's (e.g. W0404 on an imported tier) are reported.
         let siblings: Vec<String> = match &shown {
@@ -156,15 +160,17 @@ fn report(d: &Diagnostic, sources: &SourceMap, format: DiagnosticFormat, io: &mu
     }
 }
 
+/// The files to check for `policy`, what to report for, and the check of those files
+/// when one was made on the way.
+type Chosen = (Vec<PathBuf>, Option<Vec<String>>, Option<lang::Checked>);
+
 /// The files to check for `policy` and, for files named one by one, the display names
 /// to report for: named files that use names they do not define bring the other
 /// `.gantry` files of their directory (the policy they belong to), when that leaves them
 /// fewer errors.
-fn with_siblings(
-    policy: &files::Policy,
-) -> Result<(Vec<PathBuf>, Option<Vec<String>>), files::FindError> {
+fn with_siblings(policy: &files::Policy) -> Result<Chosen, files::FindError> {
     let Some(named) = &policy.named else {
-        return Ok((policy.files.clone(), None));
+        return Ok((policy.files.clone(), None, None));
     };
     // A named file is checked with its directory only when it names things it does not
     // define (E0201) and the directory resolves some of them: a scratch file beside
@@ -179,8 +185,7 @@ fn with_siblings(
             .collect()
     };
     let shown: Vec<String> = named.iter().map(|p| files::display_name(p)).collect();
-    let errors_in_named = |inputs: &[(String, String)]| {
-        let checked = lang::check(inputs);
+    let errors_in_named = |checked: &lang::Checked| {
         checked
             .diagnostics
             .iter()
@@ -192,12 +197,12 @@ fn with_siblings(
             .map(|d| d.code)
             .collect::<Vec<_>>()
     };
-    let Some(alone) = read_all(named) else {
-        return Ok((named.clone(), None));
+    let Some(alone) = read_all(named).map(|inputs| lang::check(&inputs)) else {
+        return Ok((named.clone(), None, None));
     };
     let alone_errors = errors_in_named(&alone);
     if !alone_errors.contains(&codes::UNKNOWN_NAME) {
-        return Ok((named.clone(), None));
+        return Ok((named.clone(), None, Some(alone)));
     }
     let dir = named
         .first()
@@ -210,13 +215,16 @@ fn with_siblings(
         .into_iter()
         .filter(|s| !named_canonical.contains(&canonical(s)))
         .collect();
+    if files.is_empty() {
+        return Ok((named.clone(), None, Some(alone)));
+    }
     files.extend(named.iter().cloned());
     files.sort();
-    let together = read_all(&files).map(|inputs| errors_in_named(&inputs));
-    if together.is_some_and(|e| e.len() < alone_errors.len()) {
-        Ok((files, Some(shown)))
-    } else {
-        Ok((named.clone(), None))
+    match read_all(&files).map(|inputs| lang::check(&inputs)) {
+        Some(together) if errors_in_named(&together).len() < alone_errors.len() => {
+            Ok((files, Some(shown), Some(together)))
+        }
+        _ => Ok((named.clone(), None, Some(alone))),
     }
 }
 

@@ -123,56 +123,74 @@ impl Checker<'_> {
         self.drop_reports_on(&failed, before);
     }
 
-    /// Drops the diagnostics from index `from` on that point into a `failed` definition.
+    /// Drops the diagnostics from index `from` on that point into a `failed` definition
+    /// (`failed` sorted, as [`Self::failed_definitions`] returns it).
     pub(super) fn drop_reports_on(&mut self, failed: &[Span], from: usize) {
         if failed.is_empty() {
             return;
         }
-        let inside = |s: &Span| {
-            failed
-                .iter()
-                .any(|f| f.file == s.file && f.start <= s.start && s.end <= f.end)
-        };
+        let key = |s: &Span| (s.file, s.start, s.end);
+        let quiet: Vec<bool> = self
+            .diags
+            .iter()
+            .skip(from)
+            .map(|d| {
+                d.labels.iter().any(|l| {
+                    self.definitions_around(l.span)
+                        .iter()
+                        .any(|def| failed.binary_search_by_key(&key(def), key).is_ok())
+                })
+            })
+            .collect();
         let mut i = 0;
-        self.diags.retain(|d| {
+        self.diags.retain(|_| {
             i += 1;
-            i <= from || !d.labels.iter().any(|l| inside(&l.span))
+            i <= from || !quiet.get(i - from - 1).copied().unwrap_or(false)
         });
     }
 
-    /// The innermost block or rule around each error reported so far.
+    /// The innermost block or rule around each error reported so far, sorted.
     pub(super) fn failed_definitions(&self) -> Vec<Span> {
-        fn blocks(body: &[ast::Stmt], out: &mut Vec<Span>) {
-            for s in body {
-                if let ast::StmtKind::Block(b) = &s.kind {
-                    out.push(s.span);
-                    blocks(&b.body, out);
-                }
-            }
-        }
-        let mut defs = Vec::new();
-        for file in self.asts.values() {
-            for item in &file.items {
-                defs.push(item.span);
-                if let ast::ItemKind::Block(b) = &item.kind {
-                    blocks(&b.body, &mut defs);
-                }
-            }
-        }
         let mut failed: Vec<Span> = self
             .diags
             .iter()
             .filter(|d| d.is_error())
             .filter_map(Diagnostic::primary_span)
-            .filter_map(|at| {
-                defs.iter()
-                    .filter(|d| d.file == at.file && d.start <= at.start && at.end <= d.end)
-                    .min_by_key(|d| d.end - d.start)
-                    .copied()
-            })
+            .filter_map(|at| self.definitions_around(at).last().copied())
             .collect();
         failed.sort_by_key(|s| (s.file, s.start, s.end));
         failed.dedup();
         failed
+    }
+
+    /// The definitions (top-level item, then the blocks nested in it) that contain `at`,
+    /// outermost first. Items are in file order, so the item is found by binary search.
+    fn definitions_around(&self, at: Span) -> Vec<Span> {
+        let contains = |s: Span| s.file == at.file && s.start <= at.start && at.end <= s.end;
+        let Some(file) = self.asts.get(&at.file) else {
+            return Vec::new();
+        };
+        let next = file
+            .items
+            .partition_point(|item| item.span.start <= at.start);
+        let Some(item) = next.checked_sub(1).and_then(|i| file.items.get(i)) else {
+            return Vec::new();
+        };
+        if !contains(item.span) {
+            return Vec::new();
+        }
+        let mut out = vec![item.span];
+        let mut body = match &item.kind {
+            ast::ItemKind::Block(b) => b.body.as_slice(),
+            _ => &[],
+        };
+        while let Some((span, inner)) = body.iter().find_map(|s| match &s.kind {
+            ast::StmtKind::Block(b) if contains(s.span) => Some((s.span, b)),
+            _ => None,
+        }) {
+            out.push(span);
+            body = &inner.body;
+        }
+        out
     }
 }
