@@ -110,8 +110,8 @@ fn policy_blocks<'a>(c: &Checker<'a>) -> Vec<&'a ast::Block> {
     out
 }
 
-/// A duration literal: (seconds, the number as written, the unit word and its span).
-fn duration(e: &ast::Expr) -> Option<(f64, &str, &ast::Ident)> {
+/// A duration literal: (seconds, the number, the number as written, the unit word).
+fn duration(e: &ast::Expr) -> Option<(f64, f64, &str, &ast::Ident)> {
     let ExprKind::Quantity {
         text,
         value,
@@ -121,7 +121,7 @@ fn duration(e: &ast::Expr) -> Option<(f64, &str, &ast::Ident)> {
         return None;
     };
     match super::types::unit(&unit.name)? {
-        (crate::ir::Dim::Duration, factor) => Some((value * factor, text.as_str(), unit)),
+        (crate::ir::Dim::Duration, factor) => Some((value * factor, *value, text.as_str(), unit)),
         _ => None,
     }
 }
@@ -182,12 +182,11 @@ fn implausible(
     meaning: &str,
 ) -> Option<Diagnostic> {
     let (least, most, typical) = range;
-    let (seconds, number, unit) = duration(e)?;
+    let (seconds, n, number, unit) = duration(e)?;
     if (least..=most).contains(&seconds) {
         return None;
     }
     let short = seconds < least;
-    let n = seconds / super::types::unit(&unit.name).map_or(1.0, |(_, f)| f);
     let better = [("s", 1.0), ("m", MINUTE), ("h", HOUR), ("d", DAY)]
         .into_iter()
         .filter(|(u, f)| *u != unit.name && (least..=most).contains(&(n * f)))
