@@ -416,6 +416,9 @@ fn replay(
         ..ReplayStats::default()
     };
     let mut now = arrivals.front().and_then(|j| j.submitted_at).unwrap_or(0);
+    // Kept across the cycles, as the controller and `simulate` keep it: its plans must be
+    // `decide`'s, byte for byte.
+    let mut decider = engine::decide::Decider::new();
     for _ in 0..400 {
         while arrivals
             .front()
@@ -426,7 +429,14 @@ fn replay(
         running.retain(|j| j.started_at.unwrap_or(0) + j.runtime_s.unwrap_or(0) as i64 > now);
         let mut jobs = running.clone();
         jobs.extend(pending.iter().cloned());
-        let (_, plan) = decide(program, fleet(nodes), jobs, now);
+        let (snapshot, plan) = decide(program, fleet(nodes), jobs, now);
+        let kept = decider.decide(program, &snapshot, now);
+        prop_assert_eq!(
+            serde_json::to_string(&kept).unwrap(),
+            serde_json::to_string(&plan).unwrap(),
+            "a kept Decider's plan differs from decide's at {}",
+            now
+        );
         for p in &plan.preemptions {
             stats.preemptions += 1;
             if let Some(k) = running.iter().position(|j| j.id == p.job) {

@@ -11,6 +11,7 @@ use crate::queue::{self, QueueView};
 use crate::store::Stores;
 use engine::decide::plan::Plan;
 use engine::decide::snapshot::Snapshot;
+use engine::decide::Decider;
 use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -44,12 +45,24 @@ pub fn cycle_with(
     memory: &Memory,
     now: i64,
 ) -> Result<(QueueView, Plan, Vec<Action>), String> {
+    cycle_kept(stores, policy, memory, now, &mut Decider::new())
+}
+
+/// [`cycle_with`] through a [`Decider`] kept from the last cycle (same plan, less work
+/// when the fleet has not changed).
+pub fn cycle_kept(
+    stores: &Stores,
+    policy: &LoadedPolicy,
+    memory: &Memory,
+    now: i64,
+    decider: &mut Decider,
+) -> Result<(QueueView, Plan, Vec<Action>), String> {
     let view = queue::view(stores)?;
     let mut snapshot = snapshot(&view, policy)?;
     snapshot.usage = memory.usage.clone();
     snapshot.scale_state = memory.arrivals(&view.fleet, now).state;
     snapshot.starts = memory.starts.clone();
-    let plan = engine::decide::decide(&policy.program, &snapshot, now);
+    let plan = decider.decide(&policy.program, &snapshot, now);
     let actions = enact::actions(&view, &stores.pods.objects, &plan, now);
     Ok((view, plan, actions))
 }
@@ -317,6 +330,8 @@ pub async fn run(q: Queue) {
         capacity: capacity_settings,
     } = q;
     let mut memory = Memory::default();
+    // The placer's indexes, kept from cycle to cycle (plans are `decide`'s).
+    let mut decider = Decider::new();
     let mut loaded = false;
     let mut was_leading = false;
     let mut saved = memory.clone();
@@ -355,23 +370,34 @@ pub async fn run(q: Queue) {
                 memory.clone(),
                 capacity_settings.clone(),
             );
-            tokio::task::spawn_blocking(move || {
+            let mut kept = std::mem::take(&mut decider);
+            let cycle = tokio::task::spawn_blocking(move || {
                 let s = match stores.lock() {
                     Ok(s) => s,
                     Err(p) => p.into_inner(),
                 };
-                cycle_with(&s, &policy, &snapshot_memory, now).map(|(view, plan, actions)| {
-                    let (changes, gauges) = settings.map_or((Vec::new(), Vec::new()), |c| {
-                        (
-                            capacity::actions(&policy.program, &plan, &s, &c),
-                            capacity::gauges(&policy.program, &s, &c.namespace),
-                        )
-                    });
-                    (view, plan, actions, changes, gauges)
-                })
+                let decided = cycle_kept(&s, &policy, &snapshot_memory, now, &mut kept).map(
+                    |(view, plan, actions)| {
+                        let (changes, gauges) = settings.map_or((Vec::new(), Vec::new()), |c| {
+                            (
+                                capacity::actions(&policy.program, &plan, &s, &c),
+                                capacity::gauges(&policy.program, &s, &c.namespace),
+                            )
+                        });
+                        (view, plan, actions, changes, gauges)
+                    },
+                );
+                (decided, kept)
             })
-            .await
-            .unwrap_or_else(|e| Err(format!("the cycle failed: {e}")))
+            .await;
+            match cycle {
+                Ok((decided, kept)) => {
+                    decider = kept;
+                    decided
+                }
+                // A panicked cycle leaves nothing kept: the next one starts fresh.
+                Err(e) => Err(format!("the cycle failed: {e}")),
+            }
         };
         let (view, plan, actions, changes, gauges) = match decided {
             Ok(d) => d,

@@ -51,14 +51,47 @@ pub struct Placer<'a> {
     request_ids: HashMap<Request, usize>,
     /// Each node's pool as a number, and the numbers by pool name: a pool-restricted job
     /// checks nodes by number, not by comparing names.
-    pool_of: std::rc::Rc<[Option<u32>]>,
+    pool_of: std::sync::Arc<[Option<u32>]>,
     pool_ids: HashMap<String, u32>,
     /// Free GPUs per topology group, for the levels a gang has asked about, kept in step
     /// with the state: a bound that lets a gang pass over groups that cannot hold it
     /// without visiting their nodes.
     group_free: BTreeMap<TopologyLevel, GroupFree>,
     rng: Rng,
+    /// Set on a placer made to be kept between cycles ([`Placer::resume`]).
+    kept: Option<Kept>,
 }
+
+/// What a placer keeps between decision cycles over one fleet: the fleet's static indexes
+/// and the allocation state holding the running jobs, with the classes. A cycle takes it
+/// ([`Placer::resume`]), brings the running jobs up to date node by node
+/// ([`Placer::take_running`]) and gives it back rewound to that point
+/// ([`Placer::into_kept`]), so a cycle that differs from the last by a few jobs does not
+/// rebuild the index of every node.
+#[derive(Debug)]
+pub struct PlacerState {
+    state: ClusterState,
+    classes: ClassIndex,
+    kind_of: Vec<u32>,
+    groups: BTreeMap<TopologyLevel, std::cell::OnceCell<Groups>>,
+    empty: std::cell::OnceCell<ClusterState>,
+    pool_of: std::sync::Arc<[Option<u32>]>,
+    pool_ids: HashMap<String, u32>,
+    held: Vec<Vec<(Request, OnNode)>>,
+}
+
+/// A kept placer's bookkeeping during a cycle.
+#[derive(Debug, Default)]
+struct Kept {
+    /// Each node's running members as last taken, in snapshot order.
+    held: Vec<Vec<(Request, OnNode)>>,
+    /// Once [`Placer::take_running`] has run: each node's state before this cycle first
+    /// changed it, for rewinding.
+    journal: Option<Journal>,
+}
+
+/// Which nodes have changed, and each one's state before its first change.
+type Journal = (Vec<bool>, Vec<(usize, NodeFree)>);
 
 /// The static part of a node that placement reads (not its name, pool or labels): per GPU,
 /// model, memory, NVLink island and MIG mode.
@@ -78,14 +111,9 @@ fn kind_signature(n: &Node) -> Kind<'_> {
         .collect()
 }
 
-impl<'a> Placer<'a> {
-    pub fn new(
-        fleet: &'a Fleet,
-        strategy: Strategy,
-        workload: &'a Workload,
-        mig: &'a MigTable,
-        seed: u64,
-    ) -> Placer<'a> {
+impl PlacerState {
+    /// The empty fleet's state and indexes.
+    pub fn new(fleet: &Fleet, mig: &MigTable) -> PlacerState {
         let state = ClusterState::new(fleet, mig);
         let mut kinds: BTreeMap<Kind, u32> = BTreeMap::new();
         let kind_of: Vec<u32> = fleet
@@ -97,7 +125,7 @@ impl<'a> Placer<'a> {
             })
             .collect();
         let mut pool_ids: HashMap<String, u32> = HashMap::new();
-        let pool_of: std::rc::Rc<[Option<u32>]> = fleet
+        let pool_of: std::sync::Arc<[Option<u32>]> = fleet
             .nodes
             .iter()
             .map(|n| {
@@ -116,8 +144,70 @@ impl<'a> Placer<'a> {
         .into_iter()
         .map(|level| (level, std::cell::OnceCell::new()))
         .collect();
-        let mut placer = Placer {
+        let mut classes = ClassIndex::new(fleet.nodes.len());
+        for (i, (kind, free)) in kind_of.iter().zip(&state.nodes).enumerate() {
+            classes.enter(i, *kind, free);
+        }
+        PlacerState {
+            state,
+            classes,
+            kind_of,
+            groups,
             empty: std::cell::OnceCell::new(),
+            pool_of,
+            pool_ids,
+            held: vec![Vec::new(); fleet.nodes.len()],
+        }
+    }
+}
+
+impl<'a> Placer<'a> {
+    pub fn new(
+        fleet: &'a Fleet,
+        strategy: Strategy,
+        workload: &'a Workload,
+        mig: &'a MigTable,
+        seed: u64,
+    ) -> Placer<'a> {
+        let mut placer = Placer::resume(
+            fleet,
+            strategy,
+            workload,
+            mig,
+            seed,
+            PlacerState::new(fleet, mig),
+        );
+        placer.kept = None;
+        placer
+    }
+
+    /// A placer over `kept`, which must have been made for this `fleet` and `mig` table
+    /// ([`PlacerState::new`], or [`Placer::into_kept`] of a placer over them).
+    pub fn resume(
+        fleet: &'a Fleet,
+        strategy: Strategy,
+        workload: &'a Workload,
+        mig: &'a MigTable,
+        seed: u64,
+        kept: PlacerState,
+    ) -> Placer<'a> {
+        let PlacerState {
+            state,
+            mut classes,
+            kind_of,
+            groups,
+            empty,
+            pool_of,
+            pool_ids,
+            held,
+        } = kept;
+        // Evaluations depend on the cycle's workload.
+        for class in classes.iter_mut() {
+            class.memo.clear();
+            class.before = None;
+        }
+        Placer {
+            empty,
             mig_table: mig,
             verdicts: HashMap::new(),
             quiet: false,
@@ -133,14 +223,117 @@ impl<'a> Placer<'a> {
                 mig,
             },
             state,
-            classes: ClassIndex::new(fleet.nodes.len()),
+            classes,
             kind_of,
             rng: Rng::new(seed),
-        };
-        for i in 0..fleet.nodes.len() {
-            placer.enter(i);
+            kept: Some(Kept {
+                held,
+                journal: None,
+            }),
         }
-        placer
+    }
+
+    /// Takes the running jobs' members (in snapshot order). A fresh placer commits them
+    /// all; a kept one rebuilds only the nodes whose members differ from the last cycle's,
+    /// each from empty in the same order, so the state equals a fresh build's. Changes
+    /// after this are undone by [`Placer::into_kept`].
+    pub fn take_running<'r>(
+        &mut self,
+        members: impl IntoIterator<Item = (&'r Request, &'r Choice)>,
+    ) {
+        let Some(mut kept) = self.kept.take() else {
+            self.commit_all(members);
+            return;
+        };
+        let nodes = self.fleet.nodes.len();
+        let mut now: Vec<(usize, &Request, &OnNode)> = members
+            .into_iter()
+            .filter(|(_, c)| c.node < nodes)
+            .map(|(r, c)| (c.node, r, &c.on))
+            .collect();
+        // Stable: members of a node stay in snapshot order.
+        now.sort_by_key(|(node, _, _)| *node);
+        let mut at = 0;
+        let mut listed = vec![false; nodes];
+        while let Some(&(node, _, _)) = now.get(at) {
+            let len = now
+                .get(at..)
+                .map_or(0, |rest| rest.iter().take_while(|m| m.0 == node).count());
+            let list = now.get(at..at + len).unwrap_or(&[]);
+            at += len;
+            if let Some(l) = listed.get_mut(node) {
+                *l = true;
+            }
+            let same = kept.held.get(node).is_some_and(|old| {
+                old.len() == list.len()
+                    && old
+                        .iter()
+                        .zip(list)
+                        .all(|((r0, on0), (_, r1, on1))| same_member(r0, on0, r1, on1))
+            });
+            if !same {
+                self.rebuild_node(node, list.iter().map(|(_, r, on)| (*r, *on)));
+                if let Some(old) = kept.held.get_mut(node) {
+                    *old = list
+                        .iter()
+                        .map(|(_, r, on)| ((*r).clone(), (*on).clone()))
+                        .collect();
+                }
+            }
+        }
+        for (node, was_listed) in listed.iter().enumerate() {
+            if *was_listed || kept.held.get(node).is_none_or(Vec::is_empty) {
+                continue;
+            }
+            self.rebuild_node(node, std::iter::empty());
+            if let Some(old) = kept.held.get_mut(node) {
+                old.clear();
+            }
+        }
+        kept.journal = Some((vec![false; nodes], Vec::new()));
+        self.kept = Some(kept);
+    }
+
+    /// Sets `node` to empty and takes `members` on it.
+    fn rebuild_node<'r>(
+        &mut self,
+        node: usize,
+        members: impl Iterator<Item = (&'r Request, &'r OnNode)>,
+    ) {
+        let Some(empty) = self.empty_state().nodes.get(node).cloned() else {
+            return;
+        };
+        self.leave(node);
+        if let (Some(n), Some(free)) = (self.fleet.nodes.get(node), self.state.nodes.get_mut(node))
+        {
+            free.copy_from(&empty);
+            for (r, on) in members {
+                take_on(&self.ctx, n, free, r, on);
+            }
+        }
+        self.enter(node);
+    }
+
+    /// What to keep for the next cycle over this fleet: the state as
+    /// [`Placer::take_running`] left it (what this cycle placed or tried is undone).
+    /// `None` for a placer not made to be kept.
+    pub fn into_kept(mut self) -> Option<PlacerState> {
+        let mut kept = self.kept.take()?;
+        if let Some((_, journal)) = kept.journal.take() {
+            for (node, previous) in journal {
+                self.undo(node, previous);
+            }
+        }
+        Some(PlacerState {
+            state: self.state,
+            classes: self.classes,
+            kind_of: self.kind_of,
+            groups: self.groups,
+            empty: self.empty,
+            pool_of: self.pool_of,
+            pool_ids: self.pool_ids,
+            held: kept.held,
+        })
     }
 
     pub fn fleet(&self) -> &'a Fleet {
@@ -158,7 +351,7 @@ impl<'a> Placer<'a> {
 
     /// Each node's pool number (shared, so a predicate can hold it while the placer
     /// changes).
-    pub fn pool_index(&self) -> std::rc::Rc<[Option<u32>]> {
+    pub fn pool_index(&self) -> std::sync::Arc<[Option<u32>]> {
         self.pool_of.clone()
     }
 
@@ -218,6 +411,15 @@ impl<'a> Placer<'a> {
     }
 
     fn leave(&mut self, node: usize) {
+        if let Some((seen, journal)) = self.kept.as_mut().and_then(|k| k.journal.as_mut()) {
+            if let (Some(false), Some(free)) = (seen.get(node).copied(), self.state.nodes.get(node))
+            {
+                if let Some(s) = seen.get_mut(node) {
+                    *s = true;
+                }
+                journal.push((node, free.clone()));
+            }
+        }
         self.count_group_free(node, false);
         self.classes.leave(node);
     }
@@ -426,6 +628,34 @@ impl<'a> Placer<'a> {
         }
         self.enter(node);
     }
+}
+
+/// `r0 == r1 && on0 == on1`, with the short slices compared in a loop: called for every
+/// running member each cycle, where a `memcmp` call per slice cost more than the compare.
+fn same_member(r0: &Request, on0: &OnNode, r1: &Request, on1: &OnNode) -> bool {
+    fn same<T: PartialEq>(a: &[T], b: &[T]) -> bool {
+        a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+    }
+    // Named field by field, so a new field of `Request` cannot be missed here.
+    let Request {
+        cpu_milli,
+        memory_mib,
+        num_gpu,
+        gpu_milli,
+        models,
+        vram_mib,
+        mig_profile,
+    } = r0;
+    let OnNode { gpus, mig_starts } = on0;
+    *num_gpu == r1.num_gpu
+        && *gpu_milli == r1.gpu_milli
+        && *cpu_milli == r1.cpu_milli
+        && *memory_mib == r1.memory_mib
+        && *vram_mib == r1.vram_mib
+        && same(gpus, &on1.gpus)
+        && same(mig_starts, &on1.mig_starts)
+        && *mig_profile == r1.mig_profile
+        && *models == r1.models
 }
 
 /// Takes `req` placed as `on` from a node's free resources (GPU shares or MIG slots).

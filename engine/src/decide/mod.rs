@@ -12,5 +12,5 @@ pub mod quota;
 pub mod snapshot;
 
 pub use cycle::{
-    apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job,
+    apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job, Decider,
 };

@@ -59,7 +59,9 @@ pub struct UsageRecord {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
-    pub fleet: Fleet,
+    /// Shared, so a caller that keeps it between cycles lets [`super::Decider`] see at a
+    /// glance that it has not changed.
+    pub fleet: std::sync::Arc<Fleet>,
     pub jobs: Vec<JobState>,
     pub usage: Vec<UsageRecord>,
     /// MIG profiles of the fleet's GPU models.
@@ -175,7 +177,7 @@ impl Snapshot {
         }
         if errors.is_empty() {
             Ok(Snapshot {
-                fleet,
+                fleet: std::sync::Arc::new(fleet),
                 jobs: states,
                 usage,
                 mig: mig_table.clone(),

@@ -1,12 +1,14 @@
 //! The decision cycle itself; see the module docs of `decide`.
 
 mod bookings;
+mod decider;
 mod explain;
 mod preempt;
 mod quota_gate;
 mod reserve;
 mod story;
 
+pub use decider::Decider;
 pub use story::job_story;
 
 use super::admission::{admit, Admission};
@@ -21,7 +23,7 @@ use crate::core::alloc::Request;
 use crate::core::frag::Workload;
 use crate::core::gang::{self, JobShape, Unplaced, UnplacedCode};
 use crate::core::packing::Strategy;
-use crate::core::placer::{Choice, Placer};
+use crate::core::placer::{Choice, Placer, PlacerState};
 use lang::ir::{Program, Tier};
 use quota_gate::Gate;
 use reserve::Reserved;
@@ -151,9 +153,22 @@ fn decide_with_story(
     now: i64,
     story: Option<story::Story>,
 ) -> (Plan, Option<story::Story>) {
+    let (plan, story, _) = decide_kept(program, snapshot, now, story, None);
+    (plan, story)
+}
+
+/// What a decision cycle works with besides its inputs: the story asked for and the
+/// placer state kept from the last cycle (see [`super::Decider`]).
+fn decide_kept(
+    program: &Program,
+    snapshot: &Snapshot,
+    now: i64,
+    story: Option<story::Story>,
+    kept: Option<PlacerState>,
+) -> (Plan, Option<story::Story>, Option<PlacerState>) {
     match with_defaults(program, snapshot) {
-        Some(defaulted) => decide_defaulted(program, &defaulted, now, story),
-        None => decide_defaulted(program, snapshot, now, story),
+        Some(defaulted) => decide_defaulted(program, &defaulted, now, story, kept),
+        None => decide_defaulted(program, snapshot, now, story, kept),
     }
 }
 
@@ -180,9 +195,10 @@ fn decide_defaulted(
     snapshot: &Snapshot,
     now: i64,
     story: Option<story::Story>,
-) -> (Plan, Option<story::Story>) {
+    kept: Option<PlacerState>,
+) -> (Plan, Option<story::Story>, Option<PlacerState>) {
     if snapshot.interrupted.is_empty() {
-        return decide_cycle(program, snapshot, now, Vec::new(), story);
+        return decide_cycle(program, snapshot, now, Vec::new(), story, kept);
     }
     // Spot interruptions: jobs on noticed nodes stop (after the pool's notice) and are
     // queued again from their last checkpoint, one interruption and preemption more, so
@@ -224,7 +240,7 @@ fn decide_defaulted(
         js.job.spot_interruptions += 1;
         js.job.preemptions += 1;
     }
-    decide_cycle(program, &requeued, now, stops, story)
+    decide_cycle(program, &requeued, now, stops, story, kept)
 }
 
 /// A team or tier the policy does not know, or a tier the team may not use.
@@ -336,11 +352,15 @@ fn decide_cycle(
     now: i64,
     stops: Vec<Preemption>,
     story: Option<story::Story>,
-) -> (Plan, Option<story::Story>) {
+    kept: Option<PlacerState>,
+) -> (Plan, Option<story::Story>, Option<PlacerState>) {
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
-    let placer = Placer::new(fleet, strategy, &workload, &snapshot.mig, 0);
+    let placer = match kept {
+        Some(kept) => Placer::resume(fleet, strategy, &workload, &snapshot.mig, 0, kept),
+        None => Placer::new(fleet, strategy, &workload, &snapshot.mig, 0),
+    };
     let capacity: Resources = [
         fleet.gpu_milli_capacity() as f64,
         fleet.nodes.iter().map(|n| n.cpu_milli as f64).sum(),
@@ -398,6 +418,7 @@ fn decide_cycle(
     };
     let mut plan = cycle.run();
     let story = cycle.story.take();
+    let kept = cycle.placer.into_kept();
     if !program.autoscale.is_empty() || !program.warm.is_empty() {
         let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
         // A job the new nodes will hold says so.
@@ -417,18 +438,19 @@ fn decide_cycle(
         plan.warm = scaling.warm;
         plan.state = Some(scaling.state);
     }
-    (plan, story)
+    (plan, story, kept)
 }
 
 impl<'a> Cycle<'a> {
     fn run(&mut self) -> Plan {
         let snapshot = self.snapshot;
         // Running jobs first, committed in one batch.
-        self.placer.commit_all(snapshot.jobs.iter().flat_map(|js| {
-            js.running
-                .iter()
-                .flat_map(move |r| r.members.iter().map(move |c| (&js.job.shape.member, c)))
-        }));
+        self.placer
+            .take_running(snapshot.jobs.iter().flat_map(|js| {
+                js.running
+                    .iter()
+                    .flat_map(move |r| r.members.iter().map(move |c| (&js.job.shape.member, c)))
+            }));
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
                 self.hold_committed(js, r.members.clone());

@@ -126,6 +126,8 @@ struct Sim<'p> {
     snapshot_tags: Vec<(usize, u64, u64)>,
     fleet_index: HashMap<String, usize>,
     snapshot: Snapshot,
+    /// Keeps the placer's indexes between cycles (the plans are `decide`'s).
+    decider: crate::decide::Decider,
     jobs: Vec<SimJob>,
     job_by_id: HashMap<String, usize>,
     /// Jobs pending or running, in arrival order.
@@ -220,7 +222,7 @@ impl<'p> Sim<'p> {
             .map(|(i, n)| (n.node.name.clone(), i))
             .collect();
         let snapshot = Snapshot {
-            fleet: Fleet::default(),
+            fleet: std::sync::Arc::default(),
             jobs: Vec::new(),
             usage: config.usage.clone(),
             mig: mig.clone(),
@@ -240,6 +242,7 @@ impl<'p> Sim<'p> {
             snapshot_tags: Vec::new(),
             fleet_index: HashMap::new(),
             snapshot,
+            decider: crate::decide::Decider::new(),
             jobs,
             job_by_id,
             active: BTreeSet::new(),
@@ -435,9 +438,9 @@ impl<'p> Sim<'p> {
             .enumerate()
             .map(|(i, n)| (n.node.name.clone(), i))
             .collect();
-        self.snapshot.fleet = Fleet {
+        self.snapshot.fleet = std::sync::Arc::new(Fleet {
             nodes: up.iter().map(|n| n.node.clone()).collect(),
-        };
+        });
     }
 
     fn decide(&mut self) {
@@ -481,7 +484,7 @@ impl<'p> Sim<'p> {
             .filter_map(|&n| self.nodes.get(n))
             .filter_map(|n| self.fleet_index.get(&n.node.name).copied())
             .collect();
-        let plan = crate::decide::decide(self.program, &self.snapshot, self.now);
+        let plan = self.decider.decide(self.program, &self.snapshot, self.now);
         self.apply(plan);
     }
 
