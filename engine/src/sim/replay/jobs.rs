@@ -363,3 +363,26 @@ fn code_name(r: &Reason) -> String {
         .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
 }
+
+/// Jobs pending and running.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Counts {
+    pub pending: usize,
+    pub running: usize,
+}
+
+impl Counts {
+    /// What one job in `phase` counts for.
+    pub fn of(phase: &Phase) -> Counts {
+        Counts {
+            pending: usize::from(*phase == Phase::Pending),
+            running: usize::from(matches!(phase, Phase::Running(_))),
+        }
+    }
+
+    /// A job went from counting `before` to counting `after`.
+    pub fn moved(&mut self, before: Counts, after: Counts) {
+        self.pending = (self.pending + after.pending).saturating_sub(before.pending);
+        self.running = (self.running + after.running).saturating_sub(before.running);
+    }
+}

@@ -14,6 +14,7 @@
 mod jobs;
 mod nodes;
 mod record;
+mod states;
 mod summary;
 
 use super::metrics::{Metrics, Preemptions, ScaleEvent};
@@ -24,7 +25,7 @@ use crate::decide::plan::{Action, Decision, Plan, Preemption};
 use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::catalog;
 use crate::scale::state::Start;
-use jobs::{Phase, SimJob};
+use jobs::{Counts, Phase, SimJob};
 use lang::ir::Program;
 use nodes::SimNode;
 use record::Recorder;
@@ -132,6 +133,9 @@ struct Sim<'p> {
     job_by_id: HashMap<String, usize>,
     /// Jobs pending or running, in arrival order.
     active: BTreeSet<usize>,
+    /// How many of `active` are pending and running, kept at each change of phase (read
+    /// at every event; counting them cost a pass over every active job).
+    counts: Counts,
     events: BTreeMap<(i64, u8, u64), Internal>,
     seq: u64,
     next_arrival: usize,
@@ -246,6 +250,7 @@ impl<'p> Sim<'p> {
             jobs,
             job_by_id,
             active: BTreeSet::new(),
+            counts: Counts::default(),
             events: BTreeMap::new(),
             seq: 0,
             next_arrival: 0,
@@ -299,10 +304,7 @@ impl<'p> Sim<'p> {
             self.rec.advance(t);
             self.now = t;
             let happened = self.apply_events(t);
-            let waiting = self
-                .active
-                .iter()
-                .any(|&j| self.jobs.get(j).is_some_and(|j| j.phase == Phase::Pending));
+            let waiting = self.counts.pending > 0;
             let decide = happened && (waiting || self.autoscales || !self.interrupted.is_empty());
             if decide && rounds < MAX_ROUNDS_PER_INSTANT {
                 self.decide();
@@ -359,7 +361,9 @@ impl<'p> Sim<'p> {
             self.next_arrival += 1;
             any = true;
             if let Some(job) = self.jobs.get_mut(index) {
+                let before = Counts::of(&job.phase);
                 job.arrive(t);
+                self.counts.moved(before, Counts::of(&job.phase));
                 self.active.insert(index);
             }
         }
@@ -367,13 +371,18 @@ impl<'p> Sim<'p> {
     }
 
     fn update_counts(&mut self) {
-        let (mut pending, mut running) = (0usize, 0usize);
-        for job in self.active.iter().filter_map(|&j| self.jobs.get(j)) {
-            match job.phase {
-                Phase::Pending => pending += 1,
-                Phase::Running(_) => running += 1,
-                _ => {}
+        let Counts { pending, running } = self.counts;
+        #[cfg(debug_assertions)]
+        {
+            let (mut p, mut r) = (0usize, 0usize);
+            for job in self.active.iter().filter_map(|&j| self.jobs.get(j)) {
+                match job.phase {
+                    Phase::Pending => p += 1,
+                    Phase::Running(_) => r += 1,
+                    _ => {}
+                }
             }
+            debug_assert_eq!((p, r), (pending, running), "phase counts out of step");
         }
         let q = self.rec.column("queue");
         self.rec.set(q, pending as f64);
@@ -394,11 +403,7 @@ impl<'p> Sim<'p> {
             .chain(self.trace.events.last().map(|e| e.at))
             .max()
             .unwrap_or(self.start);
-        let running = self.active.iter().any(|&j| {
-            self.jobs
-                .get(j)
-                .is_some_and(|j| matches!(j.phase, Phase::Running(_)))
-        });
+        let running = self.counts.running > 0;
         let booting = self
             .snapshot
             .scale_state
@@ -449,35 +454,9 @@ impl<'p> Sim<'p> {
         // The decision states of the last cycle are kept and reused for jobs that have not
         // changed since (same revision, same fleet): a steady replay rebuilds only the few
         // that arrived, started, stopped or were preempted. Both lists are in job order.
-        let old = std::mem::take(&mut self.snapshot.jobs);
-        let old_tags = std::mem::take(&mut self.snapshot_tags);
-        let mut reuse = old.into_iter().zip(old_tags).peekable();
-        let mut states = Vec::with_capacity(self.active.len());
-        let mut tags = Vec::with_capacity(self.active.len());
-        for &j in &self.active {
-            let Some(job) = self.jobs.get(j) else {
-                continue;
-            };
-            while reuse.peek().is_some_and(|(_, t)| t.0 < j) {
-                reuse.next();
-            }
-            let current = (j, job.revision, self.fleet_epoch);
-            let state = match reuse.next_if(|(_, t)| *t == current) {
-                Some((mut state, _)) => {
-                    if let Some(run) = state.running.as_mut() {
-                        run.last_checkpoint_at = job.checkpoint_at(self.now);
-                    }
-                    Some(state)
-                }
-                None => job.state(&self.snapshot.fleet, &self.fleet_index, self.now),
-            };
-            if let Some(state) = state {
-                states.push(state);
-                tags.push(current);
-            }
+        if !self.refresh_states_in_place() {
+            self.rebuild_states();
         }
-        self.snapshot.jobs = states;
-        self.snapshot_tags = tags;
         self.snapshot.interrupted = self
             .interrupted
             .iter()
@@ -556,7 +535,10 @@ impl<'p> Sim<'p> {
                 let Some(job) = self.jobs.get_mut(index) else {
                     return;
                 };
-                let Some(ends) = job.start(d, free_at, &prices, &mut self.rec) else {
+                let before = Counts::of(&job.phase);
+                let started = job.start(d, free_at, &prices, &mut self.rec);
+                self.counts.moved(before, Counts::of(&job.phase));
+                let Some(ends) = started else {
                     return;
                 };
                 let generation = job.generation;
@@ -579,7 +561,9 @@ impl<'p> Sim<'p> {
             }
             Action::Deny => {
                 if let Some(job) = self.jobs.get_mut(index) {
+                    let before = Counts::of(&job.phase);
                     job.deny(d);
+                    self.counts.moved(before, Counts::of(&job.phase));
                 }
                 self.active.remove(&index);
             }
@@ -599,7 +583,10 @@ impl<'p> Sim<'p> {
         let Some(job) = self.jobs.get_mut(index) else {
             return;
         };
-        let Some(members) = job.stop(now, p.lost_gpu_s, &mut self.rec) else {
+        let before = Counts::of(&job.phase);
+        let stopped = job.stop(now, p.lost_gpu_s, &mut self.rec);
+        self.counts.moved(before, Counts::of(&job.phase));
+        let Some(members) = stopped else {
             return;
         };
         job.job.preemptions += 1;
@@ -627,7 +614,10 @@ impl<'p> Sim<'p> {
 
     fn finish(&mut self, index: usize, generation: u64) {
         if let Some(job) = self.jobs.get_mut(index) {
-            if job.finish(generation, &mut self.rec) {
+            let before = Counts::of(&job.phase);
+            let finished = job.finish(generation, &mut self.rec);
+            self.counts.moved(before, Counts::of(&job.phase));
+            if finished {
                 self.active.remove(&index);
             }
         }
@@ -704,7 +694,10 @@ impl<'p> Sim<'p> {
                 continue;
             }
             let lost = job.lost_gpu_s(now);
-            if job.stop(now, lost, &mut self.rec).is_some() {
+            let before = Counts::of(&job.phase);
+            let stopped = job.stop(now, lost, &mut self.rec).is_some();
+            self.counts.moved(before, Counts::of(&job.phase));
+            if stopped {
                 self.preemptions.node_failures += 1;
                 self.preemptions.lost_gpu_hours += lost / 3600.0;
             }
