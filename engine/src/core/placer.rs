@@ -77,6 +77,9 @@ pub struct PlacerState {
     empty: std::cell::OnceCell<ClusterState>,
     pool_of: std::sync::Arc<[Option<u32>]>,
     pool_ids: HashMap<String, u32>,
+    /// Kept in step like the classes: which levels are tracked changes no choice and no
+    /// message (the bound only skips groups that cannot hold a gang).
+    group_free: BTreeMap<TopologyLevel, GroupFree>,
     held: Vec<Vec<(Request, OnNode)>>,
 }
 
@@ -156,6 +159,7 @@ impl PlacerState {
             empty: std::cell::OnceCell::new(),
             pool_of,
             pool_ids,
+            group_free: BTreeMap::new(),
             held: vec![Vec::new(); fleet.nodes.len()],
         }
     }
@@ -199,6 +203,7 @@ impl<'a> Placer<'a> {
             empty,
             pool_of,
             pool_ids,
+            group_free,
             held,
         } = kept;
         // Evaluations depend on the cycle's workload.
@@ -214,7 +219,7 @@ impl<'a> Placer<'a> {
             request_ids: HashMap::new(),
             pool_of,
             pool_ids,
-            group_free: BTreeMap::new(),
+            group_free,
             groups,
             fleet,
             ctx: Context {
@@ -332,6 +337,7 @@ impl<'a> Placer<'a> {
             empty: self.empty,
             pool_of: self.pool_of,
             pool_ids: self.pool_ids,
+            group_free: self.group_free,
             held: kept.held,
         })
     }
