@@ -179,6 +179,26 @@ impl Ledger {
         }
     }
 
+    /// [`Ledger::charge`] for a batch (the running jobs at the start of a cycle): the
+    /// derived figures are left stale until [`Ledger::settle`], and nothing may read them
+    /// in between.
+    pub fn charge_unsettled(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
+        if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
+            match (b.per_pool, b.used.first_entry()) {
+                // Not per pool: one bucket, found without a lookup.
+                (false, Some(mut e)) if e.key().is_none() => *e.get_mut() += milli,
+                _ => *b.used.entry(b.bucket(pool)).or_insert(0) += milli,
+            }
+        }
+    }
+
+    /// Brings the derived figures up to date after [`Ledger::charge_unsettled`].
+    pub fn settle(&mut self) {
+        for b in &mut self.books {
+            b.recache();
+        }
+    }
+
     pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             let bucket = b.bucket(pool);

@@ -40,7 +40,8 @@ struct Holder<'a> {
     member: &'a Request,
     /// What one member counts for in quotas and fair share.
     member_milli: u64,
-    choices: Vec<Choice>,
+    /// Borrowed from the snapshot for running jobs (most holders), owned for placements.
+    choices: std::borrow::Cow<'a, [Choice]>,
     /// Set when the job may be preempted at all (tier, `min_runtime`, `max_lost`).
     victim: Option<preempt::VictimFacts>,
     /// Set when rule 1 protects the job now but not for ever.
@@ -83,10 +84,14 @@ struct Cycle<'a> {
     holders_of: BTreeMap<Option<usize>, Vec<usize>>,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
-    /// While set, `ends` and `team_ends` wait for [`Cycle::index_ends`].
+    /// While set, `ends`, `team_ends` and the `standing` of the teams marked in
+    /// `usage_deferred` wait for [`Cycle::index_ends`].
     ends_deferred: bool,
+    usage_deferred: Vec<bool>,
     /// Each policy team's index, by name.
-    team_index: BTreeMap<&'a str, usize>,
+    team_index: HashMap<&'a str, usize>,
+    /// Each policy tier by name (read for every running job).
+    tier_index: HashMap<&'a str, &'a Tier>,
     /// Each policy team's usage (by index), kept in step with the ledger.
     standing: Vec<Standing>,
     /// Per (member, pools, asker): each node's cheapest victim set.
@@ -373,7 +378,7 @@ fn decide_cycle(
         placer,
         ledger: Ledger::new(program, fleet.gpu_milli_capacity()),
         shares: FairShares::new(program, capacity, &snapshot.usage, now),
-        holders: Vec::new(),
+        holders: Vec::with_capacity(snapshot.jobs.len()),
         reservation: None,
         bookings: std::rc::Rc::default(),
         starving_booked: 0,
@@ -387,11 +392,19 @@ fn decide_cycle(
         holders_of: BTreeMap::new(),
         team_ends: BTreeMap::new(),
         ends_deferred: true,
+        usage_deferred: vec![false; program.teams.len()],
         team_index: program
             .teams
             .iter()
             .enumerate()
             .map(|(i, t)| (t.name.as_str(), i))
+            .collect(),
+        // Reversed, so the first of a name wins, as `Program::tier` finds it.
+        tier_index: program
+            .tiers
+            .iter()
+            .rev()
+            .map(|t| (t.name.as_str(), t))
             .collect(),
         standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::default(),
@@ -453,7 +466,7 @@ impl<'a> Cycle<'a> {
             }));
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
-                self.hold_committed(js, r.members.clone());
+                self.hold_committed(js, std::borrow::Cow::Borrowed(&r.members));
             }
         }
         self.index_ends();
@@ -648,7 +661,10 @@ impl<'a> Cycle<'a> {
     }
 
     fn tier(&self, js: &JobState) -> Option<&'a Tier> {
-        js.job.tier.as_deref().and_then(|t| self.program.tier(t))
+        js.job
+            .tier
+            .as_deref()
+            .and_then(|t| self.tier_index.get(t).copied())
     }
 
     fn priority(&self, js: &JobState) -> i64 {
@@ -727,18 +743,21 @@ impl<'a> Cycle<'a> {
         for c in &choices {
             self.placer.commit(&js.job.shape.member, c);
         }
-        self.hold_committed(js, choices);
+        self.hold_committed(js, choices.into());
     }
 
     /// [`Cycle::hold`] for a placement already committed in the placer.
-    fn hold_committed(&mut self, js: &'a JobState, choices: Vec<Choice>) {
+    fn hold_committed(&mut self, js: &'a JobState, choices: std::borrow::Cow<'a, [Choice]>) {
         let member = &js.job.shape.member;
-        for c in &choices {
-            self.changed.push(c.node);
-        }
         let team_ix = self.team_ix(js.job.team.as_deref());
-        for (pool, milli) in self.charges(js.member_milli, &choices) {
-            self.ledger.charge(team_ix, pool, milli);
+        for c in choices.iter() {
+            self.changed.push(c.node);
+            let pool = self.pool_of(c.node);
+            if self.ends_deferred {
+                self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
+            } else {
+                self.ledger.charge(team_ix, pool, js.member_milli);
+            }
         }
         self.shares.hold(
             js.job.team.as_deref(),
@@ -750,7 +769,14 @@ impl<'a> Cycle<'a> {
             (Some(r), None) => self.protection(js, r),
             _ => None,
         };
-        self.note_usage(team_ix);
+        // The running jobs, held in one batch, note each of their teams' usage once after.
+        if self.ends_deferred {
+            if let Some(seen) = team_ix.and_then(|i| self.usage_deferred.get_mut(i)) {
+                *seen = true;
+            }
+        } else {
+            self.note_usage(team_ix);
+        }
         let h = self.holders.len();
         let mut nodes: Vec<usize> = choices.iter().map(|c| c.node).collect();
         nodes.sort_unstable();
@@ -805,6 +831,12 @@ impl<'a> Cycle<'a> {
     /// cheaper than thousands of inserts), after [`Cycle::hold_committed`] deferred them.
     fn index_ends(&mut self) {
         self.ends_deferred = false;
+        self.ledger.settle();
+        for ix in 0..self.usage_deferred.len() {
+            if self.usage_deferred.get(ix).copied().unwrap_or(false) {
+                self.note_usage(Some(ix));
+            }
+        }
         self.ends = self
             .holders
             .iter()
@@ -853,7 +885,7 @@ impl<'a> Cycle<'a> {
         };
         let fleet = &self.snapshot.fleet;
         let milli = holder.member_milli;
-        for c in &holder.choices {
+        for c in holder.choices.iter() {
             let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
             if take {
                 self.placer.commit(holder.member, c);
@@ -1025,7 +1057,7 @@ impl<'a> Cycle<'a> {
                 self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {
                     Ok((choices, borrowing)) => {
-                        self.hold_committed(js, choices.clone());
+                        self.hold_committed(js, choices.clone().into());
                         return Outcome::Placed {
                             choices,
                             victims: Vec::new(),

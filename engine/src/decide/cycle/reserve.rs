@@ -492,7 +492,7 @@ impl Cycle<'_> {
             let Some(holder) = self.holders.get(h) else {
                 continue;
             };
-            for c in &holder.choices {
+            for c in holder.choices.iter() {
                 if group_of.get(c.node).copied().flatten().is_none() {
                     continue;
                 }
