@@ -154,12 +154,15 @@ fn main() {
             std::fs::write(dir.join(format!("trace-{jobs}.jsonl")), &text).unwrap();
         }
         let parsed = engine::sim::trace::parse("trace.jsonl", &text).unwrap();
+        // As `gantry simulate` does: the text is gone once parsed, and the trace is
+        // moved into the replay.
+        drop(text);
         let cpu = cpu_seconds();
         let start = Instant::now();
-        let metrics = replay::replay(
+        let metrics = replay::replay_owned(
             &program,
             fleet.clone(),
-            &parsed,
+            parsed,
             &Config::default(),
             &mut |_| {},
         )

@@ -58,7 +58,7 @@ pub fn run(args: &DiffArgs, io: &mut Io<'_>) -> u8 {
             Ok(p) => p,
             Err(code) => return code,
         };
-        let loaded = match load(&args.input, &program, io) {
+        let mut loaded = match load(&args.input, &program, io) {
             Ok(l) => l,
             Err(code) => return code,
         };
@@ -66,7 +66,7 @@ pub fn run(args: &DiffArgs, io: &mut Io<'_>) -> u8 {
             policy_revision: revision.clone(),
             ..loaded.config.clone()
         };
-        let metrics = match run_replay(&program, &loaded, &config, io) {
+        let metrics = match run_replay(&program, &mut loaded, &config, io) {
             Ok(m) => m,
             Err(code) => return code,
         };

@@ -90,7 +90,7 @@ pub fn run(args: &SimulateArgs, io: &mut Io<'_>) -> u8 {
         Ok(p) => p,
         Err(code) => return code,
     };
-    let loaded = match load(&args.input, &program, io) {
+    let mut loaded = match load(&args.input, &program, io) {
         Ok(l) => l,
         Err(code) => return code,
     };
@@ -99,7 +99,7 @@ pub fn run(args: &SimulateArgs, io: &mut Io<'_>) -> u8 {
         ..loaded.config.clone()
     };
     let started = std::time::Instant::now();
-    let metrics = match run_replay(&program, &loaded, &config, io) {
+    let metrics = match run_replay(&program, &mut loaded, &config, io) {
         Ok(m) => m,
         Err(code) => return code,
     };
@@ -222,9 +222,11 @@ fn read_lines<T: serde::de::DeserializeOwned>(path: &Path) -> Result<Vec<T>, Str
 }
 
 /// Replays with a progress bar on a terminal, or a line per tenth of the trace otherwise.
+/// Replays `loaded`'s trace, which it takes (leaving it empty): a large trace is moved
+/// into the replay rather than copied.
 pub fn run_replay(
     program: &Program,
-    loaded: &Loaded,
+    loaded: &mut Loaded,
     config: &Config,
     io: &mut Io<'_>,
 ) -> Result<Metrics, u8> {
@@ -255,10 +257,10 @@ pub fn run_replay(
             }
         }
     };
-    let result = replay::replay(
+    let result = replay::replay_owned(
         program,
         loaded.fleet.clone(),
-        &loaded.trace,
+        std::mem::take(&mut loaded.trace),
         config,
         &mut on_progress,
     );

@@ -11,7 +11,7 @@ use crate::decide::plan::{human_duration, Decision, Reason};
 use crate::decide::snapshot::{self, JobState, Running};
 use crate::inventory::jobs_file::{Job, PlacedMember};
 use crate::sim::metrics::JobOutcome;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Phase {
@@ -44,7 +44,8 @@ pub(super) struct SimJob {
     queue_wait_s: i64,
     first_start: Option<i64>,
     lost_gpu_s: f64,
-    pools: BTreeSet<String>,
+    /// The pools it ran in, sorted (most jobs run in one: a set's node would cost more).
+    pools: Vec<String>,
     rule: Option<String>,
     routed_to: Option<String>,
     reason: Option<Reason>,
@@ -71,7 +72,7 @@ impl SimJob {
             queue_wait_s: 0,
             first_start: None,
             lost_gpu_s: 0.0,
-            pools: BTreeSet::new(),
+            pools: Vec::new(),
             rule: None,
             routed_to: None,
             reason: None,
@@ -186,7 +187,9 @@ impl SimJob {
         let team = self.job.team.as_deref().unwrap_or("-");
         let mut contrib = Vec::new();
         for (pool, price) in prices {
-            self.pools.insert(pool.clone());
+            if let Err(at) = self.pools.binary_search(pool) {
+                self.pools.insert(at, pool.clone());
+            }
             for (name, amount) in [
                 (format!("alloc.pool.{pool}"), per_member),
                 (format!("alloc.tier.{tier}"), per_member),
@@ -322,7 +325,7 @@ impl SimJob {
             submitted_at: self.job.submitted_at.unwrap_or(0),
             first_start: self.first_start,
             queue_wait_s: self.queue_wait_s,
-            pools: self.pools.iter().cloned().collect(),
+            pools: self.pools.clone(),
             preemptions: self.job.preemptions,
             lost_gpu_s: self.lost_gpu_s,
             rule: self.rule.clone(),

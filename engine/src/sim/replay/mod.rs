@@ -107,7 +107,26 @@ pub fn replay(
     config: &Config,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Metrics, ReplayError> {
-    let mut sim = Sim::new(program, fleet, trace, config)?;
+    let mut sim = Sim::new(program, fleet, trace, trace.jobs.clone(), config)?;
+    sim.run(progress);
+    Ok(sim.into_metrics())
+}
+
+/// [`replay`] of a trace given up to it: its jobs are moved into the replay, not copied
+/// (a year's trace is a million job records).
+pub fn replay_owned(
+    program: &Program,
+    fleet: Fleet,
+    trace: Trace,
+    config: &Config,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Metrics, ReplayError> {
+    let Trace { jobs, events } = trace;
+    let events = Trace {
+        jobs: Vec::new(),
+        events,
+    };
+    let mut sim = Sim::new(program, fleet, &events, jobs, config)?;
     sim.run(progress);
     Ok(sim.into_metrics())
 }
@@ -159,21 +178,20 @@ struct Sim<'p> {
 }
 
 impl<'p> Sim<'p> {
+    /// A replay of `jobs` (the trace's, in its order) and of `trace`'s node events.
     fn new(
         program: &'p Program,
         fleet: Fleet,
         trace: &'p Trace,
+        trace_jobs: Vec<crate::inventory::jobs_file::Job>,
         config: &'p Config,
     ) -> Result<Sim<'p>, ReplayError> {
         let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
         let mut job_by_id = HashMap::new();
-        let mut jobs = Vec::with_capacity(trace.jobs.len());
-        for job in &trace.jobs {
+        let mut jobs: Vec<SimJob> = Vec::with_capacity(trace_jobs.len());
+        for job in trace_jobs {
             if let Some(&first) = job_by_id.get(&job.id) {
-                let line = trace
-                    .jobs
-                    .get(first)
-                    .map_or(0, |j: &crate::inventory::jobs_file::Job| j.line);
+                let line = jobs.get(first).map_or(0, |j: &SimJob| j.job.line);
                 return Err(ReplayError {
                     line: job.line,
                     message: format!(
@@ -183,7 +201,7 @@ impl<'p> Sim<'p> {
                 });
             }
             job_by_id.insert(job.id.clone(), jobs.len());
-            jobs.push(SimJob::new(job.clone(), &fleet, &mig));
+            jobs.push(SimJob::new(job, &fleet, &mig));
         }
         let autoscaled: BTreeSet<&str> =
             program.autoscale.iter().map(|a| a.pool.as_str()).collect();
@@ -202,10 +220,9 @@ impl<'p> Sim<'p> {
                 });
             }
         }
-        let start = trace
-            .jobs
+        let start = jobs
             .first()
-            .and_then(|j| j.submitted_at)
+            .and_then(|j| j.job.submitted_at)
             .into_iter()
             .chain(trace.events.first().map(|e| e.at))
             .min()
@@ -279,21 +296,20 @@ impl<'p> Sim<'p> {
 
     fn next_time(&self) -> Option<i64> {
         let arrival = self
-            .trace
             .jobs
             .get(self.next_arrival)
-            .and_then(|j| j.submitted_at);
+            .and_then(|j| j.job.submitted_at);
         let node_event = self.trace.events.get(self.next_trace_event).map(|e| e.at);
         let internal = self.events.keys().next().map(|(t, _, _)| *t);
         [arrival, node_event, internal].into_iter().flatten().min()
     }
 
     fn trace_left(&self) -> bool {
-        self.next_arrival < self.trace.jobs.len() || self.next_trace_event < self.trace.events.len()
+        self.next_arrival < self.jobs.len() || self.next_trace_event < self.trace.events.len()
     }
 
     fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
-        let total = self.trace.jobs.len();
+        let total = self.jobs.len();
         let step = (total / 100).max(1);
         let mut rounds = 0;
         while let Some(t) = self.next_time() {
@@ -353,8 +369,8 @@ impl<'p> Sim<'p> {
             let (kind, name, line) = (e.kind, e.node.clone(), e.line);
             self.node_event(kind, &name, line);
         }
-        while let Some(j) = self.trace.jobs.get(self.next_arrival) {
-            if j.submitted_at != Some(t) {
+        while let Some(j) = self.jobs.get(self.next_arrival) {
+            if j.job.submitted_at != Some(t) {
                 break;
             }
             let index = self.next_arrival;
@@ -395,10 +411,9 @@ impl<'p> Sim<'p> {
             return;
         }
         let last_trace = self
-            .trace
             .jobs
             .last()
-            .and_then(|j| j.submitted_at)
+            .and_then(|j| j.job.submitted_at)
             .into_iter()
             .chain(self.trace.events.last().map(|e| e.at))
             .max()

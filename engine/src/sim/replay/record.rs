@@ -14,8 +14,14 @@ pub(super) struct Recorder {
     values: Vec<f64>,
     integrals: Vec<f64>,
     peaks: Vec<f64>,
-    /// Values in force from each instant on, recorded when they change.
-    steps: Vec<(i64, Vec<f64>)>,
+    /// Values in force from each instant on, recorded when they change: the instant, where
+    /// the step's entries start in `changes` and how many columns there were. Only the
+    /// columns that differ from the step before are entries (a year's replay has
+    /// millions of steps, each changing a few of dozens of columns).
+    steps: Vec<(i64, u32, u32)>,
+    changes: Vec<(u32, f64)>,
+    /// The values of the last step.
+    stepped: Vec<f64>,
     last: i64,
     start: i64,
 }
@@ -66,8 +72,17 @@ impl Recorder {
         for (i, v) in self.integrals.iter_mut().zip(&self.values) {
             *i += v * dt;
         }
-        if self.steps.last().is_none_or(|(_, v)| *v != self.values) {
-            self.steps.push((self.last, self.values.clone()));
+        if self.steps.is_empty() || self.stepped != self.values {
+            let at = u32::try_from(self.changes.len()).unwrap_or(u32::MAX);
+            for (c, v) in self.values.iter().enumerate() {
+                if self.stepped.get(c) != Some(v) {
+                    self.changes
+                        .push((u32::try_from(c).unwrap_or(u32::MAX), *v));
+                }
+            }
+            let columns = u32::try_from(self.values.len()).unwrap_or(u32::MAX);
+            self.steps.push((self.last, at, columns));
+            self.stepped.clone_from(&self.values);
         }
         self.last = t;
     }
@@ -105,11 +120,23 @@ impl Recorder {
             .unwrap_or(1)
             .max(1);
         let mut sums = vec![vec![0.0; n]; self.values.len()];
-        for (k, (from, values)) in self.steps.iter().enumerate() {
+        let mut current = vec![0.0; self.values.len()];
+        for (k, &(from, at, columns)) in self.steps.iter().enumerate() {
+            let until = self
+                .steps
+                .get(k + 1)
+                .map_or(self.changes.len(), |s| s.1 as usize);
+            for &(c, v) in self.changes.get(at as usize..until).unwrap_or(&[]) {
+                if let Some(slot) = current.get_mut(c as usize) {
+                    *slot = v;
+                }
+            }
+            let values = current.get(..columns as usize).unwrap_or(&current);
+            let from = &from;
             let to = self
                 .steps
                 .get(k + 1)
-                .map_or(self.last, |(t, _)| *t)
+                .map_or(self.last, |(t, _, _)| *t)
                 .min(end);
             let mut t = *from;
             while t < to {
@@ -171,6 +198,11 @@ fn round(v: f64) -> f64 {
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "test oracle: a failure should stop the test"
+)]
 mod tests {
     use super::*;
 
@@ -189,5 +221,77 @@ mod tests {
         let t = r.timeline(180);
         assert_eq!(t.bucket_s, 60);
         assert_eq!(t.series.get("alloc"), Some(&vec![4.0, 0.0, 2.0]));
+    }
+
+    /// The timeline as it was computed when every step kept all the values: the sparse
+    /// steps must give the same numbers, bit for bit.
+    fn dense_timeline(r: &Recorder, dense: &[(i64, Vec<f64>)], end: i64) -> Vec<Vec<f64>> {
+        let span = (end - r.start).max(1);
+        let bucket_s = nice_bucket(span);
+        let n = usize::try_from((span + bucket_s - 1) / bucket_s)
+            .unwrap()
+            .max(1);
+        let mut sums = vec![vec![0.0; n]; r.values.len()];
+        for (k, (from, values)) in dense.iter().enumerate() {
+            let to = dense.get(k + 1).map_or(r.last, |(t, _)| *t).min(end);
+            let mut t = *from;
+            while t < to {
+                let b = (t - r.start) / bucket_s;
+                let bucket_end = (r.start + (b + 1) * bucket_s).min(to);
+                let dt = (bucket_end - t) as f64;
+                for (c, v) in values.iter().enumerate() {
+                    sums[c][b as usize] += v * dt;
+                }
+                t = bucket_end;
+            }
+        }
+        let mut by_name: Vec<(&String, usize)> = r.columns.iter().map(|(k, v)| (k, *v)).collect();
+        by_name.sort();
+        by_name
+            .into_iter()
+            .map(|(_, c)| {
+                sums[c]
+                    .iter()
+                    .enumerate()
+                    .map(|(b, sum)| {
+                        let lo = r.start + b as i64 * bucket_s;
+                        let width = ((lo + bucket_s).min(end) - lo).max(1);
+                        round(sum / width as f64)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sparse_steps_give_the_dense_timeline() {
+        for seed in 0..40u64 {
+            let mut rng = crate::core::rng::Rng::new(seed);
+            let mut r = Recorder::new(1_000);
+            let mut dense: Vec<(i64, Vec<f64>)> = Vec::new();
+            let mut t = 1_000;
+            for _ in 0..(50 + rng.below(400)) {
+                // New columns appear over time, as pools and teams do.
+                let name = format!("c{}", rng.below(3 + (t - 1_000) as usize / 5_000));
+                let c = r.column(&name);
+                match rng.below(4) {
+                    0 => r.set(c, rng.below(9) as f64),
+                    1 => r.add(c, rng.below(1000) as f64 / 7.0),
+                    2 => r.add(c, -(rng.below(1000) as f64) / 7.0),
+                    _ => {}
+                }
+                let next = t + rng.below(4_000) as i64;
+                if next > t
+                    && (dense.is_empty() || dense.last().is_some_and(|(_, v)| *v != r.values))
+                {
+                    dense.push((t, r.values.clone()));
+                }
+                r.advance(next);
+                t = next;
+            }
+            let end = t + rng.below(10_000) as i64;
+            let sparse: Vec<Vec<f64>> = r.timeline(end).series.into_values().collect();
+            assert_eq!(sparse, dense_timeline(&r, &dense, end), "seed {seed}");
+        }
     }
 }
