@@ -148,7 +148,7 @@ pub struct Timeline {
     pub series: BTreeMap<String, Vec<f64>>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct JobOutcome {
     pub id: String,
     pub team: Option<String>,

@@ -58,9 +58,87 @@ pub(super) struct SimJob {
     pub revision: u64,
 }
 
-impl SimJob {
-    pub fn new(job: Job, fleet: &Fleet, mig: &MigTable) -> SimJob {
+/// A trace job in the replay: not arrived yet (its record, and what one member counts for
+/// in milli-GPUs, worked out on the fleet the replay starts with), arrived, or completed,
+/// when only its outcome is kept (a year's replay holds a million jobs; most are done).
+#[derive(Debug)]
+pub(super) enum Slot {
+    Future(Box<Job>, u64),
+    Live(Box<SimJob>),
+    Completed(Box<JobOutcome>),
+}
+
+impl Slot {
+    pub fn new(job: Job, fleet: &Fleet, mig: &MigTable) -> Slot {
         let member_milli = snapshot::member_milli(fleet, mig, &job.shape.member);
+        Slot::Future(Box::new(job), member_milli)
+    }
+
+    pub fn live(&self) -> Option<&SimJob> {
+        match self {
+            Slot::Live(job) => Some(job),
+            _ => None,
+        }
+    }
+
+    pub fn live_mut(&mut self) -> Option<&mut SimJob> {
+        match self {
+            Slot::Live(job) => Some(job),
+            _ => None,
+        }
+    }
+
+    pub fn line(&self) -> usize {
+        match self {
+            Slot::Future(job, _) => job.line,
+            Slot::Live(job) => job.job.line,
+            Slot::Completed(_) => 0,
+        }
+    }
+
+    /// When the trace submits it.
+    pub fn submitted_at(&self) -> Option<i64> {
+        match self {
+            Slot::Future(job, _) => job.submitted_at,
+            Slot::Live(job) => job.job.submitted_at,
+            Slot::Completed(outcome) => Some(outcome.submitted_at),
+        }
+    }
+
+    /// The job arrives: from here on it is a [`SimJob`].
+    pub fn arrive(&mut self, t: i64) -> Option<&mut SimJob> {
+        if let Slot::Future(job, member_milli) = self {
+            let job = std::mem::take(&mut **job);
+            *self = Slot::Live(Box::new(SimJob::new(job, *member_milli)));
+        }
+        let job = self.live_mut()?;
+        job.arrive(t);
+        Some(job)
+    }
+
+    /// A completed job is kept as its outcome only (its outcome no longer changes).
+    pub fn complete(&mut self, end: i64) {
+        if let Slot::Live(job) = self {
+            if job.phase == Phase::Done {
+                *self = Slot::Completed(Box::new(job.outcome(end)));
+            }
+        }
+    }
+
+    /// The job's outcome at `end`, and whether it was submitted by then.
+    pub fn outcome(self, end: i64) -> (JobOutcome, bool) {
+        match self {
+            Slot::Future(job, member_milli) => {
+                (SimJob::new(*job, member_milli).outcome(end), false)
+            }
+            Slot::Live(job) => (job.outcome(end), job.phase != Phase::Future),
+            Slot::Completed(outcome) => (*outcome, true),
+        }
+    }
+}
+
+impl SimJob {
+    fn new(job: Job, member_milli: u64) -> SimJob {
         let work_s = i64::try_from(job.runtime_s.unwrap_or(0)).unwrap_or(i64::MAX / 4);
         SimJob {
             job,

@@ -25,7 +25,7 @@ use crate::decide::plan::{Action, Decision, Plan, Preemption};
 use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::catalog;
 use crate::scale::state::Start;
-use jobs::{Counts, Phase, SimJob};
+use jobs::{Counts, Phase, Slot};
 use lang::ir::Program;
 use nodes::SimNode;
 use record::Recorder;
@@ -148,7 +148,7 @@ struct Sim<'p> {
     snapshot: Snapshot,
     /// Keeps the placer's indexes between cycles (the plans are `decide`'s).
     decider: crate::decide::Decider,
-    jobs: Vec<SimJob>,
+    jobs: Vec<Slot>,
     job_by_id: HashMap<String, usize>,
     /// Jobs pending or running, in arrival order.
     active: BTreeSet<usize>,
@@ -188,10 +188,10 @@ impl<'p> Sim<'p> {
     ) -> Result<Sim<'p>, ReplayError> {
         let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
         let mut job_by_id = HashMap::new();
-        let mut jobs: Vec<SimJob> = Vec::with_capacity(trace_jobs.len());
+        let mut jobs: Vec<Slot> = Vec::with_capacity(trace_jobs.len());
         for job in trace_jobs {
             if let Some(&first) = job_by_id.get(&job.id) {
-                let line = jobs.get(first).map_or(0, |j: &SimJob| j.job.line);
+                let line = jobs.get(first).map_or(0, Slot::line);
                 return Err(ReplayError {
                     line: job.line,
                     message: format!(
@@ -201,7 +201,7 @@ impl<'p> Sim<'p> {
                 });
             }
             job_by_id.insert(job.id.clone(), jobs.len());
-            jobs.push(SimJob::new(job, &fleet, &mig));
+            jobs.push(Slot::new(job, &fleet, &mig));
         }
         let autoscaled: BTreeSet<&str> =
             program.autoscale.iter().map(|a| a.pool.as_str()).collect();
@@ -222,7 +222,7 @@ impl<'p> Sim<'p> {
         }
         let start = jobs
             .first()
-            .and_then(|j| j.job.submitted_at)
+            .and_then(Slot::submitted_at)
             .into_iter()
             .chain(trace.events.first().map(|e| e.at))
             .min()
@@ -298,7 +298,7 @@ impl<'p> Sim<'p> {
         let arrival = self
             .jobs
             .get(self.next_arrival)
-            .and_then(|j| j.job.submitted_at);
+            .and_then(Slot::submitted_at);
         let node_event = self.trace.events.get(self.next_trace_event).map(|e| e.at);
         let internal = self.events.keys().next().map(|(t, _, _)| *t);
         [arrival, node_event, internal].into_iter().flatten().min()
@@ -370,16 +370,14 @@ impl<'p> Sim<'p> {
             self.node_event(kind, &name, line);
         }
         while let Some(j) = self.jobs.get(self.next_arrival) {
-            if j.job.submitted_at != Some(t) {
+            if j.submitted_at() != Some(t) {
                 break;
             }
             let index = self.next_arrival;
             self.next_arrival += 1;
             any = true;
-            if let Some(job) = self.jobs.get_mut(index) {
-                let before = Counts::of(&job.phase);
-                job.arrive(t);
-                self.counts.moved(before, Counts::of(&job.phase));
+            if let Some(job) = self.jobs.get_mut(index).and_then(|s| s.arrive(t)) {
+                self.counts.moved(Counts::default(), Counts::of(&job.phase));
                 self.active.insert(index);
             }
         }
@@ -391,7 +389,11 @@ impl<'p> Sim<'p> {
         #[cfg(debug_assertions)]
         {
             let (mut p, mut r) = (0usize, 0usize);
-            for job in self.active.iter().filter_map(|&j| self.jobs.get(j)) {
+            for job in self
+                .active
+                .iter()
+                .filter_map(|&j| self.jobs.get(j).and_then(Slot::live))
+            {
                 match job.phase {
                     Phase::Pending => p += 1,
                     Phase::Running(_) => r += 1,
@@ -413,7 +415,7 @@ impl<'p> Sim<'p> {
         let last_trace = self
             .jobs
             .last()
-            .and_then(|j| j.job.submitted_at)
+            .and_then(Slot::submitted_at)
             .into_iter()
             .chain(self.trace.events.last().map(|e| e.at))
             .max()
@@ -547,7 +549,7 @@ impl<'p> Sim<'p> {
                     })
                     .collect();
                 let warm = !self.program.warm.is_empty();
-                let Some(job) = self.jobs.get_mut(index) else {
+                let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) else {
                     return;
                 };
                 let before = Counts::of(&job.phase);
@@ -575,7 +577,7 @@ impl<'p> Sim<'p> {
                 );
             }
             Action::Deny => {
-                if let Some(job) = self.jobs.get_mut(index) {
+                if let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) {
                     let before = Counts::of(&job.phase);
                     job.deny(d);
                     self.counts.moved(before, Counts::of(&job.phase));
@@ -583,7 +585,7 @@ impl<'p> Sim<'p> {
                 self.active.remove(&index);
             }
             Action::Queue => {
-                if let Some(job) = self.jobs.get_mut(index) {
+                if let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) {
                     job.wait(d, self.now);
                 }
             }
@@ -595,7 +597,7 @@ impl<'p> Sim<'p> {
             return;
         };
         let now = self.now;
-        let Some(job) = self.jobs.get_mut(index) else {
+        let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) else {
             return;
         };
         let before = Counts::of(&job.phase);
@@ -628,12 +630,16 @@ impl<'p> Sim<'p> {
     }
 
     fn finish(&mut self, index: usize, generation: u64) {
-        if let Some(job) = self.jobs.get_mut(index) {
+        let Some(slot) = self.jobs.get_mut(index) else {
+            return;
+        };
+        if let Some(job) = slot.live_mut() {
             let before = Counts::of(&job.phase);
             let finished = job.finish(generation, &mut self.rec);
             self.counts.moved(before, Counts::of(&job.phase));
             if finished {
                 self.active.remove(&index);
+                slot.complete(self.now);
             }
         }
     }
@@ -702,7 +708,7 @@ impl<'p> Sim<'p> {
         };
         let now = self.now;
         for &j in &self.active {
-            let Some(job) = self.jobs.get_mut(j) else {
+            let Some(job) = self.jobs.get_mut(j).and_then(Slot::live_mut) else {
                 continue;
             };
             if !job.runs_on(&name) {
@@ -787,7 +793,7 @@ impl<'p> Sim<'p> {
         let running_on: BTreeSet<String> = self
             .active
             .iter()
-            .filter_map(|&j| self.jobs.get(j))
+            .filter_map(|&j| self.jobs.get(j).and_then(Slot::live))
             .flat_map(|j| j.nodes())
             .collect();
         let idle_since = &self.snapshot.scale_state.idle_since;

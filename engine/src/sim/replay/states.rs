@@ -1,7 +1,7 @@
 //! The decision snapshot's job states, kept between cycles and brought up to date from
 //! the jobs that changed.
 
-use super::jobs::Phase;
+use super::jobs::{Phase, Slot};
 use super::Sim;
 
 impl Sim<'_> {
@@ -33,6 +33,7 @@ impl Sim<'_> {
             let job = self
                 .jobs
                 .get(tag.0)
+                .and_then(Slot::live)
                 .filter(|j| matches!(j.phase, Phase::Pending | Phase::Running(_)));
             let Some(job) = job else {
                 keep.push(false);
@@ -65,7 +66,7 @@ impl Sim<'_> {
                 .retain(|_| k.next().copied().unwrap_or(false));
         }
         for j in new {
-            let Some(job) = self.jobs.get(j) else {
+            let Some(job) = self.jobs.get(j).and_then(Slot::live) else {
                 continue;
             };
             if let Some(state) = job.state(&self.snapshot.fleet, &self.fleet_index, now) {
@@ -84,7 +85,7 @@ impl Sim<'_> {
         let mut states = Vec::with_capacity(self.active.len());
         let mut tags = Vec::with_capacity(self.active.len());
         for &j in &self.active {
-            let Some(job) = self.jobs.get(j) else {
+            let Some(job) = self.jobs.get(j).and_then(Slot::live) else {
                 continue;
             };
             while reuse.peek().is_some_and(|(_, t)| t.0 < j) {

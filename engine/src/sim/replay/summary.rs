@@ -1,6 +1,5 @@
 //! Turning a finished replay into its metrics.
 
-use super::jobs::Phase;
 use super::Sim;
 use crate::core::fleet::MILLI;
 use crate::sim::metrics::{
@@ -9,30 +8,31 @@ use crate::sim::metrics::{
 use std::collections::{BTreeMap, BTreeSet};
 
 impl Sim<'_> {
-    pub(super) fn into_metrics(self) -> Metrics {
+    pub(super) fn into_metrics(mut self) -> Metrics {
         let end = self.now;
         let span = (end - self.start).max(1) as f64;
-        let outcomes: Vec<JobOutcome> = self.jobs.iter().map(|j| j.outcome(end)).collect();
+        // Each job's slot is given up for its outcome as it goes.
+        let (outcomes, submitted_flags): (Vec<JobOutcome>, Vec<bool>) =
+            std::mem::take(&mut self.jobs)
+                .into_iter()
+                .map(|j| j.outcome(end))
+                .unzip();
         let mut counts = JobCounts {
-            submitted: self
-                .jobs
-                .iter()
-                .filter(|j| j.phase != Phase::Future)
-                .count() as u64,
+            submitted: submitted_flags.iter().filter(|s| **s).count() as u64,
             ..JobCounts::default()
         };
         let mut waiting_by_reason: BTreeMap<String, u64> = BTreeMap::new();
         let mut denied_by_rule: BTreeMap<String, u64> = BTreeMap::new();
-        for (job, outcome) in self.jobs.iter().zip(&outcomes) {
-            match &job.phase {
-                Phase::Done => counts.completed += 1,
-                Phase::Running(_) => counts.running_at_end += 1,
-                Phase::Denied => {
+        for (submitted, outcome) in submitted_flags.iter().zip(&outcomes) {
+            match (outcome.status, submitted) {
+                ("completed", _) => counts.completed += 1,
+                ("running", _) => counts.running_at_end += 1,
+                ("denied", _) => {
                     counts.denied += 1;
                     let rule = outcome.rule.clone().unwrap_or_else(|| "-".to_string());
                     *denied_by_rule.entry(rule).or_insert(0) += 1;
                 }
-                Phase::Pending => {
+                (_, true) => {
                     counts.waiting_at_end += 1;
                     let code = outcome
                         .reason
@@ -42,14 +42,14 @@ impl Sim<'_> {
                         .to_string();
                     *waiting_by_reason.entry(code).or_insert(0) += 1;
                 }
-                Phase::Future => {}
+                // Not submitted by the end.
+                (_, false) => {}
             }
         }
-        let submitted: Vec<&JobOutcome> = self
-            .jobs
+        let submitted: Vec<&JobOutcome> = submitted_flags
             .iter()
             .zip(&outcomes)
-            .filter(|(j, _)| j.phase != Phase::Future)
+            .filter(|(s, _)| **s)
             .map(|(_, o)| o)
             .collect();
         let waits_of = |pick: &dyn Fn(&JobOutcome) -> bool| {
