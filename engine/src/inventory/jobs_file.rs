@@ -149,38 +149,55 @@ const LEVELS: &str = "node, nvlink_island, nvlink_domain, rack, leaf, any";
 /// Parses a JSON array of jobs, or JSON Lines (one object per line, blank lines skipped).
 pub fn parse(file: &str, text: &str) -> Result<Vec<Job>, JobsError> {
     let trimmed = text.trim_start();
+    if !trimmed.starts_with('[') {
+        let lines = text.lines().count();
+        return parse_lines(
+            file,
+            text.lines().enumerate().map(|(i, l)| (i + 1, l)),
+            lines,
+        );
+    }
     let mut entries: Vec<(usize, Entry)> = Vec::new();
-    if trimmed.starts_with('[') {
-        let mut de = serde_json::Deserializer::from_str(text);
-        let list: Vec<serde_json::Value> =
-            serde_path_to_error::deserialize(&mut de).map_err(|e| json_error(file, 0, e))?;
-        // Re-read each element for its own line and field path.
-        let lines = element_lines(text);
-        for (k, value) in list.into_iter().enumerate() {
-            let line = lines.get(k).copied().unwrap_or(1);
-            let entry = serde_path_to_error::deserialize(value).map_err(|e| JobsError {
-                file: file.to_string(),
-                line,
-                field: Some(format!("[{k}].{}", e.path())),
-                message: super::fleet_file::plain_types(&e.into_inner().to_string()),
-            })?;
-            entries.push((line, entry));
-        }
-    } else {
-        for (i, l) in text.lines().enumerate() {
-            if l.trim().is_empty() {
-                continue;
-            }
-            let mut de = serde_json::Deserializer::from_str(l);
-            let entry =
-                serde_path_to_error::deserialize(&mut de).map_err(|e| json_error(file, i, e))?;
-            entries.push((i + 1, entry));
-        }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let list: Vec<serde_json::Value> =
+        serde_path_to_error::deserialize(&mut de).map_err(|e| json_error(file, 0, e))?;
+    // Re-read each element for its own line and field path.
+    let lines = element_lines(text);
+    for (k, value) in list.into_iter().enumerate() {
+        let line = lines.get(k).copied().unwrap_or(1);
+        let entry = serde_path_to_error::deserialize(value).map_err(|e| JobsError {
+            file: file.to_string(),
+            line,
+            field: Some(format!("[{k}].{}", e.path())),
+            message: super::fleet_file::plain_types(&e.into_inner().to_string()),
+        })?;
+        entries.push((line, entry));
     }
     entries
         .into_iter()
         .map(|(line, e)| job(file, line, e))
         .collect()
+}
+
+/// JSON Lines given as (line number, text), blank lines skipped, about `expected` of
+/// them. Each line becomes its job at once: a million-line trace is never held as
+/// parsed entries and as jobs both. The first line in error is reported.
+pub fn parse_lines<'t>(
+    file: &str,
+    lines: impl Iterator<Item = (usize, &'t str)>,
+    expected: usize,
+) -> Result<Vec<Job>, JobsError> {
+    let mut jobs = Vec::with_capacity(expected);
+    for (line, l) in lines {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let mut de = serde_json::Deserializer::from_str(l);
+        let entry = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| json_error(file, line.saturating_sub(1), e))?;
+        jobs.push(job(file, line, entry)?);
+    }
+    Ok(jobs)
 }
 
 fn json_error(

@@ -65,41 +65,51 @@ pub fn parse(file: &str, text: &str) -> Result<Trace, TraceError> {
         message,
     };
     let mut events = Vec::new();
-    let mut job_text = String::with_capacity(text.len());
-    if !text.trim_start().starts_with('[') {
+    // Node events are read first; the other lines are jobs, read in place (a year's
+    // trace is hundreds of MB: no copy of its job lines is made).
+    let mut is_event = Vec::new();
+    let json_lines = !text.trim_start().starts_with('[');
+    if json_lines {
         for (i, l) in text.lines().enumerate() {
-            let is_event = l.contains("\"event\"")
+            let event = l.contains("\"event\"")
                 && serde_json::from_str::<serde_json::Value>(l)
                     .is_ok_and(|v| v.get("event").is_some());
-            if is_event {
-                let entry: EventEntry = serde_json::from_str(l).map_err(|e| {
-                    let m = e.to_string();
-                    err(i + 1, m.split(" at line ").next().unwrap_or(&m).to_string())
-                })?;
-                let at = time(&entry.at).ok_or_else(|| {
-                    err(
-                        i + 1,
-                        format!(
-                            "field `at`: `{}` is not a time; give seconds or RFC 3339",
-                            entry.at
-                        ),
-                    )
-                })?;
-                events.push(NodeEvent {
-                    at,
-                    kind: entry.event,
-                    node: entry.node,
-                    line: i + 1,
-                });
-            } else {
-                job_text.push_str(l);
+            is_event.push(event);
+            if !event {
+                continue;
             }
-            job_text.push('\n');
+            let entry: EventEntry = serde_json::from_str(l).map_err(|e| {
+                let m = e.to_string();
+                err(i + 1, m.split(" at line ").next().unwrap_or(&m).to_string())
+            })?;
+            let at = time(&entry.at).ok_or_else(|| {
+                err(
+                    i + 1,
+                    format!(
+                        "field `at`: `{}` is not a time; give seconds or RFC 3339",
+                        entry.at
+                    ),
+                )
+            })?;
+            events.push(NodeEvent {
+                at,
+                kind: entry.event,
+                node: entry.node,
+                line: i + 1,
+            });
         }
-    } else {
-        job_text.push_str(text);
     }
-    let jobs = jobs_file::parse(file, &job_text).map_err(|e| TraceError {
+    let parsed = if json_lines {
+        let job_lines = text
+            .lines()
+            .enumerate()
+            .filter(|(i, _)| !is_event.get(*i).copied().unwrap_or(false))
+            .map(|(i, l)| (i + 1, l));
+        jobs_file::parse_lines(file, job_lines, is_event.len() - events.len())
+    } else {
+        jobs_file::parse(file, text)
+    };
+    let jobs = parsed.map_err(|e| TraceError {
         file: e.file.clone(),
         line: e.line,
         message: match &e.field {

@@ -88,14 +88,6 @@ impl Slot {
         }
     }
 
-    pub fn line(&self) -> usize {
-        match self {
-            Slot::Future(job, _) => job.line,
-            Slot::Live(job) => job.job.line,
-            Slot::Completed(_) => 0,
-        }
-    }
-
     /// When the trace submits it.
     pub fn submitted_at(&self) -> Option<i64> {
         match self {

@@ -183,15 +183,16 @@ impl<'p> Sim<'p> {
         program: &'p Program,
         fleet: Fleet,
         trace: &'p Trace,
-        trace_jobs: Vec<crate::inventory::jobs_file::Job>,
+        mut trace_jobs: Vec<crate::inventory::jobs_file::Job>,
         config: &'p Config,
     ) -> Result<Sim<'p>, ReplayError> {
         let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
         let mut job_by_id = HashMap::new();
-        let mut jobs: Vec<Slot> = Vec::with_capacity(trace_jobs.len());
-        for job in trace_jobs {
+        for (k, job) in trace_jobs.iter().enumerate() {
             if let Some(&first) = job_by_id.get(&job.id) {
-                let line = jobs.get(first).map_or(0, Slot::line);
+                let line = trace_jobs
+                    .get(first)
+                    .map_or(0, |j: &crate::inventory::jobs_file::Job| j.line);
                 return Err(ReplayError {
                     line: job.line,
                     message: format!(
@@ -200,9 +201,19 @@ impl<'p> Sim<'p> {
                     ),
                 });
             }
-            job_by_id.insert(job.id.clone(), jobs.len());
-            jobs.push(Slot::new(job, &fleet, &mig));
+            job_by_id.insert(job.id.clone(), k);
         }
+        // Each record moves into its slot, and the list gives its memory back as it
+        // empties: a year's trace is a million records, and both at once would double
+        // the replay's peak.
+        let mut jobs: Vec<Slot> = Vec::with_capacity(trace_jobs.len());
+        while let Some(job) = trace_jobs.pop() {
+            jobs.push(Slot::new(job, &fleet, &mig));
+            if trace_jobs.len() < trace_jobs.capacity() / 2 {
+                trace_jobs.shrink_to_fit();
+            }
+        }
+        jobs.reverse();
         let autoscaled: BTreeSet<&str> =
             program.autoscale.iter().map(|a| a.pool.as_str()).collect();
         let names: BTreeSet<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
