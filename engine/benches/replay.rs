@@ -169,16 +169,13 @@ fn main() {
         .unwrap();
         let wall = start.elapsed().as_secs_f64();
         let cpu = cpu_seconds() - cpu;
-        let report = serde_json::to_value(&metrics).unwrap_or_default();
         println!(
             "| {jobs} | {:.1} days | {cpu:.1} s ({wall:.1} s wall) | {:.0} | {} | {:.0} | {} | {:.0} MiB |",
             (metrics.end - metrics.start) as f64 / DAY,
             jobs as f64 / cpu.max(1e-9),
             metrics.cycles,
             metrics.cycles as f64 / cpu.max(1e-9),
-            report
-                .get("utilization")
-                .map_or_else(|| "?".to_string(), |u| format!("{u}")),
+            metrics.utilization,
             peak_rss_mib()
         );
     }

@@ -25,7 +25,7 @@ use crate::decide::plan::{Action, Decision, Plan, Preemption};
 use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::catalog;
 use crate::scale::state::Start;
-use jobs::{Counts, Phase, Slot};
+use jobs::{Counts, Slot};
 use lang::ir::Program;
 use nodes::SimNode;
 use record::Recorder;
@@ -406,8 +406,8 @@ impl<'p> Sim<'p> {
                 .filter_map(|&j| self.jobs.get(j).and_then(Slot::live))
             {
                 match job.phase {
-                    Phase::Pending => p += 1,
-                    Phase::Running(_) => r += 1,
+                    jobs::Phase::Pending => p += 1,
+                    jobs::Phase::Running(_) => r += 1,
                     _ => {}
                 }
             }
