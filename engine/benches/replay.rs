@@ -159,7 +159,7 @@ fn main() {
         drop(text);
         let cpu = cpu_seconds();
         let start = Instant::now();
-        let metrics = replay::replay_owned(
+        let metrics = replay::replay(
             &program,
             fleet.clone(),
             parsed,

@@ -257,7 +257,7 @@ pub fn run_replay(
             }
         }
     };
-    let result = replay::replay_owned(
+    let result = replay::replay(
         program,
         loaded.fleet.clone(),
         std::mem::take(&mut loaded.trace),

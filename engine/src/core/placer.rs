@@ -160,7 +160,7 @@ impl PlacerState {
             pool_of,
             pool_ids,
             group_free: BTreeMap::new(),
-            held: vec![Vec::new(); fleet.nodes.len()],
+            held: Vec::new(),
         }
     }
 }
@@ -251,6 +251,7 @@ impl<'a> Placer<'a> {
             return;
         };
         let nodes = self.fleet.nodes.len();
+        kept.held.resize_with(nodes, Vec::new);
         let mut now: Vec<(usize, &Request, &OnNode)> = members
             .into_iter()
             .filter(|(_, c)| c.node < nodes)
@@ -258,14 +259,11 @@ impl<'a> Placer<'a> {
             .collect();
         // Stable: members of a node stay in snapshot order.
         now.sort_by_key(|(node, _, _)| *node);
-        let mut at = 0;
         let mut listed = vec![false; nodes];
-        while let Some(&(node, _, _)) = now.get(at) {
-            let len = now
-                .get(at..)
-                .map_or(0, |rest| rest.iter().take_while(|m| m.0 == node).count());
-            let list = now.get(at..at + len).unwrap_or(&[]);
-            at += len;
+        for list in now.chunk_by(|a, b| a.0 == b.0) {
+            let Some(&(node, _, _)) = list.first() else {
+                continue;
+            };
             if let Some(l) = listed.get_mut(node) {
                 *l = true;
             }

@@ -172,9 +172,8 @@ impl Ledger {
 
     /// Counts `milli` of `team`'s usage in `pool` (uncounted teams are ignored).
     pub fn charge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
+        self.charge_unsettled(team, pool, milli);
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
-            let bucket = b.bucket(pool);
-            *b.used.entry(bucket).or_insert(0) += milli;
             b.recache();
         }
     }

@@ -18,7 +18,7 @@ mod states;
 mod summary;
 
 use super::metrics::{Metrics, Preemptions, ScaleEvent};
-use super::trace::{NodeEventKind, Trace};
+use super::trace::{NodeEvent, NodeEventKind, Trace};
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
 use crate::decide::plan::{Action, Decision, Plan, Preemption};
@@ -100,40 +100,24 @@ impl Internal {
     }
 }
 
+/// Replays `trace`, which it takes: its jobs are moved into the replay, not copied (a
+/// year's trace is a million job records).
 pub fn replay(
-    program: &Program,
-    fleet: Fleet,
-    trace: &Trace,
-    config: &Config,
-    progress: &mut dyn FnMut(Progress),
-) -> Result<Metrics, ReplayError> {
-    let mut sim = Sim::new(program, fleet, trace, trace.jobs.clone(), config)?;
-    sim.run(progress);
-    Ok(sim.into_metrics())
-}
-
-/// [`replay`] of a trace given up to it: its jobs are moved into the replay, not copied
-/// (a year's trace is a million job records).
-pub fn replay_owned(
     program: &Program,
     fleet: Fleet,
     trace: Trace,
     config: &Config,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<Metrics, ReplayError> {
-    let Trace { jobs, events } = trace;
-    let events = Trace {
-        jobs: Vec::new(),
-        events,
-    };
-    let mut sim = Sim::new(program, fleet, &events, jobs, config)?;
+    let mut sim = Sim::new(program, fleet, trace, config)?;
     sim.run(progress);
     Ok(sim.into_metrics())
 }
 
 struct Sim<'p> {
     program: &'p Program,
-    trace: &'p Trace,
+    /// The trace's node events, in time order.
+    node_events: Vec<NodeEvent>,
     config: &'p Config,
     nodes: Vec<SimNode>,
     node_by_name: HashMap<String, usize>,
@@ -178,14 +162,16 @@ struct Sim<'p> {
 }
 
 impl<'p> Sim<'p> {
-    /// A replay of `jobs` (the trace's, in its order) and of `trace`'s node events.
     fn new(
         program: &'p Program,
         fleet: Fleet,
-        trace: &'p Trace,
-        mut trace_jobs: Vec<crate::inventory::jobs_file::Job>,
+        trace: Trace,
         config: &'p Config,
     ) -> Result<Sim<'p>, ReplayError> {
+        let Trace {
+            jobs: mut trace_jobs,
+            events: node_events,
+        } = trace;
         let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
         let mut job_by_id = HashMap::new();
         for (k, job) in trace_jobs.iter().enumerate() {
@@ -217,7 +203,7 @@ impl<'p> Sim<'p> {
         let autoscaled: BTreeSet<&str> =
             program.autoscale.iter().map(|a| a.pool.as_str()).collect();
         let names: BTreeSet<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
-        for e in &trace.events {
+        for e in &node_events {
             let added_name = e.node.rsplit_once('-').is_some_and(|(pool, k)| {
                 autoscaled.contains(pool) && !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit())
             });
@@ -235,7 +221,7 @@ impl<'p> Sim<'p> {
             .first()
             .and_then(Slot::submitted_at)
             .into_iter()
-            .chain(trace.events.first().map(|e| e.at))
+            .chain(node_events.first().map(|e| e.at))
             .min()
             .unwrap_or(0);
         let mut rec = Recorder::new(start);
@@ -265,7 +251,7 @@ impl<'p> Sim<'p> {
         };
         Ok(Sim {
             program,
-            trace,
+            node_events,
             config,
             nodes,
             node_by_name,
@@ -310,13 +296,13 @@ impl<'p> Sim<'p> {
             .jobs
             .get(self.next_arrival)
             .and_then(Slot::submitted_at);
-        let node_event = self.trace.events.get(self.next_trace_event).map(|e| e.at);
+        let node_event = self.node_events.get(self.next_trace_event).map(|e| e.at);
         let internal = self.events.keys().next().map(|(t, _, _)| *t);
         [arrival, node_event, internal].into_iter().flatten().min()
     }
 
     fn trace_left(&self) -> bool {
-        self.next_arrival < self.jobs.len() || self.next_trace_event < self.trace.events.len()
+        self.next_arrival < self.jobs.len() || self.next_trace_event < self.node_events.len()
     }
 
     fn run(&mut self, progress: &mut dyn FnMut(Progress)) {
@@ -371,7 +357,7 @@ impl<'p> Sim<'p> {
                 Internal::Redecide => {}
             }
         }
-        while let Some(e) = self.trace.events.get(self.next_trace_event) {
+        while let Some(e) = self.node_events.get(self.next_trace_event) {
             if e.at != t {
                 break;
             }
@@ -428,7 +414,7 @@ impl<'p> Sim<'p> {
             .last()
             .and_then(Slot::submitted_at)
             .into_iter()
-            .chain(self.trace.events.last().map(|e| e.at))
+            .chain(self.node_events.last().map(|e| e.at))
             .max()
             .unwrap_or(self.start);
         let running = self.counts.running > 0;
