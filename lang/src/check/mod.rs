@@ -216,7 +216,12 @@ pub(crate) struct Checker<'a> {
     pub typed: Vec<(Span, std::sync::Arc<str>)>,
     /// The descriptions in `typed`, each allocated once.
     pub type_names: std::collections::HashMap<String, std::sync::Arc<str>>,
+    /// [`Checker::visible_names`] per module and kind, listed once: a policy with many
+    /// definitions and many unknown names would otherwise list every name per error.
+    visible: std::cell::RefCell<VisibleNames>,
 }
+
+type VisibleNames = std::collections::HashMap<(ModuleId, Option<DefKind>), std::rc::Rc<[String]>>;
 
 impl<'a> Checker<'a> {
     /// Whether `name` is defined in text that did not parse (reported there already).
@@ -239,6 +244,7 @@ impl<'a> Checker<'a> {
             spans: BTreeMap::new(),
             typed: Vec::new(),
             type_names: std::collections::HashMap::new(),
+            visible: std::cell::RefCell::default(),
         }
     }
 
@@ -370,6 +376,7 @@ impl<'a> Checker<'a> {
     /// the module's scope, its own imports included, so templates can re-export; own names
     /// win over whole-module imports; a name imported explicitly must not clash.
     fn resolve_imports(&mut self) {
+        self.visible.get_mut().clear();
         let n = self.world.modules.len();
         // Imports may point either way in load order: iterate to a fixed point (at most one
         // pass per module), then report import problems once, against the final scopes.
@@ -464,19 +471,27 @@ impl<'a> Checker<'a> {
 
     /// Names visible in a module, for did-you-mean; none once this check's suggestion
     /// budget is spent (listing them would cost as much as comparing them).
-    pub fn visible_names(&self, module: ModuleId, kind: Option<DefKind>) -> Vec<&str> {
+    pub fn visible_names(&self, module: ModuleId, kind: Option<DefKind>) -> std::rc::Rc<[String]> {
         if !crate::suggest::budget_left() {
-            return Vec::new();
+            return std::rc::Rc::from([]);
         }
-        self.scope
+        if let Some(listed) = self.visible.borrow().get(&(module, kind)) {
+            return std::rc::Rc::clone(listed);
+        }
+        let listed: std::rc::Rc<[String]> = self
+            .scope
             .get(module)
             .map(|s| {
                 s.iter()
                     .filter(|(_, id)| kind.is_none() || self.defs.get(**id).map(|d| d.kind) == kind)
-                    .map(|(n, _)| n.as_str())
+                    .map(|(n, _)| n.clone())
                     .collect()
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        self.visible
+            .borrow_mut()
+            .insert((module, kind), std::rc::Rc::clone(&listed));
+        listed
     }
 
     pub fn error(&mut self, d: Diagnostic) {
