@@ -211,7 +211,7 @@ impl Printer {
             self.out.push_str(&pool.name);
             sep = " ";
         }
-        if let Some((key, value)) = &r.annotation {
+        if let Some((key, value)) = r.annotation.as_deref() {
             self.out.push_str(sep);
             self.out.push_str("with ");
             self.string(key);
@@ -367,7 +367,7 @@ impl Printer {
             .iter()
             .map(|(a, b)| match b {
                 Some(b) => format!("{}..{}", a.name, b.name),
-                None => a.name.clone(),
+                None => a.name.to_string(),
             })
             .collect();
         if d.bracketed {
@@ -391,7 +391,8 @@ impl Printer {
 
     fn expr(&mut self, e: &Expr) {
         match &e.kind {
-            ExprKind::Quantity { text, unit, .. } => {
+            ExprKind::Quantity(q) => {
+                let (text, unit) = (&q.text, &q.unit);
                 self.out.push_str(text);
                 if let Some(u) = unit {
                     let attached = matches!(u.name.as_str(), "s" | "m" | "h" | "d" | "w" | "%")
@@ -416,7 +417,8 @@ impl Printer {
                         .join("."),
                 );
             }
-            ExprKind::Call { func, args } => {
+            ExprKind::Call(call) => {
+                let (func, args) = (&call.func, &call.args);
                 self.out.push_str(&func.name);
                 self.out.push('(');
                 for (i, a) in args.iter().enumerate() {

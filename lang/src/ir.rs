@@ -313,7 +313,8 @@ pub enum RuleAction {
     },
     Annotate {
         key: String,
-        value: Expr,
+        /// Boxed, as most rules deny or warn and every rule is as large as its largest action.
+        value: Box<Expr>,
     },
 }
 
@@ -368,7 +369,8 @@ pub enum Value {
     Time(u32),
     /// A named definition: `{kind: "tier", name: "critical"}`.
     Ref {
-        kind: String,
+        /// One of the fixed kind keys, so not allocated per reference.
+        kind: &'static str,
         name: String,
     },
     /// A word from a fixed set, e.g. a topology level.
@@ -489,7 +491,9 @@ pub enum Expr {
     Call {
         function: Function,
         args: Vec<Expr>,
-        named: BTreeMap<String, Expr>,
+        /// Boxed: few calls name arguments, and every expression node is as large as
+        /// its largest variant.
+        named: Box<BTreeMap<String, Expr>>,
     },
     List(Vec<Expr>),
     Unary {

@@ -14,5 +14,5 @@ pub use source::{FileId, SourceMap, Span};
 pub mod check;
 pub mod ir;
 
-pub use check::{check, Checked};
+pub use check::{check, check_for_editor, check_owned, Checked};
 pub mod format;

@@ -6,6 +6,12 @@
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
+    // Freed pages are returned by a background thread on jemalloc's decay schedule, not
+    // only when this thread next allocates: a check of a 10 MB policy otherwise peaked
+    // about 100 MB higher, holding pages freed while parsing (BENCHMARKS.md). If the
+    // setting is refused the allocator works as before, so the error is ignored.
+    #[cfg(all(unix, not(target_env = "musl")))]
+    let _ = tikv_jemalloc_ctl::background_thread::write(true);
     // Standard output is buffered, not locked: `lsp` speaks JSON-RPC on it from other
     // threads, and `serve` logs to standard error from other threads.
     let stdout = std::io::BufWriter::new(std::io::stdout());

@@ -63,7 +63,7 @@ pub fn run(
         // The check `with_siblings` made of the same files, when it made one.
         let checked = match precomputed {
             Some(c) if io_diags.is_empty() => c,
-            _ => lang::check(&inputs),
+            _ => lang::check_owned(inputs),
         };
         // Hidden: what is in the sibling files pulled in; the named files' diagnostics and
         // the standard library's (e.g. W0404 on an imported tier) are reported.
@@ -197,7 +197,7 @@ fn with_siblings(policy: &files::Policy) -> Result<Chosen, files::FindError> {
             .map(|d| d.code)
             .collect::<Vec<_>>()
     };
-    let Some(alone) = read_all(named).map(|inputs| lang::check(&inputs)) else {
+    let Some(alone) = read_all(named).map(lang::check_owned) else {
         return Ok((named.clone(), None, None));
     };
     let alone_errors = errors_in_named(&alone);
@@ -220,7 +220,7 @@ fn with_siblings(policy: &files::Policy) -> Result<Chosen, files::FindError> {
     }
     files.extend(named.iter().cloned());
     files.sort();
-    match read_all(&files).map(|inputs| lang::check(&inputs)) {
+    match read_all(&files).map(lang::check_owned) {
         Some(together) if errors_in_named(&together).len() < alone_errors.len() => {
             Ok((files, Some(shown), Some(together)))
         }

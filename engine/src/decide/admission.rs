@@ -267,7 +267,7 @@ fn constant(v: &Value) -> Val {
         Value::Str(s) => Val::Str(s.clone()),
         Value::None => Val::None,
         Value::Time(t) => Val::Num(f64::from(*t)),
-        Value::Ref { kind, name } => Val::Ref(kind.clone(), name.clone()),
+        Value::Ref { kind, name } => Val::Ref(kind.to_string(), name.clone()),
         Value::Word(w) => Val::Word(w.clone()),
     }
 }

@@ -36,7 +36,7 @@ pub struct FileDiagnostic {
 impl Analysis {
     /// Checks the policy made of `files` (name, text).
     pub fn new(files: &[(String, String)]) -> Analysis {
-        let checked = lang::check(files);
+        let checked = lang::check_for_editor(files);
         let names = checked
             .files
             .iter()

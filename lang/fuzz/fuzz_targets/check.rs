@@ -8,7 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let checked = lang::check(&[("fuzz.gantry".to_string(), text.to_string())]);
+    let checked = lang::check_for_editor(&[("fuzz.gantry".to_string(), text.to_string())]);
     for d in &checked.diagnostics {
         let _ = d.render(&checked.sources, false);
     }

@@ -61,6 +61,15 @@ fn span(c: &Checker<'_>, keys: &[String]) -> Option<Span> {
     keys.iter().find_map(|k| c.spans.get(k).copied())
 }
 
+/// Where rule `name` is defined, from its definition rather than a `spans` entry (a large
+/// policy is mostly rules). Modules loaded later win, as they were lowered later.
+fn rule_span(c: &Checker<'_>, name: &str) -> Option<Span> {
+    c.local.iter().rev().find_map(|names| {
+        let def = c.defs.get(*names.get(name)?)?;
+        (def.kind == super::types::DefKind::Rule).then_some(def.span)
+    })
+}
+
 fn gpus(milli: u64) -> String {
     if milli.is_multiple_of(1000) {
         format!("{} gpu", milli / 1000)
@@ -418,10 +427,7 @@ fn shadowed_rules(c: &mut Checker<'_>, p: &Program) {
             }
         }
         let Some(earlier) = earlier else { continue };
-        let (Some(at), first) = (
-            span(c, &[format!("rule/{}", later.name)]),
-            span(c, &[format!("rule/{}", earlier.name)]),
-        ) else {
+        let (Some(at), first) = (rule_span(c, &later.name), rule_span(c, &earlier.name)) else {
             continue;
         };
         let verb = if matches!(earlier.action, RuleAction::Deny { .. }) {

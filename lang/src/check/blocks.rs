@@ -688,7 +688,7 @@ impl<'a> Checker<'a> {
         let teams = f
             .nested
             .iter()
-            .filter_map(|(t, _)| t.name.as_ref().map(|n| n.name.clone()))
+            .filter_map(|(t, _)| t.name.as_ref().map(|n| n.name.to_string()))
             .collect();
         if b.template {
             return None;
@@ -765,7 +765,8 @@ impl<'a> Checker<'a> {
                     _ => {}
                 }
             }
-            ast::ExprKind::Call { func, args } if func.name == "conservative" => {
+            ast::ExprKind::Call(call) if call.func.name == "conservative" => {
+                let args = &call.args;
                 let mut depth = ir::DEFAULT_CONSERVATIVE_DEPTH;
                 for a in args {
                     let named_depth = a.name.as_ref().is_some_and(|n| n.name == "depth");
@@ -928,7 +929,7 @@ impl<'a> Checker<'a> {
         let zone = match &ws.zone {
             Some(z) => {
                 if z.value == "UTC" || z.value.parse::<chrono_tz::Tz>().is_ok() {
-                    z.value.clone()
+                    z.value.to_string()
                 } else {
                     let names = chrono_tz::TZ_VARIANTS.iter().map(|t| t.name());
                     self.error(
@@ -1183,7 +1184,7 @@ impl<'a> Checker<'a> {
                 (compute, mem, width, starts)
             {
                 profiles.push(ir::MigProfile {
-                    name: profile_name.name.clone(),
+                    name: profile_name.name.to_string(),
                     compute_slices,
                     memory_mib,
                     width,
@@ -1306,7 +1307,7 @@ impl<'a> Checker<'a> {
             self_pool: None,
         };
         let condition = self.expr(&r.condition, Some(&Ty::Bool), &ctx).map(|t| t.ir);
-        let message = r.message.as_ref().map(|m| m.value.clone());
+        let message = r.message.as_ref().map(|m| m.value.to_string());
         let action = match r.action {
             ast::RuleAction::Deny => Some(ir::RuleAction::Deny {
                 message: message.unwrap_or_default(),
@@ -1318,7 +1319,7 @@ impl<'a> Checker<'a> {
                 let pool = r.route_to.as_ref().and_then(|p| {
                     self.reference_expr(
                         &ast::Expr {
-                            kind: ast::ExprKind::Path(vec![p.clone()]),
+                            kind: ast::ExprKind::Path(vec![ast::Ident::clone(p)]),
                             span: p.span,
                         },
                         module,
@@ -1327,20 +1328,19 @@ impl<'a> Checker<'a> {
                 });
                 pool.map(|pool| ir::RuleAction::Route { pool, message })
             }
-            ast::RuleAction::Annotate => match &r.annotation {
+            ast::RuleAction::Annotate => match r.annotation.as_deref() {
                 Some((key, value)) => {
                     self.expr(value, None, &ctx)
                         .map(|t| ir::RuleAction::Annotate {
-                            key: key.value.clone(),
-                            value: t.ir,
+                            key: key.value.to_string(),
+                            value: Box::new(t.ir),
                         })
                 }
                 None => None,
             },
         };
-        self.remember(format!("rule/{}", r.name.name), r.name.span);
         Some(ir::Rule {
-            name: r.name.name.clone(),
+            name: r.name.name.to_string(),
             condition: condition?,
             action: action?,
         })
@@ -1349,7 +1349,7 @@ impl<'a> Checker<'a> {
     /// Lowers one definition by id (used for every module, so the stdlib is checked too).
     pub(crate) fn lower_def(&mut self, id: DefId) -> Option<Lowered> {
         let def = self.defs.get(id)?.clone();
-        let name = def.name.as_str();
+        let name = def.name;
         if let Some(r) = def.rule {
             return self.lower_rule(r, def.module).map(Lowered::Rule);
         }
@@ -1357,9 +1357,7 @@ impl<'a> Checker<'a> {
         Some(match def.kind {
             DefKind::Pool => Lowered::Pool(self.lower_pool(b, def.module, name)?),
             DefKind::Tier => Lowered::Tier(self.lower_tier(b, def.module, name)?),
-            DefKind::Team => {
-                Lowered::Team(self.lower_team(b, def.module, name, def.cohort.as_deref())?)
-            }
+            DefKind::Team => Lowered::Team(self.lower_team(b, def.module, name, def.cohort)?),
             DefKind::Cohort => Lowered::Cohort(self.lower_cohort(b, def.module, name)?),
             DefKind::Warm => Lowered::Warm(self.lower_warm(b, def.module, name)?),
             DefKind::Gpu => Lowered::Gpu(self.lower_gpu(b, def.module, name)?),

@@ -236,6 +236,9 @@ impl Checker<'_> {
 
     fn infer(&mut self, e: &ast::Expr, expected: Option<&Ty>, ctx: &Ctx<'_>) -> Option<Typed> {
         let t = self.infer_kind(e, expected, ctx)?;
+        if !self.editor {
+            return Some(t);
+        }
         let described = t.ty.describe();
         let name = match self.type_names.get(&described) {
             Some(name) => name.clone(),
@@ -252,21 +255,19 @@ impl Checker<'_> {
     fn infer_kind(&mut self, e: &ast::Expr, expected: Option<&Ty>, ctx: &Ctx<'_>) -> Option<Typed> {
         match &e.kind {
             ExprKind::Error => None,
-            ExprKind::Quantity { value, unit, text } => {
-                self.quantity(*value, text, unit.as_ref(), e.span)
-            }
+            ExprKind::Quantity(q) => self.quantity(q.value, &q.text, q.unit.as_ref(), e.span),
             ExprKind::Time(t) => {
                 let minutes = self.time_of_day(t)?;
                 typed(Ty::Time, ir::Expr::Const(Value::Time(minutes)))
             }
-            ExprKind::Str(s) => typed(Ty::Str, ir::Expr::Const(Value::Str(s.value.clone()))),
+            ExprKind::Str(s) => typed(Ty::Str, ir::Expr::Const(Value::Str(s.value.to_string()))),
             ExprKind::Bool(b) => typed(Ty::Bool, ir::Expr::Const(Value::Bool(*b))),
             ExprKind::None => typed(Ty::None, ir::Expr::Const(Value::None)),
             ExprKind::SelfRef => match ctx.self_pool {
                 Some(pool) => typed(
                     Ty::Ref(DefKind::Pool),
                     ir::Expr::Const(Value::Ref {
-                        kind: "pool".into(),
+                        kind: "pool",
                         name: pool.to_string(),
                     }),
                 ),
@@ -311,7 +312,7 @@ impl Checker<'_> {
                 })
             }
             ExprKind::Path(parts) => self.path(parts, e.span, expected, ctx),
-            ExprKind::Call { func, args } => self.call(func, args, e.span, expected, ctx),
+            ExprKind::Call(c) => self.call(&c.func, &c.args, e.span, expected, ctx),
             ExprKind::Unary { op, operand } => {
                 let t = self.infer(operand, None, ctx)?;
                 match op {
@@ -497,7 +498,7 @@ impl Checker<'_> {
             return self.signal_call(first, &[], span, ctx);
         }
         if let Some(def) = self.lookup(ctx.module, name) {
-            let (kind, def_name) = (def.kind, def.name.clone());
+            let (kind, def_name) = (def.kind, def.name);
             if let Some(Ty::Ref(want)) = expected {
                 if *want != kind {
                     let d = Diagnostic::new(
@@ -511,7 +512,10 @@ impl Checker<'_> {
                     .with_label(first.span, format!("this is a {}", kind.noun()))
                     .with_label(def.span, "defined here");
                     let candidates = self.visible_names(ctx.module, Some(*want));
-                    let d = match crate::suggest::closest(name, candidates.iter().map(String::as_str)) {
+                    let d = match crate::suggest::closest(
+                        name,
+                        candidates.iter().map(String::as_str),
+                    ) {
                         Some(s) => d.with_help(format!("did you mean the {} `{s}`?", want.noun())),
                         None => d.with_help(format!(
                             "name a {} defined in this policy or its imports",
@@ -525,8 +529,8 @@ impl Checker<'_> {
             return typed(
                 Ty::Ref(kind),
                 ir::Expr::Const(Value::Ref {
-                    kind: kind.key().into(),
-                    name: def_name,
+                    kind: kind.key(),
+                    name: def_name.to_string(),
                 }),
             );
         }
@@ -626,7 +630,7 @@ impl Checker<'_> {
                     ir::Expr::Call {
                         function,
                         args: out,
-                        named: BTreeMap::new(),
+                        named: Box::default(),
                     },
                 )
             }
@@ -672,14 +676,14 @@ impl Checker<'_> {
                         }
                     };
                     let t = self.expr(&a.value, Some(&want), ctx)?;
-                    named_ir.insert(arg.name.clone(), t.ir);
+                    named_ir.insert(arg.name.to_string(), t.ir);
                 }
                 typed(
                     *sample,
                     ir::Expr::Call {
                         function,
                         args: vec![h.ir],
-                        named: named_ir,
+                        named: Box::new(named_ir),
                     },
                 )
             }
@@ -714,7 +718,7 @@ impl Checker<'_> {
                     ir::Expr::Call {
                         function,
                         args: out,
-                        named: BTreeMap::new(),
+                        named: Box::default(),
                     },
                 )
             }
@@ -796,7 +800,7 @@ impl Checker<'_> {
             let ir::Expr::Const(v) = t.ir else {
                 return None;
             };
-            if out.insert(arg.name.clone(), v).is_some() {
+            if out.insert(arg.name.to_string(), v).is_some() {
                 self.bad_args(arg.span, format!("argument `{}` given twice", arg.name));
                 return None;
             }

@@ -102,7 +102,7 @@ impl Checker<'_> {
             .map(|d| {
                 let (item_span, trivia) = items.get(&d.span).copied().unwrap_or((d.span, &EMPTY));
                 Definition {
-                    name: d.name.clone(),
+                    name: d.name.to_string(),
                     kind: d.kind.noun(),
                     span: d.span,
                     item_span,
@@ -118,7 +118,10 @@ impl Checker<'_> {
             .collect();
         Index {
             definitions,
-            scope: self.scope.get(policy).cloned().unwrap_or_default(),
+            scope: self
+                .visible_entries(policy)
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
             types: std::mem::take(&mut self.typed),
         }
     }

@@ -112,14 +112,10 @@ fn policy_blocks<'a>(c: &Checker<'a>) -> Vec<&'a ast::Block> {
 
 /// A duration literal: (seconds, the number, the number as written, the unit word).
 fn duration(e: &ast::Expr) -> Option<(f64, f64, &str, &ast::Ident)> {
-    let ExprKind::Quantity {
-        text,
-        value,
-        unit: Some(unit),
-    } = &e.kind
-    else {
+    let ExprKind::Quantity(q) = &e.kind else {
         return None;
     };
+    let (text, value, unit) = (&q.text, &q.value, q.unit.as_ref()?);
     match super::types::unit(&unit.name)? {
         (crate::ir::Dim::Duration, factor) => Some((value * factor, *value, text.as_str(), unit)),
         _ => None,
@@ -453,7 +449,7 @@ fn standard_gpu_ids() -> Vec<(String, String)> {
                     }),
                 ) = (key.name == "id", &value.kind)
                 {
-                    out.push((id.value.clone(), name.name.clone()));
+                    out.push((id.value.to_string(), name.name.to_string()));
                 }
             }
         }

@@ -14,7 +14,7 @@ use crate::codes;
 use crate::diagnostic::Diagnostic;
 use crate::ir::Program;
 use crate::source::{FileId, SourceMap, Span};
-use crate::syntax::ast::{self, BlockKind, ItemKind};
+use crate::syntax::ast::{self, BlockKind, ItemKind, UseDecl};
 use std::collections::BTreeMap;
 use types::DefKind;
 
@@ -27,7 +27,8 @@ pub struct Checked {
     /// Present when no error was found (warnings allowed).
     pub program: Option<Program>,
     pub diagnostics: Vec<Diagnostic>,
-    /// Definitions, names in scope and expression types, for editors.
+    /// Definitions, names in scope and expression types, for editors: empty unless
+    /// checked by [`check_for_editor`].
     pub index: index::Index,
 }
 
@@ -39,13 +40,31 @@ impl Checked {
 
 /// Checks one policy made of `files` (name, text), in the order given: rules from earlier
 /// files run first. Standard-library modules are resolved from the embedded `stdlib`.
+/// The editor index is left empty.
 pub fn check(files: &[(String, String)]) -> Checked {
+    check_with(files.to_vec(), false)
+}
+
+/// [`check`] of files the caller no longer needs: their texts move into the result's
+/// [`SourceMap`] instead of being copied (a large policy is not held twice).
+pub fn check_owned(files: Vec<(String, String)>) -> Checked {
+    check_with(files, false)
+}
+
+/// [`check`], and the index editors query (definitions, scope, the type of every
+/// expression): about a third more memory on a large policy, so only editors ask for it.
+pub fn check_for_editor(files: &[(String, String)]) -> Checked {
+    check_with(files.to_vec(), true)
+}
+
+fn check_with(files: Vec<(String, String)>, editor: bool) -> Checked {
     crate::suggest::reset_budget();
     let mut sources = SourceMap::new();
     let mut diagnostics = Vec::new();
     let mut parsed = Vec::new();
     for (name, text) in files {
-        let id = sources.add(name.clone(), text.clone());
+        let id = sources.add(name, text);
+        let text = sources.get(id).map_or("", |f| &*f.text);
         let (ast, diags) = crate::syntax::parse(id, text);
         diagnostics.extend(diags);
         parsed.push((id, ast));
@@ -63,11 +82,17 @@ pub fn check(files: &[(String, String)]) -> Checked {
     load_imports(&mut world, &mut sources, &mut asts, 0, &mut diagnostics);
     let (program, index) = {
         let mut checker = Checker::new(&world, &asts);
+        checker.editor = editor;
         checker.collect_definitions();
         checker.resolve_imports();
         let program = checker.lower();
         diagnostics.append(&mut checker.diags);
-        (program, checker.index(0))
+        let index = if editor {
+            checker.index(0)
+        } else {
+            index::Index::default()
+        };
+        (program, index)
     };
     let parsed = order
         .into_iter()
@@ -134,7 +159,7 @@ fn load_imports(
         .filter_map(|f| asts.get(f))
         .flat_map(|f| f.items.iter())
         .filter_map(|i| match &i.kind {
-            ItemKind::Use(u) => Some(u.clone()),
+            ItemKind::Use(u) => Some(UseDecl::clone(u)),
             _ => None,
         })
         .collect();
@@ -188,13 +213,14 @@ fn load_imports(
 #[derive(Debug, Clone)]
 pub(crate) struct Def<'a> {
     pub kind: DefKind,
-    pub name: String,
+    /// Borrowed from the tree, as are the scopes' keys: a large policy has a name per rule.
+    pub name: &'a str,
     pub span: Span,
     pub module: ModuleId,
     pub block: Option<&'a ast::Block>,
     pub rule: Option<&'a ast::RuleDecl>,
     /// For teams declared inside a cohort block.
-    pub cohort: Option<String>,
+    pub cohort: Option<&'a str>,
 }
 
 pub(crate) type DefId = usize;
@@ -204,14 +230,18 @@ pub(crate) struct Checker<'a> {
     pub asts: &'a BTreeMap<FileId, ast::File>,
     pub defs: Vec<Def<'a>>,
     /// Per module: its own definitions by name.
-    pub local: Vec<BTreeMap<String, DefId>>,
-    /// Per module: every name visible in it (own definitions and imports).
-    pub scope: Vec<BTreeMap<String, DefId>>,
+    pub local: Vec<BTreeMap<&'a str, DefId>>,
+    /// Per module: the imported names visible in it, those its own definitions do not
+    /// shadow. What a module sees is `local` and then this (see [`Checker::visible_id`]);
+    /// a policy of many rules imports little, so its names are not held twice.
+    pub scope: Vec<BTreeMap<&'a str, DefId>>,
     /// Unnamed blocks (placement, autoscale) per module.
     pub unnamed: Vec<Vec<&'a ast::Block>>,
     pub diags: Vec<Diagnostic>,
     /// Spans of lowered values the static analyses point at, keyed `kind/name/field`.
     pub spans: BTreeMap<String, Span>,
+    /// Whether the editor index is wanted (`typed` is collected only then).
+    pub editor: bool,
     /// Every expression typed, with its type described, for editors.
     pub typed: Vec<(Span, std::sync::Arc<str>)>,
     /// The descriptions in `typed`, each allocated once.
@@ -242,6 +272,7 @@ impl<'a> Checker<'a> {
             unnamed: vec![Vec::new(); n],
             diags: Vec::new(),
             spans: BTreeMap::new(),
+            editor: false,
             typed: Vec::new(),
             type_names: std::collections::HashMap::new(),
             visible: std::cell::RefCell::default(),
@@ -264,6 +295,10 @@ impl<'a> Checker<'a> {
     }
 
     fn collect_definitions(&mut self) {
+        let items: usize = (0..self.world.modules.len())
+            .map(|m| self.module_items(m).len())
+            .sum();
+        self.defs.reserve(items);
         for module in 0..self.world.modules.len() {
             for item in self.module_items(module) {
                 match &item.kind {
@@ -271,7 +306,7 @@ impl<'a> Checker<'a> {
                     ItemKind::Rule(r) => {
                         self.define(Def {
                             kind: DefKind::Rule,
-                            name: r.name.name.clone(),
+                            name: &r.name.name,
                             span: r.name.span,
                             module,
                             block: None,
@@ -285,7 +320,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn collect_block(&mut self, module: ModuleId, b: &'a ast::Block, cohort: Option<&str>) {
+    fn collect_block(&mut self, module: ModuleId, b: &'a ast::Block, cohort: Option<&'a str>) {
         let kind = match b.kind {
             BlockKind::Pool => DefKind::Pool,
             BlockKind::Tier => DefKind::Tier,
@@ -327,12 +362,12 @@ impl<'a> Checker<'a> {
         };
         self.define(Def {
             kind,
-            name: name.name.clone(),
+            name: &name.name,
             span: name.span,
             module,
             block: Some(b),
             rule: None,
-            cohort: cohort.map(str::to_string),
+            cohort,
         });
         if kind == DefKind::Cohort {
             for s in &b.body {
@@ -368,7 +403,7 @@ impl<'a> Checker<'a> {
             }
             return;
         }
-        local.insert(def.name.clone(), id);
+        local.insert(def.name, id);
         self.defs.push(def);
     }
 
@@ -398,19 +433,19 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn module_scope(&mut self, module: ModuleId, report: bool) -> BTreeMap<String, DefId> {
-        let mut scope = self.local.get(module).cloned().unwrap_or_default();
-        let imports = self
-            .world
+    fn module_scope(&mut self, module: ModuleId, report: bool) -> BTreeMap<&'a str, DefId> {
+        let mut scope = BTreeMap::new();
+        let world = self.world;
+        let imports = world
             .modules
             .get(module)
-            .map(|m| m.imports.clone())
+            .map(|m| m.imports.as_slice())
             .unwrap_or_default();
         for import in imports {
             let mut theirs = self.local.get(import.module).cloned().unwrap_or_default();
             if let Some(s) = self.scope.get(import.module) {
                 for (k, v) in s {
-                    theirs.entry(k.clone()).or_insert(*v);
+                    theirs.entry(*k).or_insert(*v);
                 }
             }
             let module_name = self
@@ -420,15 +455,19 @@ impl<'a> Checker<'a> {
                 .map_or("", |m| m.name.as_str())
                 .to_string();
             let Some(names) = &import.names else {
+                let own = self.local.get(module);
                 for (name, id) in theirs {
-                    scope.entry(name).or_insert(id);
+                    if !own.is_some_and(|l| l.contains_key(name)) {
+                        scope.entry(name).or_insert(id);
+                    }
                 }
                 continue;
             };
             for n in names {
-                match theirs.get(&n.name) {
+                match theirs.get(n.name.as_str()) {
                     Some(&id) => {
-                        if let Some(&existing) = self.local.get(module).and_then(|l| l.get(&n.name))
+                        if let Some(&existing) =
+                            self.local.get(module).and_then(|l| l.get(n.name.as_str()))
                         {
                             if report {
                                 let prev =
@@ -444,7 +483,7 @@ impl<'a> Checker<'a> {
                                 );
                             }
                         } else {
-                            scope.insert(n.name.clone(), id);
+                            scope.insert(n.name.as_str(), id);
                         }
                     }
                     None if report => self.diags.push(
@@ -453,7 +492,7 @@ impl<'a> Checker<'a> {
                             format!("module `{module_name}` has no definition `{}`", n.name),
                         )
                         .with_label(n.span, "not in that module")
-                        .with_suggestion(&n.name, theirs.keys().map(String::as_str)),
+                        .with_suggestion(&n.name, theirs.keys().copied()),
                     ),
                     None => {}
                 }
@@ -463,10 +502,21 @@ impl<'a> Checker<'a> {
     }
 
     pub fn lookup(&self, module: ModuleId, name: &str) -> Option<&Def<'a>> {
-        self.scope
-            .get(module)?
-            .get(name)
-            .and_then(|id| self.defs.get(*id))
+        self.defs.get(self.visible_id(module, name)?)
+    }
+
+    /// The definition `name` means in `module`: its own, else an imported one.
+    pub fn visible_id(&self, module: ModuleId, name: &str) -> Option<DefId> {
+        let own = self.local.get(module).and_then(|l| l.get(name));
+        own.or_else(|| self.scope.get(module).and_then(|s| s.get(name)))
+            .copied()
+    }
+
+    /// Every name visible in `module` with its definition: own ones, then imported ones.
+    pub fn visible_entries(&self, module: ModuleId) -> impl Iterator<Item = (&'a str, DefId)> + '_ {
+        let own = self.local.get(module).into_iter().flatten();
+        let imported = self.scope.get(module).into_iter().flatten();
+        own.chain(imported).map(|(n, id)| (*n, *id))
     }
 
     /// Names visible in a module, for did-you-mean; none once this check's suggestion
@@ -479,15 +529,10 @@ impl<'a> Checker<'a> {
             return std::rc::Rc::clone(listed);
         }
         let listed: std::rc::Rc<[String]> = self
-            .scope
-            .get(module)
-            .map(|s| {
-                s.iter()
-                    .filter(|(_, id)| kind.is_none() || self.defs.get(**id).map(|d| d.kind) == kind)
-                    .map(|(n, _)| n.clone())
-                    .collect()
-            })
-            .unwrap_or_default();
+            .visible_entries(module)
+            .filter(|(_, id)| kind.is_none() || self.defs.get(*id).map(|d| d.kind) == kind)
+            .map(|(n, _)| n.to_string())
+            .collect();
         self.visible
             .borrow_mut()
             .insert((module, kind), std::rc::Rc::clone(&listed));
@@ -496,5 +541,36 @@ impl<'a> Checker<'a> {
 
     pub fn error(&mut self, d: Diagnostic) {
         self.diags.push(d);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{check, check_for_editor, check_owned};
+
+    #[test]
+    fn only_the_editor_check_builds_the_index_and_all_three_agree() {
+        let files = vec![(
+            "p.gantry".to_string(),
+            "use std.tiers\n\ntier critical { priority = 1 }\n\nrule r1: warn if job.gpus > 8 gpu and job.tier == standard \"big\"\n".to_string(),
+        )];
+        let plain = check(&files);
+        let owned = check_owned(files.clone());
+        let editor = check_for_editor(&files);
+        assert!(plain.program.is_some(), "{:?}", plain.diagnostics);
+        assert!(plain.index.definitions.is_empty() && plain.index.types.is_empty());
+        assert!(owned.index.types.is_empty());
+        assert!(!editor.index.types.is_empty());
+        // Own names win over a whole-module import's; imported ones are still visible.
+        let own = editor.index.resolve("critical").map(|d| d.module.as_str());
+        assert_eq!(own, Some("<policy>"));
+        let imported = editor.index.resolve("standard").map(|d| d.module.as_str());
+        assert_eq!(imported, Some("std.tiers"));
+        assert!(editor.index.resolve("r1").is_some());
+        assert_eq!(plain.program, editor.program);
+        assert_eq!(plain.program, owned.program);
+        assert_eq!(plain.diagnostics, editor.diagnostics);
+        assert_eq!(plain.diagnostics, owned.diagnostics);
+        assert_eq!(plain.files, owned.files);
     }
 }

@@ -2,13 +2,13 @@
 //! stdlib code is checked too), keeps what the policy can see, then runs the analyses.
 
 use super::blocks::Lowered;
+use super::types::DefKind;
 use super::Checker;
 use crate::codes;
 use crate::diagnostic::Diagnostic;
 use crate::ir::Program;
 use crate::source::Span;
 use crate::syntax::ast;
-use std::collections::BTreeSet;
 
 /// The policy's own module.
 const POLICY: usize = 0;
@@ -16,19 +16,23 @@ const POLICY: usize = 0;
 impl Checker<'_> {
     pub(crate) fn lower(&mut self) -> Program {
         let mut program = Program::default();
-        let visible: BTreeSet<usize> = self
-            .scope
-            .get(POLICY)
-            .map(|s| s.values().copied().collect())
-            .unwrap_or_default();
         // Rules from imported modules run before the policy's own, in import order.
         let mut imported_rules = Vec::new();
-        let mut own_rules = Vec::new();
+        // Sized once: a large policy is mostly rules, and a list grown by doubling leaves
+        // its old buffers behind as freed pages the allocator has not yet returned.
+        let mut own_rules = Vec::with_capacity(
+            self.defs
+                .iter()
+                .filter(|d| d.kind == DefKind::Rule && d.module == POLICY)
+                .count(),
+        );
         for id in 0..self.defs.len() {
             let Some(def) = self.defs.get(id) else {
                 continue;
             };
-            let (module, in_scope) = (def.module, visible.contains(&id));
+            // Visible in the policy: its name there resolves to this definition.
+            let in_scope = self.visible_id(POLICY, def.name) == Some(id);
+            let module = def.module;
             let Some(lowered) = self.lower_def(id) else {
                 continue;
             };
@@ -45,7 +49,9 @@ impl Checker<'_> {
                 Lowered::Rule(r) => imported_rules.push(r),
             }
         }
-        program.rules = imported_rules.into_iter().chain(own_rules).collect();
+        // In place: a large policy's rules are not held twice.
+        own_rules.splice(0..0, imported_rules);
+        program.rules = own_rules;
         self.lower_unnamed(&mut program);
         self.analyse(&program);
         program
@@ -102,7 +108,7 @@ impl Checker<'_> {
                                 );
                                 continue;
                             }
-                            autoscaled.push((name.name.clone(), name.clone()));
+                            autoscaled.push((name.name.to_string(), name.clone()));
                         }
                         if let Some(a) = self.lower_autoscale(b, module) {
                             program.autoscale.push(a);

@@ -2,10 +2,13 @@
 //! [`Trivia`] on items and statements; spans point into the [`crate::SourceMap`].
 
 use crate::source::Span;
+/// Names and string literals are short: kept inline (up to 24 bytes) rather than each in a
+/// heap allocation of its own, as a large policy holds every one of them.
+pub use compact_str::CompactString as Text;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Ident {
-    pub name: String,
+    pub name: Text,
     pub span: Span,
 }
 
@@ -47,10 +50,17 @@ pub struct Item {
 }
 
 #[derive(Debug, Clone, PartialEq)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "a rule is kept inline on purpose, see `Rule`"
+)]
 pub enum ItemKind {
-    Use(UseDecl),
-    Block(Block),
-    Rule(Box<RuleDecl>),
+    /// Boxed, like blocks: rarer and larger than rules.
+    Use(Box<UseDecl>),
+    Block(Box<Block>),
+    /// Inline: a large policy is mostly rules, and a rule in a box of its own costs a
+    /// pointer and the allocator's rounding on top of the item.
+    Rule(RuleDecl),
 }
 
 /// `use std.nodes` or `use std.nodes.{dgx_h100, p4d_24xlarge}`.
@@ -198,9 +208,9 @@ pub struct TimeLit {
 #[derive(Debug, Clone, PartialEq)]
 pub struct StrLit {
     /// The unescaped value.
-    pub value: String,
+    pub value: Text,
     /// The text between the quotes, escapes kept, for the formatter.
-    pub raw: String,
+    pub raw: Text,
     pub span: Span,
 }
 
@@ -259,8 +269,10 @@ pub struct RuleDecl {
     pub action: RuleAction,
     pub condition: Expr,
     pub message: Option<StrLit>,
-    pub route_to: Option<Ident>,
-    pub annotation: Option<(StrLit, Expr)>,
+    /// Boxed, as few rules route.
+    pub route_to: Option<Box<Ident>>,
+    /// Boxed: few rules annotate, and a large policy holds every rule.
+    pub annotation: Option<Box<(StrLit, Expr)>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -325,25 +337,34 @@ pub struct Arg {
     pub value: Expr,
 }
 
+/// A number as written and its value; `unit` is the word after it, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Quantity {
+    pub text: Text,
+    pub value: f64,
+    pub unit: Option<Ident>,
+}
+
+/// `func(args)`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    pub func: Ident,
+    pub args: Vec<Arg>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExprKind {
-    /// A number as written and its value; `unit` is the word after it, if any.
-    Quantity {
-        text: String,
-        value: f64,
-        unit: Option<Ident>,
-    },
+    // The larger payloads are boxed so that an expression node stays small: a large
+    // policy holds every node of every rule.
+    Quantity(Box<Quantity>),
     Time(TimeLit),
-    Str(StrLit),
+    Str(Box<StrLit>),
     Bool(bool),
     None,
     SelfRef,
     /// `name` or `job.vram`.
     Path(Vec<Ident>),
-    Call {
-        func: Ident,
-        args: Vec<Arg>,
-    },
+    Call(Box<Call>),
     List(Vec<Expr>),
     Paren(Box<Expr>),
     Unary {

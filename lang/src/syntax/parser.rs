@@ -127,6 +127,9 @@ fn parse_in_parts(
     }
     let mut part_start = 0;
     let chunks = scan::chunks(text);
+    // About one item per chunk: sized once rather than grown by doubling, as the tree of a
+    // large policy is held to the end of the check.
+    items.reserve_exact(chunks.len());
     for (i, chunk) in chunks.iter().enumerate() {
         let last = i + 1 == chunks.len();
         if !last && chunk.end - part_start < PART_BYTES {
@@ -460,7 +463,7 @@ impl Builder<'_> {
 
     fn ident(&self, p: &Pair<'_, Rule>) -> Ident {
         Ident {
-            name: p.as_str().to_string(),
+            name: p.as_str().into(),
             span: self.span(p),
         }
     }
@@ -468,9 +471,9 @@ impl Builder<'_> {
     fn item(&mut self, p: Pair<'_, Rule>) -> Option<Item> {
         let span = self.span(&p);
         let kind = match p.as_rule() {
-            Rule::use_decl => ItemKind::Use(self.use_decl(p)),
-            Rule::rule_decl => ItemKind::Rule(Box::new(self.rule_decl(p)?)),
-            Rule::block => ItemKind::Block(self.block(p)?),
+            Rule::use_decl => ItemKind::Use(Box::new(self.use_decl(p))),
+            Rule::rule_decl => ItemKind::Rule(self.rule_decl(p)?),
+            Rule::block => ItemKind::Block(Box::new(self.block(p)?)),
             _ => return None,
         };
         Some(Item {
@@ -711,7 +714,11 @@ impl Builder<'_> {
                 value.push(c);
             }
         }
-        StrLit { value, raw, span }
+        StrLit {
+            value: value.into(),
+            raw: raw.into(),
+            span,
+        }
     }
 
     fn rule_decl(&mut self, p: Pair<'_, Rule>) -> Option<RuleDecl> {
@@ -739,13 +746,13 @@ impl Builder<'_> {
                 rule.message = parts.next().map(|s| self.string(s))
             }
             RuleAction::Route => {
-                rule.route_to = parts.next().map(|i| self.ident(&i));
+                rule.route_to = parts.next().map(|i| Box::new(self.ident(&i)));
                 rule.message = parts.next().map(|s| self.string(s));
             }
             RuleAction::Annotate => {
                 let key = self.string(parts.next()?);
                 let value = self.expr(parts.next()?);
-                rule.annotation = Some((key, value));
+                rule.annotation = Some(Box::new((key, value)));
             }
         }
         Some(rule)
@@ -866,10 +873,13 @@ impl Builder<'_> {
                                 }
                             })
                             .collect();
-                        ExprKind::Call { func: first, args }
+                        ExprKind::Call(Box::new(Call { func: first, args }))
                     }
                     _ => {
-                        let mut path = vec![first];
+                        // Sized up front: most paths are one or two names, and `push`
+                        // would leave room for four in every one.
+                        let mut path = Vec::with_capacity(1 + rest.len());
+                        path.push(first);
                         for f in rest {
                             if let Some(k) = inner(f).next() {
                                 path.push(self.ident(&k));
@@ -892,14 +902,18 @@ impl Builder<'_> {
                     // `500m gpu` is written with any spacing; keep one canonical spelling.
                     if let Some(rest) = id.name.strip_prefix('m') {
                         if rest.starts_with([' ', '\t']) {
-                            id.name = format!("m {}", rest.trim());
+                            id.name = compact_str::format_compact!("m {}", rest.trim());
                         }
                     }
                     id
                 });
-                ExprKind::Quantity { text, value, unit }
+                ExprKind::Quantity(Box::new(Quantity {
+                    text: text.into(),
+                    value,
+                    unit,
+                }))
             }
-            Rule::string => ExprKind::Str(self.string(p)),
+            Rule::string => ExprKind::Str(Box::new(self.string(p))),
             Rule::bool_lit => ExprKind::Bool(p.as_str() == "true"),
             Rule::none_lit => ExprKind::None,
             Rule::self_lit => ExprKind::SelfRef,
