@@ -68,7 +68,8 @@ enum Val {
     Bool(bool),
     Str(String),
     None,
-    Ref(String, String),
+    /// A named definition: its kind key (as in the IR) and its name.
+    Ref(&'static str, String),
     Word(String),
     List(Vec<Val>),
 }
@@ -196,19 +197,13 @@ impl Env<'_> {
             JobField::Name => Val::Str(job.name.clone().unwrap_or_else(|| job.id.clone())),
             JobField::Namespace => opt_str(&job.namespace),
             JobField::User => opt_str(&job.user),
-            JobField::Team => job
-                .team
-                .clone()
-                .map_or(Val::None, |t| Val::Ref("team".into(), t)),
-            JobField::Tier => job
-                .tier
-                .clone()
-                .map_or(Val::None, |t| Val::Ref("tier".into(), t)),
+            JobField::Team => job.team.clone().map_or(Val::None, |t| Val::Ref("team", t)),
+            JobField::Tier => job.tier.clone().map_or(Val::None, |t| Val::Ref("tier", t)),
             JobField::Pool => shape
                 .pools
                 .first()
                 .cloned()
-                .map_or(Val::None, |p| Val::Ref("pool".into(), p)),
+                .map_or(Val::None, |p| Val::Ref("pool", p)),
             JobField::Gpus => Val::Q(Dim::Gpu, per_member * f64::from(shape.members)),
             JobField::GpusPerMember => Val::Q(Dim::Gpu, per_member),
             JobField::GpuFraction => Val::Q(Dim::Gpu, fraction),
@@ -241,7 +236,7 @@ impl Env<'_> {
                             .iter()
                             .find(|g| g.id == *id || g.name == *id)
                             .map_or_else(|| id.clone(), |g| g.name.clone());
-                        Val::Ref("gpu".into(), name)
+                        Val::Ref("gpu", name)
                     })
                     .collect(),
             ),
@@ -267,7 +262,7 @@ fn constant(v: &Value) -> Val {
         Value::Str(s) => Val::Str(s.clone()),
         Value::None => Val::None,
         Value::Time(t) => Val::Num(f64::from(*t)),
-        Value::Ref { kind, name } => Val::Ref(kind.to_string(), name.clone()),
+        Value::Ref { kind, name } => Val::Ref(kind, name.clone()),
         Value::Word(w) => Val::Word(w.clone()),
     }
 }

@@ -173,7 +173,7 @@ impl<'a> Checker<'a> {
                             format!("unknown base `{}`", base.name),
                         )
                         .with_label(base.span, "not defined in this policy or its imports")
-                        .with_suggestion(&base.name, names.iter().map(String::as_str)),
+                        .with_suggestion(&base.name, names.iter().copied()),
                     );
                 }
             }

@@ -512,10 +512,7 @@ impl Checker<'_> {
                     .with_label(first.span, format!("this is a {}", kind.noun()))
                     .with_label(def.span, "defined here");
                     let candidates = self.visible_names(ctx.module, Some(*want));
-                    let d = match crate::suggest::closest(
-                        name,
-                        candidates.iter().map(String::as_str),
-                    ) {
+                    let d = match crate::suggest::closest(name, candidates.iter().copied()) {
                         Some(s) => d.with_help(format!("did you mean the {} `{s}`?", want.noun())),
                         None => d.with_help(format!(
                             "name a {} defined in this policy or its imports",
@@ -554,13 +551,13 @@ impl Checker<'_> {
                     format!("unknown {} `{name}`", kind.noun()),
                 )
                 .with_label(first.span, "not defined in this policy or its imports")
-                .with_suggestion(name, candidates.iter().map(String::as_str))
+                .with_suggestion(name, candidates.iter().copied())
             }
             _ => {
                 let candidates = self.visible_names(ctx.module, None);
                 Diagnostic::new(codes::UNKNOWN_NAME, format!("unknown name `{name}`"))
                     .with_label(first.span, "not defined in this policy or its imports")
-                    .with_suggestion(name, candidates.iter().map(String::as_str))
+                    .with_suggestion(name, candidates.iter().copied())
             }
         };
         let d = match (

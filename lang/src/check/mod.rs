@@ -248,10 +248,11 @@ pub(crate) struct Checker<'a> {
     pub type_names: std::collections::HashMap<String, std::sync::Arc<str>>,
     /// [`Checker::visible_names`] per module and kind, listed once: a policy with many
     /// definitions and many unknown names would otherwise list every name per error.
-    visible: std::cell::RefCell<VisibleNames>,
+    visible: std::cell::RefCell<VisibleNames<'a>>,
 }
 
-type VisibleNames = std::collections::HashMap<(ModuleId, Option<DefKind>), std::rc::Rc<[String]>>;
+type VisibleNames<'a> =
+    std::collections::HashMap<(ModuleId, Option<DefKind>), std::rc::Rc<[&'a str]>>;
 
 impl<'a> Checker<'a> {
     /// Whether `name` is defined in text that did not parse (reported there already).
@@ -295,10 +296,9 @@ impl<'a> Checker<'a> {
     }
 
     fn collect_definitions(&mut self) {
-        let items: usize = (0..self.world.modules.len())
-            .map(|m| self.module_items(m).len())
-            .sum();
-        self.defs.reserve(items);
+        // Every loaded file's items: at most one definition each.
+        self.defs
+            .reserve(self.asts.values().map(|f| f.items.len()).sum());
         for module in 0..self.world.modules.len() {
             for item in self.module_items(module) {
                 match &item.kind {
@@ -521,17 +521,17 @@ impl<'a> Checker<'a> {
 
     /// Names visible in a module, for did-you-mean; none once this check's suggestion
     /// budget is spent (listing them would cost as much as comparing them).
-    pub fn visible_names(&self, module: ModuleId, kind: Option<DefKind>) -> std::rc::Rc<[String]> {
+    pub fn visible_names(&self, module: ModuleId, kind: Option<DefKind>) -> std::rc::Rc<[&'a str]> {
         if !crate::suggest::budget_left() {
             return std::rc::Rc::from([]);
         }
         if let Some(listed) = self.visible.borrow().get(&(module, kind)) {
             return std::rc::Rc::clone(listed);
         }
-        let listed: std::rc::Rc<[String]> = self
+        let listed: std::rc::Rc<[&'a str]> = self
             .visible_entries(module)
             .filter(|(_, id)| kind.is_none() || self.defs.get(*id).map(|d| d.kind) == kind)
-            .map(|(n, _)| n.to_string())
+            .map(|(n, _)| n)
             .collect();
         self.visible
             .borrow_mut()

@@ -696,11 +696,11 @@ impl Builder<'_> {
 
     fn string(&self, p: Pair<'_, Rule>) -> StrLit {
         let span = self.span(&p);
-        let raw = inner(p)
+        let raw: Text = inner(p)
             .next()
-            .map(|i| i.as_str().to_string())
+            .map(|i| i.as_str().into())
             .unwrap_or_default();
-        let mut value = String::with_capacity(raw.len());
+        let mut value = Text::with_capacity(raw.len());
         let mut chars = raw.chars();
         while let Some(c) = chars.next() {
             if c == '\\' {
@@ -714,11 +714,7 @@ impl Builder<'_> {
                 value.push(c);
             }
         }
-        StrLit {
-            value: value.into(),
-            raw: raw.into(),
-            span,
-        }
+        StrLit { value, raw, span }
     }
 
     fn rule_decl(&mut self, p: Pair<'_, Rule>) -> Option<RuleDecl> {
@@ -892,10 +888,7 @@ impl Builder<'_> {
             Rule::time_of_day => ExprKind::Time(self.time(&p)),
             Rule::quantity => {
                 let mut it = inner(p);
-                let text = it
-                    .next()
-                    .map(|n| n.as_str().to_string())
-                    .unwrap_or_default();
+                let text: Text = it.next().map(|n| n.as_str().into()).unwrap_or_default();
                 let value = text.replace('_', "").parse::<f64>().unwrap_or(f64::NAN);
                 let unit = it.next().map(|u| {
                     let mut id = self.ident(&u);
@@ -907,11 +900,7 @@ impl Builder<'_> {
                     }
                     id
                 });
-                ExprKind::Quantity(Box::new(Quantity {
-                    text: text.into(),
-                    value,
-                    unit,
-                }))
+                ExprKind::Quantity(Box::new(Quantity { text, value, unit }))
             }
             Rule::string => ExprKind::Str(Box::new(self.string(p))),
             Rule::bool_lit => ExprKind::Bool(p.as_str() == "true"),
