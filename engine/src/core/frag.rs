@@ -34,6 +34,26 @@ impl Group {
     }
 }
 
+/// Whether two requests are one shape: equal in all but memory.
+fn same_but_memory(a: &Request, b: &Request) -> bool {
+    // Destructured, so a new field of `Request` must be placed here.
+    let Request {
+        cpu_milli,
+        memory_mib: _,
+        num_gpu,
+        gpu_milli,
+        models,
+        vram_mib,
+        mig_profile,
+    } = a;
+    *cpu_milli == b.cpu_milli
+        && *num_gpu == b.num_gpu
+        && *gpu_milli == b.gpu_milli
+        && *vram_mib == b.vram_mib
+        && *models == b.models
+        && *mig_profile == b.mig_profile
+}
+
 /// The target workload: typical pod shapes and their frequencies (summing to 1).
 #[derive(Debug, Clone, Default)]
 pub struct Workload {
@@ -54,23 +74,44 @@ impl Workload {
 
     /// [`Workload::typical`] over borrowed requests; only distinct shapes are copied.
     pub fn typical_of<'r>(pods: impl IntoIterator<Item = &'r Request>) -> Workload {
-        let mut counts: BTreeMap<Request, (u64, u64)> = BTreeMap::new();
+        // (shape, pods, their memory summed). Few shapes are found by a scan of the list
+        // (no copy, no ordered compare); past `SCAN` shapes, by an ordered index.
+        const SCAN: usize = 16;
+        let mut counts: Vec<(Request, u64, u64)> = Vec::new();
+        let mut index: BTreeMap<Request, usize> = BTreeMap::new();
         let mut key = Request::default();
         for p in pods {
-            key.clone_from(p);
-            key.memory_mib = 0;
-            match counts.get_mut(&key) {
-                Some((count, memory)) => {
+            let found = if counts.len() <= SCAN {
+                counts.iter().position(|(s, _, _)| same_but_memory(s, p))
+            } else {
+                key.clone_from(p);
+                key.memory_mib = 0;
+                index.get(&key).copied()
+            };
+            match found.and_then(|i| counts.get_mut(i)) {
+                Some((_, count, memory)) => {
                     *count += 1;
                     *memory = memory.saturating_add(p.memory_mib);
                 }
                 None => {
-                    counts.insert(key.clone(), (1, p.memory_mib));
+                    let shape = Request {
+                        memory_mib: 0,
+                        ..p.clone()
+                    };
+                    counts.push((shape, 1, p.memory_mib));
+                    if counts.len() > SCAN {
+                        if index.is_empty() {
+                            index.extend(counts.iter().enumerate().map(|(i, c)| (c.0.clone(), i)));
+                        } else if let Some((s, _, _)) = counts.last() {
+                            index.insert(s.clone(), counts.len() - 1);
+                        }
+                    }
                 }
             }
         }
-        let total: u64 = counts.values().map(|(c, _)| c).sum();
-        let mut ranked: Vec<(Request, (u64, u64))> = counts.into_iter().collect();
+        let total: u64 = counts.iter().map(|(_, c, _)| c).sum();
+        let mut ranked: Vec<(Request, (u64, u64))> =
+            counts.into_iter().map(|(s, c, m)| (s, (c, m))).collect();
         // Most frequent first; equal counts in shape order, so the choice is deterministic.
         ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
         let mut covered = 0u64;
@@ -257,6 +298,45 @@ mod tests {
         assert_eq!(w.shapes.len(), 2, "90% + 8% reach 95%");
         let sum: f64 = w.shapes.iter().map(|s| s.1).sum();
         assert!((sum - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn typical_shapes_are_the_same_past_the_scanned_few() {
+        // 120 shapes (past the scan; 40 of 4 pods, 80 of 3), memory varying within a
+        // shape, counts with ties.
+        let mut pods = Vec::new();
+        for i in 0..400u64 {
+            let mut r = req(1000 * (i % 40), 1 + (i % 3) as u32, 1000);
+            r.memory_mib = i;
+            pods.push(r);
+        }
+        let w = Workload::typical(&pods);
+        // The reference: counted by an ordered map of shapes, memory zeroed.
+        let mut counts: BTreeMap<Request, (u64, u64)> = BTreeMap::new();
+        for p in &pods {
+            let e = counts
+                .entry(Request {
+                    memory_mib: 0,
+                    ..p.clone()
+                })
+                .or_default();
+            e.0 += 1;
+            e.1 += p.memory_mib;
+        }
+        let mut ranked: Vec<_> = counts.into_iter().collect();
+        ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+        let want: Vec<(u64, u64)> = ranked
+            .iter()
+            .take(w.shapes.len())
+            .map(|(s, (c, m))| (s.cpu_milli, m / c))
+            .collect();
+        let got: Vec<(u64, u64)> = w
+            .shapes
+            .iter()
+            .map(|(s, _)| (s.cpu_milli, s.memory_mib))
+            .collect();
+        assert_eq!(got, want);
+        assert_eq!(w.shapes.len(), 114, "40 x 4 + 74 x 3 pods reach 95% of 400");
     }
 
     #[test]

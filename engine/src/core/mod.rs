@@ -3,6 +3,7 @@
 //! seeded generator, so the same inputs give the same placements.
 
 pub mod alloc;
+pub mod buckets;
 mod classes;
 pub mod fleet;
 pub mod frag;

@@ -252,13 +252,12 @@ impl<'a> Placer<'a> {
         };
         let nodes = self.fleet.nodes.len();
         kept.held.resize_with(nodes, Vec::new);
-        let mut now: Vec<(usize, &Request, &OnNode)> = members
+        let listed_members: Vec<(usize, &Request, &OnNode)> = members
             .into_iter()
-            .filter(|(_, c)| c.node < nodes)
             .map(|(r, c)| (c.node, r, &c.on))
             .collect();
-        // Stable: members of a node stay in snapshot order.
-        now.sort_by_key(|(node, _, _)| *node);
+        // Members of a node stay in snapshot order.
+        let (_, now) = super::buckets::by_key(&listed_members, nodes, |m| m.0);
         let mut listed = vec![false; nodes];
         for list in now.chunk_by(|a, b| a.0 == b.0) {
             let Some(&(node, _, _)) = list.first() else {

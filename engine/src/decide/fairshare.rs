@@ -14,9 +14,13 @@ pub type Resources = [f64; 3];
 #[derive(Debug, Clone)]
 pub struct FairShares {
     capacity: Resources,
-    held: BTreeMap<String, Resources>,
-    history: BTreeMap<String, Resources>,
-    weight: BTreeMap<String, f64>,
+    /// Each team in fair share by name: its slot in `held`, `history` and `weight`.
+    slots: BTreeMap<String, usize>,
+    /// Each policy team (by its index in `Program::teams`): its slot, if in fair share.
+    slot_of_team: Vec<Option<usize>>,
+    held: Vec<Resources>,
+    history: Vec<Resources>,
+    weight: Vec<f64>,
 }
 
 impl FairShares {
@@ -26,26 +30,41 @@ impl FairShares {
         usage: &[UsageRecord],
         now: i64,
     ) -> FairShares {
-        let mut weight = BTreeMap::new();
-        let mut half_life = BTreeMap::new();
-        for team in &program.teams {
+        let mut slots: BTreeMap<String, usize> = BTreeMap::new();
+        let mut slot_of_team = vec![None; program.teams.len()];
+        let mut weight = Vec::new();
+        let mut half_life = Vec::new();
+        for (i, team) in program.teams.iter().enumerate() {
             let cohort = team
                 .cohort
                 .as_ref()
                 .and_then(|c| program.cohorts.iter().find(|x| &x.name == c));
             if let Some(c) = cohort.filter(|c| c.fair_share == FairShare::Drf) {
-                weight.insert(team.name.clone(), team.weight.max(1e-9));
-                half_life.insert(team.name.clone(), c.half_life_s.max(1) as f64);
+                // A name given twice (the checker forbids it) keeps the last one's figures.
+                let slot = *slots.entry(team.name.clone()).or_insert_with(|| {
+                    weight.push(0.0);
+                    half_life.push(1.0);
+                    weight.len() - 1
+                });
+                if let (Some(w), Some(h)) = (weight.get_mut(slot), half_life.get_mut(slot)) {
+                    *w = team.weight.max(1e-9);
+                    *h = c.half_life_s.max(1) as f64;
+                }
+                if let Some(s) = slot_of_team.get_mut(i) {
+                    *s = Some(slot);
+                }
             }
         }
-        let mut history: BTreeMap<String, Resources> = BTreeMap::new();
+        let mut history: Vec<Resources> = vec![[0.0; 3]; weight.len()];
         for u in usage {
-            let Some(h) = half_life.get(&u.team) else {
+            let Some(&slot) = slots.get(&u.team) else {
+                continue;
+            };
+            let (Some(h), Some(e)) = (half_life.get(slot), history.get_mut(slot)) else {
                 continue;
             };
             let age = (now - u.at).max(0) as f64;
             let factor = 0.5f64.powf(age / h) * std::f64::consts::LN_2 / h;
-            let e = history.entry(u.team.clone()).or_insert([0.0; 3]);
             // GPU-seconds to milli-GPU, CPU-seconds to milli-CPU.
             e[0] += u.gpu_s * 1000.0 * factor;
             e[1] += u.cpu_s * 1000.0 * factor;
@@ -53,7 +72,9 @@ impl FairShares {
         }
         FairShares {
             capacity,
-            held: weight.keys().map(|t| (t.clone(), [0.0; 3])).collect(),
+            held: vec![[0.0; 3]; weight.len()],
+            slots,
+            slot_of_team,
             history,
             weight,
         }
@@ -61,8 +82,19 @@ impl FairShares {
 
     /// `team` now holds `r` more (a running job, or one placed this cycle).
     pub fn hold(&mut self, team: Option<&str>, r: Resources) {
-        // `held` has an entry for every team in fair share, and only those.
-        if let Some(e) = team.and_then(|t| self.held.get_mut(t)) {
+        let slot = team.and_then(|t| self.slots.get(t)).copied();
+        self.hold_slot(slot, r);
+    }
+
+    /// [`FairShares::hold`] for the team at index `team` of the policy's teams (no
+    /// lookup by name; an index past them is a team outside fair share).
+    pub fn hold_team(&mut self, team: Option<usize>, r: Resources) {
+        let slot = team.and_then(|t| self.slot_of_team.get(t).copied().flatten());
+        self.hold_slot(slot, r);
+    }
+
+    fn hold_slot(&mut self, slot: Option<usize>, r: Resources) {
+        if let Some(e) = slot.and_then(|s| self.held.get_mut(s)) {
             for (a, b) in e.iter_mut().zip(r) {
                 *a += b;
             }
@@ -71,13 +103,16 @@ impl FairShares {
 
     /// The team's weighted dominant share; 0 for teams outside fair share.
     pub fn share(&self, team: Option<&str>) -> f64 {
-        let Some(t) = team else { return 0.0 };
-        let Some(w) = self.weight.get(t) else {
+        let Some(&slot) = team.and_then(|t| self.slots.get(t)) else {
             return 0.0;
         };
-        let zero = [0.0; 3];
-        let held = self.held.get(t).unwrap_or(&zero);
-        let past = self.history.get(t).unwrap_or(&zero);
+        let (Some(w), Some(held), Some(past)) = (
+            self.weight.get(slot),
+            self.held.get(slot),
+            self.history.get(slot),
+        ) else {
+            return 0.0;
+        };
         let dominant = held
             .iter()
             .zip(past)

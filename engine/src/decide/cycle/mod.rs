@@ -3,6 +3,7 @@
 mod bookings;
 mod decider;
 mod explain;
+mod node_lists;
 mod preempt;
 mod quota_gate;
 mod reserve;
@@ -74,9 +75,9 @@ struct Cycle<'a> {
     /// Shapes and priorities for which no victim set exists this cycle.
     no_victims: FxHashSet<(JobShape, preempt::Asker)>,
     /// Running jobs (preemption candidates) by node.
-    holders_on: Vec<Vec<usize>>,
+    holders_on: node_lists::NodeLists,
     /// Running jobs rule 1 protects for a while, by node, and whether there are any.
-    protected_on: Vec<Vec<usize>>,
+    protected_on: node_lists::NodeLists,
     any_protected: bool,
     /// Holders with a runtime estimate by expected end, for earliest-start estimates.
     ends: BTreeSet<(i64, usize)>,
@@ -84,9 +85,12 @@ struct Cycle<'a> {
     holders_of: BTreeMap<Option<usize>, Vec<usize>>,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
-    /// While set, `ends`, `team_ends` and the `standing` of the teams marked in
-    /// `usage_deferred` wait for [`Cycle::index_ends`].
+    /// While set, the ledger's derived figures and the `standing` of the teams marked in
+    /// `usage_deferred` wait for [`Cycle::settle_running`].
     ends_deferred: bool,
+    /// Whether `ends` and `team_ends` hold every holder; built on first use
+    /// ([`Cycle::index_ends`]), as most replay cycles never read them.
+    ends_built: bool,
     usage_deferred: Vec<bool>,
     /// Each policy team's index, by name.
     team_index: HashMap<&'a str, usize>,
@@ -385,13 +389,14 @@ fn decide_cycle(
         running_submits: None,
         no_victims: FxHashSet::default(),
         lowest_victim_priority: None,
-        holders_on: vec![Vec::new(); fleet.nodes.len()],
-        protected_on: vec![Vec::new(); fleet.nodes.len()],
+        holders_on: node_lists::NodeLists::new(fleet.nodes.len()),
+        protected_on: node_lists::NodeLists::new(fleet.nodes.len()),
         any_protected: false,
         ends: BTreeSet::new(),
         holders_of: BTreeMap::new(),
         team_ends: BTreeMap::new(),
         ends_deferred: true,
+        ends_built: false,
         usage_deferred: vec![false; program.teams.len()],
         team_index: program
             .teams
@@ -469,7 +474,7 @@ impl<'a> Cycle<'a> {
                 self.hold_committed(js, std::borrow::Cow::Borrowed(&r.members));
             }
         }
-        self.index_ends();
+        self.settle_running();
         let mut denied = Vec::new();
         let mut incomplete = Vec::new();
         let mut queue: Vec<(usize, Admission, JobShape)> = Vec::new();
@@ -640,11 +645,16 @@ impl<'a> Cycle<'a> {
     fn runtime(&self, js: &JobState) -> Option<i64> {
         js.job
             .runtime_s
-            .or_else(|| {
-                let team = self.team_ix(js.job.team.as_deref())?;
-                self.program.teams.get(team)?.default_runtime_s
-            })
-            .or_else(|| self.tier(js)?.default_runtime_s)
+            .map(|r| r as i64)
+            .or_else(|| self.default_runtime(self.team_ix(js.job.team.as_deref()), self.tier(js)))
+    }
+
+    /// The runtime a job without its own estimate gets: its team's default, else its
+    /// tier's.
+    fn default_runtime(&self, team_ix: Option<usize>, tier: Option<&Tier>) -> Option<i64> {
+        team_ix
+            .and_then(|t| self.program.teams.get(t)?.default_runtime_s)
+            .or_else(|| tier?.default_runtime_s)
             .map(|r| r as i64)
     }
 
@@ -759,14 +769,18 @@ impl<'a> Cycle<'a> {
                 self.ledger.charge(team_ix, pool, js.member_milli);
             }
         }
-        self.shares.hold(
-            js.job.team.as_deref(),
+        self.shares.hold_team(
+            team_ix,
             Self::resources(member, js.member_milli, choices.len()),
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
-        let victim = js.running.as_ref().and_then(|r| self.victim_facts(js, r));
+        let tier = self.tier(js);
+        let victim = js
+            .running
+            .as_ref()
+            .and_then(|r| self.victim_facts(tier, js, r));
         let protected = match (&js.running, victim) {
-            (Some(r), None) => self.protection(js, r),
+            (Some(r), None) => self.protection(tier, js, r),
             _ => None,
         };
         // The running jobs, held in one batch, note each of their teams' usage once after.
@@ -778,23 +792,22 @@ impl<'a> Cycle<'a> {
             self.note_usage(team_ix);
         }
         let h = self.holders.len();
-        let mut nodes: Vec<usize> = choices.iter().map(|c| c.node).collect();
-        nodes.sort_unstable();
-        nodes.dedup();
+        // Each node of the job once (a gang may put several members on one).
+        let nodes = choices
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| !choices.iter().take(*i).any(|p| p.node == c.node))
+            .map(|(_, c)| c.node);
         if victim.is_some() {
-            for n in &nodes {
-                if let Some(list) = self.holders_on.get_mut(*n) {
-                    list.push(h);
-                }
+            for n in nodes.clone() {
+                self.holders_on.push(n, h);
             }
             self.holders_of.entry(team_ix).or_default().push(h);
         }
         if protected.is_some() {
             self.any_protected = true;
-            for n in &nodes {
-                if let Some(list) = self.protected_on.get_mut(*n) {
-                    list.push(h);
-                }
+            for n in nodes {
+                self.protected_on.push(n, h);
             }
         }
         if let Some(v) = victim {
@@ -803,8 +816,13 @@ impl<'a> Cycle<'a> {
                     .map_or(v.priority, |p| p.min(v.priority)),
             );
         }
-        let ends_at = self.runtime(js).map(|r| (started + r).max(self.now));
-        if !self.ends_deferred {
+        let runtime = js
+            .job
+            .runtime_s
+            .map(|r| r as i64)
+            .or_else(|| self.default_runtime(team_ix, tier));
+        let ends_at = runtime.map(|r| (started + r).max(self.now));
+        if self.ends_built {
             if let Some(end) = ends_at {
                 self.ends.insert((end, self.holders.len()));
             }
@@ -827,16 +845,28 @@ impl<'a> Cycle<'a> {
         });
     }
 
-    /// Builds `ends` and `team_ends` from every holder at once (sorted bulk builds, far
-    /// cheaper than thousands of inserts), after [`Cycle::hold_committed`] deferred them.
-    fn index_ends(&mut self) {
+    /// Settles what [`Cycle::hold_committed`] deferred while the running jobs were held
+    /// in one batch: the ledger's derived figures and the teams' standing.
+    fn settle_running(&mut self) {
         self.ends_deferred = false;
+        self.holders_on.lay_out();
+        self.protected_on.lay_out();
         self.ledger.settle();
         for ix in 0..self.usage_deferred.len() {
             if self.usage_deferred.get(ix).copied().unwrap_or(false) {
                 self.note_usage(Some(ix));
             }
         }
+    }
+
+    /// Builds `ends` and `team_ends` from every holder at once (sorted bulk builds, far
+    /// cheaper than thousands of inserts) on first use; later holders are inserted as
+    /// they come.
+    pub(super) fn index_ends(&mut self) {
+        if self.ends_built {
+            return;
+        }
+        self.ends_built = true;
         self.ends = self
             .holders
             .iter()

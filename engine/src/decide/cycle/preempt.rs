@@ -21,7 +21,7 @@ use crate::core::gang::{JobShape, UnplacedCode};
 use crate::core::placer::{give_on, take_on, Choice};
 use crate::decide::plan::Preemption;
 use crate::decide::snapshot::{JobState, Running};
-use lang::ir::PreemptMode;
+use lang::ir::{PreemptMode, Tier};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -146,8 +146,13 @@ impl CostIndex {
 
 impl<'a> Cycle<'a> {
     /// Rule 1: whether a running job may be preempted at all, and what it would lose.
-    pub(super) fn victim_facts(&self, js: &JobState, run: &Running) -> Option<VictimFacts> {
-        let tier = self.tier(js)?;
+    pub(super) fn victim_facts(
+        &self,
+        tier: Option<&Tier>,
+        js: &JobState,
+        run: &Running,
+    ) -> Option<VictimFacts> {
+        let tier = tier?;
         if tier.preempt == PreemptMode::Never
             || self.now - run.started_at < tier.min_runtime_s as i64
         {
@@ -173,8 +178,13 @@ impl<'a> Cycle<'a> {
     /// For a job rule 1 protects now: when it stops (its tier's `min_runtime` ends, or,
     /// having lost more than `max_lost`, it takes its next checkpoint, due every
     /// `checkpoint_interval_s`). `None` when it is never a victim or the time is unknown.
-    pub(super) fn protection(&self, js: &JobState, run: &Running) -> Option<Protected> {
-        let tier = self.tier(js)?;
+    pub(super) fn protection(
+        &self,
+        tier: Option<&Tier>,
+        js: &JobState,
+        run: &Running,
+    ) -> Option<Protected> {
+        let tier = tier?;
         if tier.preempt == PreemptMode::Never {
             return None;
         }
@@ -250,7 +260,7 @@ impl<'a> Cycle<'a> {
             let counts = |h: usize| {
                 !own_only || self.holders.get(h).is_some_and(|x| x.team_ix == asker.team)
             };
-            for h in self.holders_on.get(n).into_iter().flatten() {
+            for h in self.holders_on.get(n) {
                 if counts(*h) && self.victim_rank(*h, &asker).is_some() {
                     order.push((self.now, *h, None));
                 }
@@ -610,7 +620,7 @@ impl<'a> Cycle<'a> {
     fn node_cost(&self, node: usize, member: &Request, asker: &Asker) -> Option<Cost> {
         let mut ranked: Vec<(Rank, Cause)> = self
             .holders_on
-            .get(node)?
+            .get(node)
             .iter()
             .filter_map(|h| self.victim_rank(*h, asker))
             .collect();
@@ -790,7 +800,7 @@ impl<'a> Cycle<'a> {
             }
             None => {
                 let nodes = (0..self.holders_on.len())
-                    .filter(|n| self.holders_on.get(*n).is_some_and(|h| !h.is_empty()))
+                    .filter(|n| !self.holders_on.get(*n).is_empty())
                     .collect();
                 (CostIndex::default(), nodes)
             }
@@ -814,13 +824,11 @@ impl<'a> Cycle<'a> {
 
     /// Whether `node` holds a job of the asker's own team that rule 2 lets it preempt.
     fn has_own_victims(&self, node: usize, asker: &Asker) -> bool {
-        self.holders_on.get(node).is_some_and(|hs| {
-            hs.iter().any(|h| {
-                self.holders.get(*h).is_some_and(|x| {
-                    !x.evicted
-                        && x.team_ix == asker.team
-                        && x.victim.is_some_and(|v| v.priority < asker.priority)
-                })
+        self.holders_on.get(node).iter().any(|h| {
+            self.holders.get(*h).is_some_and(|x| {
+                !x.evicted
+                    && x.team_ix == asker.team
+                    && x.victim.is_some_and(|v| v.priority < asker.priority)
             })
         })
     }

@@ -170,7 +170,8 @@ impl<'a> Cycle<'a> {
     }
 
     /// Seconds until `team`'s own running jobs free `milli`, by their runtime estimates.
-    pub(super) fn own_release_eta(&self, team: Option<&str>, milli: u64) -> Option<i64> {
+    pub(super) fn own_release_eta(&mut self, team: Option<&str>, milli: u64) -> Option<i64> {
+        self.index_ends();
         let ends = self.team_ends.get(&self.team_ix(team))?;
         let mut freed = 0u64;
         for (at, h) in ends {

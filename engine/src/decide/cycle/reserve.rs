@@ -29,6 +29,9 @@ pub(super) struct RoomIndex {
     slots: Vec<u64>,
     group_of: Vec<Option<usize>>,
     room: Vec<u64>,
+    /// Per group, its nodes with a slot now (where a walk's landing looks, besides the
+    /// nodes it touched).
+    roomy: Vec<BTreeSet<usize>>,
     /// How much of `Cycle::changed` this index has caught up with.
     pub seen: usize,
 }
@@ -39,12 +42,15 @@ pub(super) struct RoomIndex {
 pub(super) struct WalkScratch {
     walk: u32,
     nodes: Vec<(u32, NodeFree, u64)>,
+    /// The nodes this walk has copied.
+    touched: Vec<usize>,
 }
 
 impl WalkScratch {
     /// Starts a walk over `n` nodes: every entry stale.
     fn begin(&mut self, n: usize, blank: &NodeFree) {
         self.walk = self.walk.wrapping_add(1);
+        self.touched.clear();
         if self.walk == 0 || self.nodes.len() != n {
             self.walk = 1;
             self.nodes = vec![(0, blank.clone(), 0); n];
@@ -255,6 +261,7 @@ impl Cycle<'_> {
         held: Option<(&BTreeSet<usize>, i64)>,
         runtime: Option<i64>,
     ) -> Option<(i64, Vec<Landing>)> {
+        self.index_ends();
         let key: RoomKey = (
             shape.member.clone(),
             shape.pools.clone(),
@@ -313,20 +320,27 @@ impl Cycle<'_> {
         }
         let mut slots = vec![0u64; fleet.nodes.len()];
         let mut room = vec![0u64; groups];
+        let mut roomy = vec![BTreeSet::new(); groups];
         for (n, node) in fleet.nodes.iter().enumerate() {
             let (Some(Some(g)), Some(f)) = (group_of.get(n), now_free.get(n)) else {
                 continue;
             };
             let s = gang::member_slots(&ctx, node, f, member);
-            if let (Some(slot), Some(r)) = (slots.get_mut(n), room.get_mut(*g)) {
+            if let (Some(slot), Some(r), Some(set)) =
+                (slots.get_mut(n), room.get_mut(*g), roomy.get_mut(*g))
+            {
                 *slot = s;
                 *r += s;
+                if s > 0 {
+                    set.insert(n);
+                }
             }
         }
         RoomIndex {
             slots,
             group_of,
             room,
+            roomy,
             seen: self.changed.len(),
         }
     }
@@ -345,9 +359,18 @@ impl Cycle<'_> {
                 continue;
             };
             let s = gang::member_slots(&ctx, node, f, member);
-            if let (Some(slot), Some(r)) = (index.slots.get_mut(n), index.room.get_mut(g)) {
+            if let (Some(slot), Some(r), Some(set)) = (
+                index.slots.get_mut(n),
+                index.room.get_mut(g),
+                index.roomy.get_mut(g),
+            ) {
                 *r = (*r + s).saturating_sub(*slot);
                 *slot = s;
+                if s > 0 {
+                    set.insert(n);
+                } else {
+                    set.remove(&n);
+                }
             }
         }
         index.seen = self.changed.len();
@@ -510,6 +533,7 @@ impl Cycle<'_> {
                     if entry.0 != walk {
                         entry.0 = walk;
                         entry.1.copy_from(current);
+                        free.touched.push(c.node);
                     }
                     give_on(&ctx, node, &mut entry.1, holder.member, &c.on, cap);
                     entry.2 = gang::member_slots(&ctx, node, &entry.1, member);
@@ -528,9 +552,22 @@ impl Cycle<'_> {
             }
         }
         let (start, g) = found?;
-        // The nodes that hold the members, roomiest first.
-        let mut nodes: Vec<(u64, usize)> = (0..fleet.nodes.len())
+        // The nodes that hold the members, roomiest first. Only a node with a slot now,
+        // one the walk touched, or a booked one can have room.
+        let mut candidates: Vec<usize> = index
+            .roomy
+            .get(g)
+            .into_iter()
+            .flatten()
+            .chain(&free.touched)
+            .chain(counted.keys())
+            .copied()
             .filter(|n| group_of.get(*n).copied().flatten() == Some(g))
+            .collect();
+        candidates.sort_unstable();
+        candidates.dedup();
+        let mut nodes: Vec<(u64, usize)> = candidates
+            .into_iter()
             .map(|n| match counted.get(&n) {
                 Some(c) => (*c, n),
                 None => (slots(free, n, start), n),

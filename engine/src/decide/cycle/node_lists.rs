@@ -1,0 +1,92 @@
+//! [`NodeLists`]: holders by node, filled in one batch while the running jobs are held,
+//! then laid out flat (one offset per node), so a cycle allocates two vectors for them,
+//! not one list per node.
+
+#[derive(Debug, Default)]
+pub(super) struct NodeLists {
+    /// (node, holder) in the order pushed, until laid out.
+    pending: Vec<(usize, usize)>,
+    /// Node `n`'s holders are `items[start[n]..start[n + 1]]`, in the order pushed.
+    start: Vec<usize>,
+    items: Vec<usize>,
+    nodes: usize,
+}
+
+impl NodeLists {
+    pub fn new(nodes: usize) -> NodeLists {
+        NodeLists {
+            nodes,
+            ..NodeLists::default()
+        }
+    }
+
+    /// Adds `holder` to `node`'s list. Lists are laid out again if already laid out
+    /// (the cycle adds none after its running jobs, so that never costs in practice).
+    pub fn push(&mut self, node: usize, holder: usize) {
+        if node >= self.nodes {
+            return;
+        }
+        if !self.start.is_empty() {
+            self.pending = (0..self.nodes)
+                .flat_map(|n| self.get(n).iter().map(move |h| (n, *h)))
+                .collect();
+            self.start.clear();
+            self.items.clear();
+            self.pending.push((node, holder));
+            self.lay_out();
+            return;
+        }
+        self.pending.push((node, holder));
+    }
+
+    /// Lays the lists out flat (a counting sort by node, stable within a node).
+    pub fn lay_out(&mut self) {
+        if !self.start.is_empty() {
+            return;
+        }
+        let (start, pairs) = crate::core::buckets::by_key(&self.pending, self.nodes, |p| p.0);
+        self.start = start;
+        self.items = pairs.into_iter().map(|(_, h)| h).collect();
+        self.pending = Vec::new();
+    }
+
+    /// Node `node`'s holders in the order pushed (empty before [`NodeLists::lay_out`]).
+    pub fn get(&self, node: usize) -> &[usize] {
+        match (self.start.get(node), self.start.get(node + 1)) {
+            (Some(a), Some(b)) => self.items.get(*a..*b).unwrap_or(&[]),
+            _ => &[],
+        }
+    }
+
+    /// Every node's list, in node order.
+    pub fn iter(&self) -> impl Iterator<Item = &[usize]> + '_ {
+        (0..self.nodes).map(|n| self.get(n))
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_keep_push_order_per_node_and_take_late_pushes() {
+        let mut l = NodeLists::new(3);
+        for (n, h) in [(2, 0), (0, 1), (2, 2), (7, 3), (0, 4)] {
+            l.push(n, h);
+        }
+        l.lay_out();
+        assert_eq!(l.get(0), &[1, 4]);
+        assert_eq!(l.get(1), &[] as &[usize]);
+        assert_eq!(l.get(2), &[0, 2]);
+        assert_eq!(l.get(3), &[] as &[usize], "no node 3");
+        l.push(1, 5);
+        l.push(0, 6);
+        let all: Vec<Vec<usize>> = l.iter().map(<[usize]>::to_vec).collect();
+        assert_eq!(all, vec![vec![1, 4, 6], vec![5], vec![0, 2]]);
+        assert_eq!(l.len(), 3);
+    }
+}
