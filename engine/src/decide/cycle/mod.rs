@@ -3,7 +3,7 @@
 mod bookings;
 mod decider;
 mod explain;
-mod node_lists;
+mod holder_lists;
 mod preempt;
 mod quota_gate;
 mod reserve;
@@ -75,14 +75,15 @@ struct Cycle<'a> {
     /// Shapes and priorities for which no victim set exists this cycle.
     no_victims: FxHashSet<(JobShape, preempt::Asker)>,
     /// Running jobs (preemption candidates) by node.
-    holders_on: node_lists::NodeLists,
+    holders_on: holder_lists::HolderLists,
     /// Running jobs rule 1 protects for a while, by node, and whether there are any.
-    protected_on: node_lists::NodeLists,
+    protected_on: holder_lists::HolderLists,
     any_protected: bool,
     /// Holders with a runtime estimate by expected end, for earliest-start estimates.
     ends: BTreeSet<(i64, usize)>,
     /// Running jobs (preemption candidates) by team index.
-    holders_of: BTreeMap<Option<usize>, Vec<usize>>,
+    /// (by [`Cycle::team_slot`]).
+    holders_of: holder_lists::HolderLists,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
     /// While set, the ledger's derived figures and the `standing` of the teams marked in
@@ -114,7 +115,8 @@ struct Cycle<'a> {
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
     /// The fleet's pools, once each, in fleet order.
-    fleet_pools: Vec<Option<String>>,
+    /// (listed on first use).
+    fleet_pools: std::cell::OnceCell<Vec<Option<String>>>,
     eta_memo: HashMap<explain::EtaKey, Option<i64>>,
     /// Room per shape for earliest-start estimates, kept up to date node by node.
     room_cache: HashMap<reserve::RoomKey, reserve::RoomIndex>,
@@ -389,11 +391,11 @@ fn decide_cycle(
         running_submits: None,
         no_victims: FxHashSet::default(),
         lowest_victim_priority: None,
-        holders_on: node_lists::NodeLists::new(fleet.nodes.len()),
-        protected_on: node_lists::NodeLists::new(fleet.nodes.len()),
+        holders_on: holder_lists::HolderLists::new(fleet.nodes.len(), snapshot.jobs.len()),
+        protected_on: holder_lists::HolderLists::new(fleet.nodes.len(), 0),
         any_protected: false,
         ends: BTreeSet::new(),
-        holders_of: BTreeMap::new(),
+        holders_of: holder_lists::HolderLists::new(program.teams.len() + 2, snapshot.jobs.len()),
         team_ends: BTreeMap::new(),
         ends_deferred: true,
         ends_built: false,
@@ -413,19 +415,12 @@ fn decide_cycle(
             .collect(),
         standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::default(),
-        changed: Vec::new(),
+        // Every running member is logged once, and most jobs run one member.
+        changed: Vec::with_capacity(snapshot.jobs.len()),
         released: 0,
         unfit: HashMap::default(),
         guarantee_blocks: HashMap::default(),
-        fleet_pools: {
-            let mut pools: Vec<Option<String>> = Vec::new();
-            for n in &fleet.nodes {
-                if !pools.contains(&n.pool) {
-                    pools.push(n.pool.clone());
-                }
-            }
-            pools
-        },
+        fleet_pools: std::cell::OnceCell::new(),
         eta_memo: HashMap::default(),
         room_cache: HashMap::default(),
         walk_scratch: reserve::WalkScratch::default(),
@@ -463,12 +458,13 @@ impl<'a> Cycle<'a> {
     fn run(&mut self) -> Plan {
         let snapshot = self.snapshot;
         // Running jobs first, committed in one batch.
-        self.placer
-            .take_running(snapshot.jobs.iter().flat_map(|js| {
-                js.running
-                    .iter()
-                    .flat_map(move |r| r.members.iter().map(move |c| (&js.job.shape.member, c)))
-            }));
+        let mut running = Vec::with_capacity(snapshot.jobs.len());
+        running.extend(snapshot.jobs.iter().flat_map(|js| {
+            js.running
+                .iter()
+                .flat_map(move |r| r.members.iter().map(move |c| (&js.job.shape.member, c)))
+        }));
+        self.placer.take_running(running);
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
                 self.hold_committed(js, std::borrow::Cow::Borrowed(&r.members));
@@ -662,6 +658,19 @@ impl<'a> Cycle<'a> {
         self.snapshot.fleet.nodes.get(i).map(|n| n.name.clone())
     }
 
+    /// The fleet's pools, once each, in fleet order.
+    fn fleet_pools(&self) -> &[Option<String>] {
+        self.fleet_pools.get_or_init(|| {
+            let mut pools: Vec<Option<String>> = Vec::new();
+            for n in &self.snapshot.fleet.nodes {
+                if !pools.contains(&n.pool) {
+                    pools.push(n.pool.clone());
+                }
+            }
+            pools
+        })
+    }
+
     fn pool_of(&self, node: usize) -> Option<&'a str> {
         self.snapshot
             .fleet
@@ -802,7 +811,9 @@ impl<'a> Cycle<'a> {
             for n in nodes.clone() {
                 self.holders_on.push(n, h);
             }
-            self.holders_of.entry(team_ix).or_default().push(h);
+            if let Some(slot) = self.team_slot(team_ix) {
+                self.holders_of.push(slot, h);
+            }
         }
         if protected.is_some() {
             self.any_protected = true;
@@ -851,6 +862,7 @@ impl<'a> Cycle<'a> {
         self.ends_deferred = false;
         self.holders_on.lay_out();
         self.protected_on.lay_out();
+        self.holders_of.lay_out();
         self.ledger.settle();
         for ix in 0..self.usage_deferred.len() {
             if self.usage_deferred.get(ix).copied().unwrap_or(false) {
@@ -898,6 +910,23 @@ impl<'a> Cycle<'a> {
     /// a name the policy does not define (it has no quota to protect).
     fn team_ix(&self, team: Option<&str>) -> Option<usize> {
         team.map(|t| self.team_index.get(t).copied().unwrap_or(usize::MAX))
+    }
+
+    /// A team index's slot in `holders_of`: the policy's teams, then no team, then a
+    /// team the policy does not define; `None` for anything else (a sentinel).
+    fn team_slot(&self, team: Option<usize>) -> Option<usize> {
+        let teams = self.program.teams.len();
+        match team {
+            None => Some(teams),
+            Some(usize::MAX) => Some(teams + 1),
+            Some(i) => (i < teams).then_some(i),
+        }
+    }
+
+    /// The running holders the victim rules may pick from, of one team index.
+    fn holders_of(&self, team: Option<usize>) -> &[usize] {
+        self.team_slot(team)
+            .map_or(&[], |slot| self.holders_of.get(slot))
     }
 
     fn release_holder(&mut self, h: usize) {

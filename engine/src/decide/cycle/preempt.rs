@@ -399,12 +399,10 @@ impl<'a> Cycle<'a> {
     /// their victim indexes.
     fn own_victims_team(&self, js: &JobState, priority: i64) -> Option<usize> {
         let team = self.team_ix(js.job.team.as_deref());
-        let lower = self.holders_of.get(&team).is_some_and(|hs| {
-            hs.iter().any(|h| {
-                self.holders
-                    .get(*h)
-                    .is_some_and(|x| !x.evicted && x.victim.is_some_and(|v| v.priority < priority))
-            })
+        let lower = self.holders_of(team).iter().any(|h| {
+            self.holders
+                .get(*h)
+                .is_some_and(|x| !x.evicted && x.victim.is_some_and(|v| v.priority < priority))
         });
         if lower {
             team
@@ -789,10 +787,8 @@ impl<'a> Cycle<'a> {
             }
             None if overlay => {
                 let nodes: BTreeSet<usize> = self
-                    .holders_of
-                    .get(&asker.team)
-                    .into_iter()
-                    .flatten()
+                    .holders_of(asker.team)
+                    .iter()
                     .filter_map(|h| self.holders.get(*h))
                     .flat_map(|x| x.choices.iter().map(|c| c.node))
                     .collect();
@@ -890,11 +886,7 @@ impl<'a> Cycle<'a> {
         asker: &Asker,
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
         let teams = std::iter::once(asker.team).chain(asker.reclaimable.iter().map(|t| Some(*t)));
-        let candidates: Vec<usize> = teams
-            .filter_map(|t| self.holders_of.get(&t))
-            .flatten()
-            .copied()
-            .collect();
+        let candidates: Vec<usize> = teams.flat_map(|t| self.holders_of(t)).copied().collect();
         let mut ranked: Vec<Rank> = candidates
             .into_iter()
             .filter_map(|h| match self.victim_rank(h, asker) {

@@ -1,26 +1,28 @@
-//! [`NodeLists`]: holders by node, filled in one batch while the running jobs are held,
-//! then laid out flat (one offset per node), so a cycle allocates two vectors for them,
-//! not one list per node.
+//! [`HolderLists`]: holders by a small index (a node, a team), filled in one batch while
+//! the running jobs are held, then laid out flat (one offset per index), so a cycle
+//! allocates two vectors for them, not one growing list per node or team.
 
 #[derive(Debug, Default)]
-pub(super) struct NodeLists {
+pub(super) struct HolderLists {
     /// (node, holder) in the order pushed, until laid out.
     pending: Vec<(usize, usize)>,
-    /// Node `n`'s holders are `items[start[n]..start[n + 1]]`, in the order pushed.
+    /// Index `n`'s holders are `items[start[n]..start[n + 1]]`, in the order pushed.
     start: Vec<usize>,
     items: Vec<usize>,
     nodes: usize,
 }
 
-impl NodeLists {
-    pub fn new(nodes: usize) -> NodeLists {
-        NodeLists {
+impl HolderLists {
+    /// Lists for indexes below `nodes`, room for `expected` pushes.
+    pub fn new(nodes: usize, expected: usize) -> HolderLists {
+        HolderLists {
             nodes,
-            ..NodeLists::default()
+            pending: Vec::with_capacity(expected),
+            ..HolderLists::default()
         }
     }
 
-    /// Adds `holder` to `node`'s list. Lists are laid out again if already laid out
+    /// Adds `holder` to index `node`'s list. Lists are laid out again if already laid out
     /// (the cycle adds none after its running jobs, so that never costs in practice).
     pub fn push(&mut self, node: usize, holder: usize) {
         if node >= self.nodes {
@@ -39,7 +41,7 @@ impl NodeLists {
         self.pending.push((node, holder));
     }
 
-    /// Lays the lists out flat (a counting sort by node, stable within a node).
+    /// Lays the lists out flat (a counting sort by index, stable within one).
     pub fn lay_out(&mut self) {
         if !self.start.is_empty() {
             return;
@@ -50,7 +52,7 @@ impl NodeLists {
         self.pending = Vec::new();
     }
 
-    /// Node `node`'s holders in the order pushed (empty before [`NodeLists::lay_out`]).
+    /// Index `node`'s holders in the order pushed (empty before [`HolderLists::lay_out`]).
     pub fn get(&self, node: usize) -> &[usize] {
         match (self.start.get(node), self.start.get(node + 1)) {
             (Some(a), Some(b)) => self.items.get(*a..*b).unwrap_or(&[]),
@@ -58,7 +60,7 @@ impl NodeLists {
         }
     }
 
-    /// Every node's list, in node order.
+    /// Every index's list, in order.
     pub fn iter(&self) -> impl Iterator<Item = &[usize]> + '_ {
         (0..self.nodes).map(|n| self.get(n))
     }
@@ -74,7 +76,7 @@ mod tests {
 
     #[test]
     fn lists_keep_push_order_per_node_and_take_late_pushes() {
-        let mut l = NodeLists::new(3);
+        let mut l = HolderLists::new(3, 0);
         for (n, h) in [(2, 0), (0, 1), (2, 2), (7, 3), (0, 4)] {
             l.push(n, h);
         }
