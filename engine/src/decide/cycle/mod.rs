@@ -81,8 +81,7 @@ struct Cycle<'a> {
     any_protected: bool,
     /// Holders with a runtime estimate by expected end, for earliest-start estimates.
     ends: BTreeSet<(i64, usize)>,
-    /// Running jobs (preemption candidates) by team index.
-    /// (by [`Cycle::team_slot`]).
+    /// Running jobs (preemption candidates) by team ([`Cycle::team_slot`]).
     holders_of: holder_lists::HolderLists,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
@@ -114,8 +113,7 @@ struct Cycle<'a> {
     /// The lowest tier priority among preemptible running jobs: a job at or below it
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
-    /// The fleet's pools, once each, in fleet order.
-    /// (listed on first use).
+    /// The fleet's pools, once each, in fleet order (listed on first use).
     fleet_pools: std::cell::OnceCell<Vec<Option<String>>>,
     eta_memo: HashMap<explain::EtaKey, Option<i64>>,
     /// Room per shape for earliest-start estimates, kept up to date node by node.
@@ -639,17 +637,20 @@ impl<'a> Cycle<'a> {
 
     /// The job's runtime estimate: its own, else its team's default, else its tier's.
     fn runtime(&self, js: &JobState) -> Option<i64> {
-        js.job
-            .runtime_s
-            .map(|r| r as i64)
-            .or_else(|| self.default_runtime(self.team_ix(js.job.team.as_deref()), self.tier(js)))
+        self.runtime_of(js, self.team_ix(js.job.team.as_deref()), self.tier(js))
     }
 
-    /// The runtime a job without its own estimate gets: its team's default, else its
-    /// tier's.
-    fn default_runtime(&self, team_ix: Option<usize>, tier: Option<&Tier>) -> Option<i64> {
-        team_ix
-            .and_then(|t| self.program.teams.get(t)?.default_runtime_s)
+    /// [`Cycle::runtime`] with the job's team and tier already looked up: its own
+    /// estimate, else its team's default, else its tier's.
+    fn runtime_of(
+        &self,
+        js: &JobState,
+        team_ix: Option<usize>,
+        tier: Option<&Tier>,
+    ) -> Option<i64> {
+        js.job
+            .runtime_s
+            .or_else(|| team_ix.and_then(|t| self.program.teams.get(t)?.default_runtime_s))
             .or_else(|| tier?.default_runtime_s)
             .map(|r| r as i64)
     }
@@ -827,12 +828,9 @@ impl<'a> Cycle<'a> {
                     .map_or(v.priority, |p| p.min(v.priority)),
             );
         }
-        let runtime = js
-            .job
-            .runtime_s
-            .map(|r| r as i64)
-            .or_else(|| self.default_runtime(team_ix, tier));
-        let ends_at = runtime.map(|r| (started + r).max(self.now));
+        let ends_at = self
+            .runtime_of(js, team_ix, tier)
+            .map(|r| (started + r).max(self.now));
         if self.ends_built {
             if let Some(end) = ends_at {
                 self.ends.insert((end, self.holders.len()));
