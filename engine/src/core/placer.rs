@@ -252,12 +252,12 @@ impl<'a> Placer<'a> {
         };
         let nodes = self.fleet.nodes.len();
         kept.held.resize_with(nodes, Vec::new);
-        let listed_members: Vec<(usize, &Request, &OnNode)> = members
+        let flat: Vec<(usize, &Request, &OnNode)> = members
             .into_iter()
             .map(|(r, c)| (c.node, r, &c.on))
             .collect();
         // Members of a node stay in snapshot order.
-        let (_, now) = super::buckets::by_key(&listed_members, nodes, |m| m.0);
+        let (_, now) = super::buckets::by_key(&flat, nodes, |m| m.0);
         let mut listed = vec![false; nodes];
         for list in now.chunk_by(|a, b| a.0 == b.0) {
             let Some(&(node, _, _)) = list.first() else {

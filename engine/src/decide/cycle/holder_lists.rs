@@ -4,41 +4,41 @@
 
 #[derive(Debug, Default)]
 pub(super) struct HolderLists {
-    /// (node, holder) in the order pushed, until laid out.
+    /// (index, holder) in the order pushed, until laid out.
     pending: Vec<(usize, usize)>,
     /// Index `n`'s holders are `items[start[n]..start[n + 1]]`, in the order pushed.
     start: Vec<usize>,
     items: Vec<usize>,
-    nodes: usize,
+    indexes: usize,
 }
 
 impl HolderLists {
-    /// Lists for indexes below `nodes`, room for `expected` pushes.
-    pub fn new(nodes: usize, expected: usize) -> HolderLists {
+    /// Lists for indexes below `indexes`, room for `expected` pushes.
+    pub fn new(indexes: usize, expected: usize) -> HolderLists {
         HolderLists {
-            nodes,
+            indexes,
             pending: Vec::with_capacity(expected),
             ..HolderLists::default()
         }
     }
 
-    /// Adds `holder` to index `node`'s list. Lists are laid out again if already laid out
+    /// Adds `holder` to `index`'s list. Lists are laid out again if already laid out
     /// (the cycle adds none after its running jobs, so that never costs in practice).
-    pub fn push(&mut self, node: usize, holder: usize) {
-        if node >= self.nodes {
+    pub fn push(&mut self, index: usize, holder: usize) {
+        if index >= self.indexes {
             return;
         }
         if !self.start.is_empty() {
-            self.pending = (0..self.nodes)
-                .flat_map(|n| self.get(n).iter().map(move |h| (n, *h)))
+            self.pending = (0..self.indexes)
+                .flat_map(|i| self.get(i).iter().map(move |h| (i, *h)))
                 .collect();
             self.start.clear();
             self.items.clear();
-            self.pending.push((node, holder));
+            self.pending.push((index, holder));
             self.lay_out();
             return;
         }
-        self.pending.push((node, holder));
+        self.pending.push((index, holder));
     }
 
     /// Lays the lists out flat (a counting sort by index, stable within one).
@@ -46,15 +46,15 @@ impl HolderLists {
         if !self.start.is_empty() {
             return;
         }
-        let (start, pairs) = crate::core::buckets::by_key(&self.pending, self.nodes, |p| p.0);
+        let (start, pairs) = crate::core::buckets::by_key(&self.pending, self.indexes, |p| p.0);
         self.start = start;
         self.items = pairs.into_iter().map(|(_, h)| h).collect();
         self.pending = Vec::new();
     }
 
-    /// Index `node`'s holders in the order pushed (empty before [`HolderLists::lay_out`]).
-    pub fn get(&self, node: usize) -> &[usize] {
-        match (self.start.get(node), self.start.get(node + 1)) {
+    /// `index`'s holders in the order pushed (empty before [`HolderLists::lay_out`]).
+    pub fn get(&self, index: usize) -> &[usize] {
+        match (self.start.get(index), self.start.get(index + 1)) {
             (Some(a), Some(b)) => self.items.get(*a..*b).unwrap_or(&[]),
             _ => &[],
         }
@@ -62,11 +62,11 @@ impl HolderLists {
 
     /// Every index's list, in order.
     pub fn iter(&self) -> impl Iterator<Item = &[usize]> + '_ {
-        (0..self.nodes).map(|n| self.get(n))
+        (0..self.indexes).map(|i| self.get(i))
     }
 
     pub fn len(&self) -> usize {
-        self.nodes
+        self.indexes
     }
 }
 
@@ -75,7 +75,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lists_keep_push_order_per_node_and_take_late_pushes() {
+    fn lists_keep_push_order_per_index_and_take_late_pushes() {
         let mut l = HolderLists::new(3, 0);
         for (n, h) in [(2, 0), (0, 1), (2, 2), (7, 3), (0, 4)] {
             l.push(n, h);
@@ -84,7 +84,7 @@ mod tests {
         assert_eq!(l.get(0), &[1, 4]);
         assert_eq!(l.get(1), &[] as &[usize]);
         assert_eq!(l.get(2), &[0, 2]);
-        assert_eq!(l.get(3), &[] as &[usize], "no node 3");
+        assert_eq!(l.get(3), &[] as &[usize], "no index 3");
         l.push(1, 5);
         l.push(0, 6);
         let all: Vec<Vec<usize>> = l.iter().map(<[usize]>::to_vec).collect();

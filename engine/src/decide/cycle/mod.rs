@@ -35,7 +35,6 @@ use std::collections::{BTreeMap, BTreeSet};
 #[derive(Debug, Clone)]
 struct Holder<'a> {
     id: &'a str,
-    team: Option<&'a str>,
     /// The team as an index into the policy's teams (see [`Cycle::team_ix`]).
     team_ix: Option<usize>,
     member: &'a Request,
@@ -85,9 +84,9 @@ struct Cycle<'a> {
     holders_of: holder_lists::HolderLists,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
-    /// While set, the ledger's derived figures and the `standing` of the teams marked in
-    /// `usage_deferred` wait for [`Cycle::settle_running`].
-    ends_deferred: bool,
+    /// While the running jobs are held in one batch: the ledger's derived figures and the
+    /// `standing` of the teams marked in `usage_deferred` wait for [`Cycle::settle_running`].
+    holding_batch: bool,
     /// Whether `ends` and `team_ends` hold every holder; built on first use
     /// ([`Cycle::index_ends`]), as most replay cycles never read them.
     ends_built: bool,
@@ -395,7 +394,7 @@ fn decide_cycle(
         ends: BTreeSet::new(),
         holders_of: holder_lists::HolderLists::new(program.teams.len() + 2, snapshot.jobs.len()),
         team_ends: BTreeMap::new(),
-        ends_deferred: true,
+        holding_batch: true,
         ends_built: false,
         usage_deferred: vec![false; program.teams.len()],
         team_index: program
@@ -773,7 +772,7 @@ impl<'a> Cycle<'a> {
         for c in choices.iter() {
             self.changed.push(c.node);
             let pool = self.pool_of(c.node);
-            if self.ends_deferred {
+            if self.holding_batch {
                 self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
             } else {
                 self.ledger.charge(team_ix, pool, js.member_milli);
@@ -794,7 +793,7 @@ impl<'a> Cycle<'a> {
             _ => None,
         };
         // The running jobs, held in one batch, note each of their teams' usage once after.
-        if self.ends_deferred {
+        if self.holding_batch {
             if let Some(seen) = team_ix.and_then(|i| self.usage_deferred.get_mut(i)) {
                 *seen = true;
             }
@@ -843,7 +842,6 @@ impl<'a> Cycle<'a> {
         self.holders.push(Holder {
             member_milli: js.member_milli,
             id: js.id(),
-            team: js.job.team.as_deref(),
             team_ix,
             member,
             choices,
@@ -857,7 +855,7 @@ impl<'a> Cycle<'a> {
     /// Settles what [`Cycle::hold_committed`] deferred while the running jobs were held
     /// in one batch: the ledger's derived figures and the teams' standing.
     fn settle_running(&mut self) {
-        self.ends_deferred = false;
+        self.holding_batch = false;
         self.holders_on.lay_out();
         self.protected_on.lay_out();
         self.holders_of.lay_out();

@@ -481,8 +481,8 @@ impl<'a> Cycle<'a> {
             holder.evicted = true;
             let holder = holder.clone();
             let (grace_s, lost) = holder.victim.map_or((0, 0), |v| (v.grace_s, v.lost));
-            self.shares.hold(
-                holder.team,
+            self.shares.hold_team(
+                holder.team_ix,
                 Self::resources(holder.member, holder.member_milli, holder.choices.len())
                     .map(|x| -x),
             );
