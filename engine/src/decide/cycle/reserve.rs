@@ -422,7 +422,11 @@ impl Cycle<'_> {
                 f.gpu_milli.iter().filter(|m| **m >= MILLI).count() as u64
             })
         };
+        // A booked node: what the bookings leave spare, and nothing while it is held.
         let capped = |free: &WalkScratch, n: usize, at: i64| -> u64 {
+            if at < held_until && is_held(n) {
+                return 0;
+            }
             let until = runtime.map(|r| at.saturating_add(r));
             bookings.cap(n, (raw(free, n), whole_free(free, n)), member, at, until)
         };
@@ -444,10 +448,13 @@ impl Cycle<'_> {
             add(&mut room, n, c, raw(free, n));
             counted.insert(n, c);
         }
-        // Held nodes count nothing until the reservation's job ends.
+        // Held nodes count nothing until the reservation's job ends (booked ones are
+        // counted above).
         if self.now < held_until {
             for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
-                add(&mut room, *n, 0, index.slots.get(*n).copied().unwrap_or(0));
+                if !counted.contains_key(n) {
+                    add(&mut room, *n, 0, index.slots.get(*n).copied().unwrap_or(0));
+                }
             }
         }
         let winner = |room: &[u64]| room.iter().position(|r| *r >= members);
@@ -507,7 +514,16 @@ impl Cycle<'_> {
             };
             if h == usize::MAX {
                 for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
-                    if let Some(g) = add(&mut room, *n, slots(free, *n, end), 0) {
+                    // A booked node comes free only as far as its bookings leave room.
+                    let grown = match counted.get(n).copied() {
+                        Some(before) => {
+                            let after = capped(free, *n, end);
+                            counted.insert(*n, after);
+                            add(&mut room, *n, after, before)
+                        }
+                        None => add(&mut room, *n, slots(free, *n, end), 0),
+                    };
+                    if let Some(g) = grown {
                         found = found.or(Some((end, g)));
                     }
                 }
