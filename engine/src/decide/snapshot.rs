@@ -28,6 +28,12 @@ pub struct JobState {
     /// What one member counts for in quotas and fair share, in milli-GPUs: its GPUs ×
     /// share, or for MIG its instances' share of the GPU's compute slices.
     pub member_milli: u64,
+    /// The caller's name for this state, when it keeps states between cycles: a
+    /// [`super::Decider`] remembers what it worked out of a state by it, so two states
+    /// it is given with one revision must agree in `job` and in `running` (all but
+    /// `last_checkpoint_at`, which is read afresh each cycle). `None`: nothing is
+    /// remembered.
+    pub revision: Option<u64>,
 }
 
 impl JobState {
@@ -173,6 +179,7 @@ impl Snapshot {
                 job,
                 running,
                 member_milli,
+                revision: None,
             });
         }
         if errors.is_empty() {

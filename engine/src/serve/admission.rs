@@ -222,6 +222,7 @@ fn judge(
         member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
         job,
         running: None,
+        revision: None,
     };
     let refuse = |reason: crate::decide::plan::Reason| {
         let mut message = format!("gantry: {}", reason.message);

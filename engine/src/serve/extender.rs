@@ -105,6 +105,7 @@ fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<(JobShape, Option<String
         member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
         job,
         running: None,
+        revision: None,
     };
     if let Some(reason) = crate::decide::invalid_job(ctx.program, &js) {
         return Err(reason.message);

@@ -1,10 +1,11 @@
 //! [`Decider`]: `decide` for a caller that runs cycle after cycle over one fleet (the
 //! queue controller, the replay). It keeps the placer's indexes and the running jobs'
 //! allocation between cycles, keyed by the fleet and MIG table it was built for, and
-//! brings them up to date from the snapshot each cycle; the plan is the one `decide`
-//! makes of the same inputs, byte for byte.
+//! brings them up to date from the snapshot each cycle; it remembers each job's team and
+//! tier by the revision the caller gave the job's state (`JobState::revision`). The plan
+//! is the one `decide` makes of the same inputs, byte for byte.
 
-use super::decide_kept;
+use super::{decide_kept, Carried};
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
 use crate::core::placer::PlacerState;
@@ -18,12 +19,12 @@ pub struct Decider {
     kept: Option<Kept>,
 }
 
-/// The placer state and the inputs it was built from.
+/// What the last cycle left, and the fleet and MIG table its placer state was built for.
 #[derive(Debug)]
 struct Kept {
     fleet: Arc<Fleet>,
     mig: MigTable,
-    placer: PlacerState,
+    carried: Carried,
 }
 
 impl Decider {
@@ -33,22 +34,30 @@ impl Decider {
 
     /// The plan [`super::decide`] makes of the same inputs.
     pub fn decide(&mut self, program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
-        let (fleet, mig, placer) = match self.kept.take() {
+        let (mig, carried) = match self.kept.take() {
             // The same fleet at a glance when the caller kept its `Arc`; else compared.
             Some(k)
                 if (Arc::ptr_eq(&k.fleet, &snapshot.fleet) || k.fleet == snapshot.fleet)
                     && k.mig == snapshot.mig =>
             {
-                (Arc::clone(&snapshot.fleet), k.mig, k.placer)
+                (k.mig, k.carried)
             }
-            _ => (
-                Arc::clone(&snapshot.fleet),
+            // Another fleet: the placer starts afresh; jobs' teams and tiers still hold.
+            k => (
                 snapshot.mig.clone(),
-                PlacerState::new(&snapshot.fleet, &snapshot.mig),
+                Carried {
+                    placer: PlacerState::new(&snapshot.fleet, &snapshot.mig),
+                    memo: k.map(|k| k.carried.memo).unwrap_or_default(),
+                },
             ),
         };
-        let (plan, _, placer) = decide_kept(program, snapshot, now, None, Some(placer));
-        self.kept = placer.map(|placer| Kept { fleet, mig, placer });
+        let fleet = Arc::clone(&snapshot.fleet);
+        let (plan, _, carried) = decide_kept(program, snapshot, now, None, Some(carried));
+        self.kept = carried.map(|carried| Kept {
+            fleet,
+            mig,
+            carried,
+        });
         plan
     }
 }

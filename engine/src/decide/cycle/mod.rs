@@ -4,6 +4,8 @@ mod bookings;
 mod decider;
 mod explain;
 mod holder_lists;
+mod job_memo;
+mod names;
 mod preempt;
 mod quota_gate;
 mod reserve;
@@ -92,9 +94,9 @@ struct Cycle<'a> {
     ends_built: bool,
     usage_deferred: Vec<bool>,
     /// Each policy team's index, by name.
-    team_index: HashMap<&'a str, usize>,
+    team_index: names::NameIndex<'a, usize>,
     /// Each policy tier by name (read for every running job).
-    tier_index: HashMap<&'a str, &'a Tier>,
+    tier_index: names::NameIndex<'a, usize>,
     /// Each policy team's usage (by index), kept in step with the ledger.
     standing: Vec<Standing>,
     /// Per (member, pools, asker): each node's cheapest victim set.
@@ -124,6 +126,8 @@ struct Cycle<'a> {
     preemptions: Vec<Preemption>,
     /// The story of one job, when asked for (`gantry plan --job`).
     story: Option<story::Story>,
+    /// Jobs' teams and tiers by revision, kept by a [`Decider`].
+    memo: Option<job_memo::JobMemo>,
 }
 
 /// A policy team's usage as the victim rules read it (a copy of the ledger's, so the hot
@@ -165,15 +169,22 @@ fn decide_with_story(
     (plan, story)
 }
 
-/// What a decision cycle works with besides its inputs: the story asked for and the
-/// placer state kept from the last cycle (see [`super::Decider`]).
+/// What a [`super::Decider`] keeps from one cycle for the next.
+#[derive(Debug)]
+struct Carried {
+    placer: PlacerState,
+    memo: job_memo::JobMemo,
+}
+
+/// What a decision cycle works with besides its inputs: the story asked for and what
+/// the last cycle left (see [`super::Decider`]).
 fn decide_kept(
     program: &Program,
     snapshot: &Snapshot,
     now: i64,
     story: Option<story::Story>,
-    kept: Option<PlacerState>,
-) -> (Plan, Option<story::Story>, Option<PlacerState>) {
+    kept: Option<Carried>,
+) -> (Plan, Option<story::Story>, Option<Carried>) {
     match with_defaults(program, snapshot) {
         Some(defaulted) => decide_defaulted(program, &defaulted, now, story, kept),
         None => decide_defaulted(program, snapshot, now, story, kept),
@@ -203,8 +214,8 @@ fn decide_defaulted(
     snapshot: &Snapshot,
     now: i64,
     story: Option<story::Story>,
-    kept: Option<PlacerState>,
-) -> (Plan, Option<story::Story>, Option<PlacerState>) {
+    kept: Option<Carried>,
+) -> (Plan, Option<story::Story>, Option<Carried>) {
     if snapshot.interrupted.is_empty() {
         return decide_cycle(program, snapshot, now, Vec::new(), story, kept);
     }
@@ -360,14 +371,23 @@ fn decide_cycle(
     now: i64,
     stops: Vec<Preemption>,
     story: Option<story::Story>,
-    kept: Option<PlacerState>,
-) -> (Plan, Option<story::Story>, Option<PlacerState>) {
+    kept: Option<Carried>,
+) -> (Plan, Option<story::Story>, Option<Carried>) {
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
-    let placer = match kept {
-        Some(kept) => Placer::resume(fleet, strategy, &workload, &snapshot.mig, 0, kept),
-        None => Placer::new(fleet, strategy, &workload, &snapshot.mig, 0),
+    let (placer, memo) = match kept {
+        Some(Carried { placer, mut memo }) => {
+            memo.begin(program);
+            (
+                Placer::resume(fleet, strategy, &workload, &snapshot.mig, 0, placer),
+                Some(memo),
+            )
+        }
+        None => (
+            Placer::new(fleet, strategy, &workload, &snapshot.mig, 0),
+            None,
+        ),
     };
     let capacity: Resources = [
         fleet.gpu_milli_capacity() as f64,
@@ -397,19 +417,20 @@ fn decide_cycle(
         holding_batch: true,
         ends_built: false,
         usage_deferred: vec![false; program.teams.len()],
-        team_index: program
-            .teams
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.name.as_str(), i))
-            .collect(),
-        // Reversed, so the first of a name wins, as `Program::tier` finds it.
-        tier_index: program
-            .tiers
-            .iter()
-            .rev()
-            .map(|t| (t.name.as_str(), t))
-            .collect(),
+        team_index: names::NameIndex::new(
+            program
+                .teams
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.name.as_str(), i)),
+        ),
+        tier_index: names::NameIndex::new(
+            program
+                .tiers
+                .iter()
+                .enumerate()
+                .map(|(i, t)| (t.name.as_str(), i)),
+        ),
         standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::default(),
         // Every running member is logged once, and most jobs run one member.
@@ -425,10 +446,15 @@ fn decide_cycle(
         eta_estimates: 0,
         preemptions: stops,
         story,
+        memo,
     };
     let mut plan = cycle.run();
     let story = cycle.story.take();
-    let kept = cycle.placer.into_kept();
+    let memo = cycle.memo.take();
+    let kept = cycle.placer.into_kept().map(|placer| Carried {
+        placer,
+        memo: memo.unwrap_or_default(),
+    });
     if !program.autoscale.is_empty() || !program.warm.is_empty() {
         let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
         // A job the new nodes will hold says so.
@@ -455,12 +481,15 @@ impl<'a> Cycle<'a> {
     fn run(&mut self) -> Plan {
         let snapshot = self.snapshot;
         // Running jobs first, committed in one batch.
+        // A plain loop: a nested `flat_map` cost several times as much per member.
         let mut running = Vec::with_capacity(snapshot.jobs.len());
-        running.extend(snapshot.jobs.iter().flat_map(|js| {
-            js.running
-                .iter()
-                .flat_map(move |r| r.members.iter().map(move |c| (&js.job.shape.member, c)))
-        }));
+        for js in &snapshot.jobs {
+            if let Some(r) = &js.running {
+                for c in &r.members {
+                    running.push((&js.job.shape.member, c));
+                }
+            }
+        }
         self.placer.take_running(running);
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
@@ -680,10 +709,28 @@ impl<'a> Cycle<'a> {
     }
 
     fn tier(&self, js: &JobState) -> Option<&'a Tier> {
-        js.job
-            .tier
-            .as_deref()
-            .and_then(|t| self.tier_index.get(t).copied())
+        self.tier_ix(js).and_then(|i| self.program.tiers.get(i))
+    }
+
+    /// The job's tier as an index into the policy's tiers.
+    fn tier_ix(&self, js: &JobState) -> Option<usize> {
+        js.job.tier.as_deref().and_then(|t| self.tier_index.get(t))
+    }
+
+    /// The job's team index and tier, remembered by revision when a [`Decider`] keeps
+    /// them.
+    fn resolve(&mut self, js: &JobState) -> (Option<usize>, Option<&'a Tier>) {
+        let known = js
+            .revision
+            .and_then(|r| self.memo.as_mut().and_then(|m| m.get(r)));
+        let (team, tier) = known.unwrap_or_else(|| {
+            let resolved = (self.team_ix(js.job.team.as_deref()), self.tier_ix(js));
+            if let (Some(r), Some(m)) = (js.revision, self.memo.as_mut()) {
+                m.insert(r, resolved);
+            }
+            resolved
+        });
+        (team, tier.and_then(|i| self.program.tiers.get(i)))
     }
 
     fn priority(&self, js: &JobState) -> i64 {
@@ -768,7 +815,7 @@ impl<'a> Cycle<'a> {
     /// [`Cycle::hold`] for a placement already committed in the placer.
     fn hold_committed(&mut self, js: &'a JobState, choices: std::borrow::Cow<'a, [Choice]>) {
         let member = &js.job.shape.member;
-        let team_ix = self.team_ix(js.job.team.as_deref());
+        let (team_ix, tier) = self.resolve(js);
         for c in choices.iter() {
             self.changed.push(c.node);
             let pool = self.pool_of(c.node);
@@ -783,7 +830,6 @@ impl<'a> Cycle<'a> {
             Self::resources(member, js.member_milli, choices.len()),
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
-        let tier = self.tier(js);
         let victim = js
             .running
             .as_ref()
@@ -905,7 +951,7 @@ impl<'a> Cycle<'a> {
     /// A team as an index into the policy's teams: `None` for no team, `usize::MAX` for
     /// a name the policy does not define (it has no quota to protect).
     fn team_ix(&self, team: Option<&str>) -> Option<usize> {
-        team.map(|t| self.team_index.get(t).copied().unwrap_or(usize::MAX))
+        team.map(|t| self.team_index.get(t).unwrap_or(usize::MAX))
     }
 
     /// A team index's slot in `holders_of`: the policy's teams, then no team, then a

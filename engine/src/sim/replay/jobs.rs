@@ -203,6 +203,7 @@ impl SimJob {
             job,
             running,
             member_milli: self.member_milli,
+            revision: None,
         })
     }
 

@@ -128,6 +128,9 @@ struct Sim<'p> {
     /// For each of `snapshot.jobs` (kept between cycles): its job, the job's revision and
     /// the fleet epoch it was built at.
     snapshot_tags: Vec<(usize, u64, u64)>,
+    /// Decision states built so far: each new one is given the next number as its
+    /// revision, so the decider can tell states apart without reading them.
+    states_built: u64,
     fleet_index: HashMap<String, usize>,
     snapshot: Snapshot,
     /// Keeps the placer's indexes between cycles (the plans are `decide`'s).
@@ -258,6 +261,7 @@ impl<'p> Sim<'p> {
             fleet_dirty: true,
             fleet_epoch: 0,
             snapshot_tags: Vec::new(),
+            states_built: 0,
             fleet_index: HashMap::new(),
             snapshot,
             decider: crate::decide::Decider::new(),

@@ -48,7 +48,9 @@ impl Sim<'_> {
                 continue;
             }
             match job.state(&self.snapshot.fleet, &self.fleet_index, now) {
-                Some(fresh) => {
+                Some(mut fresh) => {
+                    self.states_built += 1;
+                    fresh.revision = Some(self.states_built);
                     *state = fresh;
                     *tag = current;
                     keep.push(true);
@@ -69,7 +71,9 @@ impl Sim<'_> {
             let Some(job) = self.jobs.get(j).and_then(Slot::live) else {
                 continue;
             };
-            if let Some(state) = job.state(&self.snapshot.fleet, &self.fleet_index, now) {
+            if let Some(mut state) = job.state(&self.snapshot.fleet, &self.fleet_index, now) {
+                self.states_built += 1;
+                state.revision = Some(self.states_built);
                 self.snapshot.jobs.push(state);
                 self.snapshot_tags.push((j, job.revision, epoch));
             }
@@ -99,7 +103,13 @@ impl Sim<'_> {
                     }
                     Some(state)
                 }
-                None => job.state(&self.snapshot.fleet, &self.fleet_index, self.now),
+                None => job
+                    .state(&self.snapshot.fleet, &self.fleet_index, self.now)
+                    .map(|mut state| {
+                        self.states_built += 1;
+                        state.revision = Some(self.states_built);
+                        state
+                    }),
             };
             if let Some(state) = state {
                 states.push(state);

@@ -1,0 +1,197 @@
+//! [`JobMemo`]: what a kept [`super::Decider`] remembers of the job states it was given
+//! with a revision (`JobState::revision`): each one's team and tier as indexes into the
+//! policy. A cycle holds every running job again; reading each one's names cost more
+//! than anything else it did for the job (the strings lie all over the heap).
+
+use lang::ir::Program;
+use rustc_hash::FxHashMap as HashMap;
+
+/// A job's team (as `Cycle::team_ix` gives it) and tier (an index into the policy's
+/// tiers).
+pub(super) type Resolved = (Option<usize>, Option<usize>);
+
+#[derive(Debug, Default)]
+pub(super) struct JobMemo {
+    /// The policy names the indexes were taken for.
+    names: Names,
+    /// The last cycle's answers by revision, in the order it asked (snapshot order: a
+    /// caller that keeps its states keeps their order, so this cycle asks in nearly the
+    /// same order, and the answer is a few entries on from the last one).
+    last: Vec<(u64, Resolved)>,
+    /// Where in `last` the next answer is looked for first.
+    cursor: usize,
+    /// `last` by revision, built once this cycle has missed often (states reordered).
+    index: Option<HashMap<u64, usize>>,
+    misses: usize,
+    /// This cycle's answers, in order (`last` of the next cycle).
+    this: Vec<(u64, Resolved)>,
+}
+
+/// How far on from the last answer the next one is looked for: past states that went
+/// or changed since the last cycle.
+const WINDOW: usize = 8;
+/// Misses in one cycle before `last` is indexed.
+const MISSES_BEFORE_INDEX: usize = 16;
+
+/// The policy's team and tier names and its default ones: all a job's indexes depend on
+/// (defaults fill in jobs that name none before they are resolved).
+#[derive(Debug, Default, PartialEq)]
+struct Names {
+    teams: Vec<String>,
+    tiers: Vec<String>,
+    default_team: Option<String>,
+    default_tier: Option<String>,
+}
+
+impl Names {
+    fn matches(&self, program: &Program) -> bool {
+        self.teams.len() == program.teams.len()
+            && self.tiers.len() == program.tiers.len()
+            && self
+                .teams
+                .iter()
+                .zip(&program.teams)
+                .all(|(a, b)| *a == b.name)
+            && self
+                .tiers
+                .iter()
+                .zip(&program.tiers)
+                .all(|(a, b)| *a == b.name)
+            && self.default_team.as_deref() == program.default_team().map(|t| t.name.as_str())
+            && self.default_tier.as_deref() == program.default_tier().map(|t| t.name.as_str())
+    }
+
+    fn of(program: &Program) -> Names {
+        Names {
+            teams: program.teams.iter().map(|t| t.name.clone()).collect(),
+            tiers: program.tiers.iter().map(|t| t.name.clone()).collect(),
+            default_team: program.default_team().map(|t| t.name.clone()),
+            default_tier: program.default_tier().map(|t| t.name.clone()),
+        }
+    }
+}
+
+impl JobMemo {
+    /// Starts a cycle under `program`: forgets everything if its names changed.
+    pub fn begin(&mut self, program: &Program) {
+        if self.names.matches(program) {
+            self.last = std::mem::take(&mut self.this);
+        } else {
+            self.names = Names::of(program);
+            self.last.clear();
+            self.this.clear();
+        }
+        self.cursor = 0;
+        self.index = None;
+        self.misses = 0;
+    }
+
+    /// What `revision` resolved to last cycle (remembered for the next one).
+    pub fn get(&mut self, revision: u64) -> Option<Resolved> {
+        let ahead = self.last.get(self.cursor..).unwrap_or(&[]);
+        let found = match ahead.iter().take(WINDOW).position(|e| e.0 == revision) {
+            Some(k) => Some(self.cursor + k),
+            None => self.look_up(revision),
+        };
+        let at = found?;
+        let (_, resolved) = *self.last.get(at)?;
+        self.cursor = at + 1;
+        self.this.push((revision, resolved));
+        Some(resolved)
+    }
+
+    /// A revision not found next in order: new, or the states were reordered.
+    fn look_up(&mut self, revision: u64) -> Option<usize> {
+        self.misses += 1;
+        if self.index.is_none() && self.misses > MISSES_BEFORE_INDEX {
+            self.index = Some(
+                self.last
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (e.0, i))
+                    .collect(),
+            );
+        }
+        self.index.as_ref()?.get(&revision).copied()
+    }
+
+    pub fn insert(&mut self, revision: u64, resolved: Resolved) {
+        self.this.push((revision, resolved));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobMemo;
+
+    fn program(source: &str) -> lang::ir::Program {
+        let checked = lang::check(&[("p.gantry".to_string(), source.to_string())]);
+        checked.program.unwrap_or_default()
+    }
+
+    fn resolved(r: u64) -> super::Resolved {
+        (Some(r as usize), None)
+    }
+
+    #[test]
+    fn remembers_by_revision_until_the_policy_names_change() {
+        let a = program("use std.tiers\nteam a { guaranteed = 1 gpu }\n");
+        let b = program("use std.tiers\nteam b { guaranteed = 1 gpu }\n");
+        assert_eq!(
+            (a.teams.len(), b.teams.len()),
+            (1, 1),
+            "the policies compile"
+        );
+        let mut memo = JobMemo::default();
+        memo.begin(&a);
+        memo.insert(7, (Some(0), Some(0)));
+        memo.begin(&a);
+        assert_eq!(memo.get(8), None);
+        assert_eq!(memo.get(7), Some((Some(0), Some(0))));
+        // Remembered again for the next cycle, as asked.
+        memo.begin(&a);
+        assert_eq!(memo.get(7), Some((Some(0), Some(0))));
+        // Other team names: the indexes may mean other teams now.
+        memo.begin(&b);
+        assert_eq!(memo.get(7), None);
+    }
+
+    #[test]
+    fn finds_states_that_went_changed_or_moved_and_forgets_the_unasked() {
+        let a = program("use std.tiers\nteam a { guaranteed = 1 gpu }\n");
+        let mut memo = JobMemo::default();
+        memo.begin(&a);
+        for r in 0..100 {
+            memo.insert(r, resolved(r));
+        }
+        memo.begin(&a);
+        // In order, with some gone (1..=3), one changed (50 -> 1000) and one new at the
+        // end; then all of them backwards (past the misses that index the rest).
+        let mut asked: Vec<u64> = std::iter::once(0).chain(4..100).collect();
+        if let Some(r) = asked.iter_mut().find(|r| **r == 50) {
+            *r = 1000;
+        }
+        asked.push(1001);
+        for r in &asked {
+            let want = (*r < 100).then(|| resolved(*r));
+            assert_eq!(memo.get(*r), want, "revision {r}");
+        }
+        // Backwards, the first few misses are left to the caller (it resolves them by
+        // name); past them the rest are indexed and found.
+        memo.begin(&a);
+        for (k, r) in asked.iter().rev().enumerate() {
+            let got = memo.get(*r);
+            if *r >= 100 {
+                assert_eq!(got, None, "revision {r}");
+            } else if k > super::MISSES_BEFORE_INDEX {
+                assert_eq!(got, Some(resolved(*r)), "revision {r} backwards");
+            }
+        }
+        // Only what was found this cycle is remembered for the next.
+        memo.begin(&a);
+        assert!(memo.last.len() < 95 && memo.last.len() > 95 - super::MISSES_BEFORE_INDEX);
+        assert_eq!(memo.get(2), None);
+        let first = memo.last.first().map_or(0, |e| e.0);
+        assert_eq!(memo.get(first), Some(resolved(first)));
+    }
+}
