@@ -430,7 +430,7 @@ fn replay(
         let mut jobs = running.clone();
         jobs.extend(pending.iter().cloned());
         let (snapshot, plan) = decide(program, fleet(nodes), jobs, now);
-        let kept = decider.decide(program, &snapshot, now);
+        let kept = decider.decide(program, &with_revisions(&snapshot), now);
         prop_assert_eq!(
             serde_json::to_string(&kept).unwrap(),
             serde_json::to_string(&plan).unwrap(),
@@ -492,6 +492,23 @@ fn replay(
         }
     }
     Ok(stats)
+}
+
+/// `snapshot` with each job state named by a digest of what it is (its job, and where and
+/// since when it runs), as a caller that keeps states names them: one revision is one
+/// job and placement, so the kept `Decider` reuses what it remembered of unchanged jobs.
+fn with_revisions(snapshot: &Snapshot) -> Snapshot {
+    use std::hash::{Hash, Hasher};
+    let mut tagged = snapshot.clone();
+    for js in &mut tagged.jobs {
+        let mut h = std::hash::DefaultHasher::new();
+        format!("{:?}", js.job).hash(&mut h);
+        if let Some(r) = &js.running {
+            format!("{:?}", (&r.members, r.started_at)).hash(&mut h);
+        }
+        js.revision = Some(h.finish());
+    }
+    tagged
 }
 
 fn arrivals(specs: &[JobSpec], spread: i64) -> Vec<Job> {

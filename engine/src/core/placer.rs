@@ -80,14 +80,21 @@ pub struct PlacerState {
     /// Kept in step like the classes: which levels are tracked changes no choice and no
     /// message (the bound only skips groups that cannot hold a gang).
     group_free: BTreeMap<TopologyLevel, GroupFree>,
-    held: Vec<Vec<(Request, OnNode)>>,
+    held: Vec<Vec<HeldMember>>,
 }
+
+/// Names a running member across cycles: its job state's revision (`JobState::revision`:
+/// one revision is one job and placement) and which member it is.
+pub type MemberTag = (u64, u32);
+
+/// A running member as a kept placer last took it.
+type HeldMember = (Option<MemberTag>, Request, OnNode);
 
 /// A kept placer's bookkeeping during a cycle.
 #[derive(Debug, Default)]
 struct Kept {
     /// Each node's running members as last taken, in snapshot order.
-    held: Vec<Vec<(Request, OnNode)>>,
+    held: Vec<Vec<HeldMember>>,
     /// Once [`Placer::take_running`] has run: each node's state before this cycle first
     /// changed it, for rewinding.
     journal: Option<Journal>,
@@ -244,44 +251,51 @@ impl<'a> Placer<'a> {
     /// after this are undone by [`Placer::into_kept`].
     pub fn take_running<'r>(
         &mut self,
-        members: impl IntoIterator<Item = (&'r Request, &'r Choice)>,
+        members: impl IntoIterator<Item = (Option<MemberTag>, &'r Request, &'r Choice)>,
     ) {
         let Some(mut kept) = self.kept.take() else {
-            self.commit_all(members);
+            self.commit_all(members.into_iter().map(|(_, r, c)| (r, c)));
             return;
         };
         let nodes = self.fleet.nodes.len();
         kept.held.resize_with(nodes, Vec::new);
-        let flat: Vec<(usize, &Request, &OnNode)> = members
+        let flat: Vec<(usize, Option<MemberTag>, &Request, &OnNode)> = members
             .into_iter()
-            .map(|(r, c)| (c.node, r, &c.on))
+            .map(|(t, r, c)| (c.node, t, r, &c.on))
             .collect();
         // Members of a node stay in snapshot order.
         let (_, now) = super::buckets::by_key(&flat, nodes, |m| m.0);
         let mut listed = vec![false; nodes];
         for list in now.chunk_by(|a, b| a.0 == b.0) {
-            let Some(&(node, _, _)) = list.first() else {
+            let Some(&(node, _, _, _)) = list.first() else {
                 continue;
             };
             if let Some(l) = listed.get_mut(node) {
                 *l = true;
             }
-            let same = kept.held.get(node).is_some_and(|old| {
-                old.len() == list.len()
-                    && old
-                        .iter()
-                        .zip(list)
-                        .all(|((r0, on0), (_, r1, on1))| same_member(r0, on0, r1, on1))
-            });
-            if !same {
-                self.rebuild_node(node, list.iter().map(|(_, r, on)| (*r, *on)));
-                if let Some(old) = kept.held.get_mut(node) {
-                    *old = list
-                        .iter()
-                        .map(|(_, r, on)| ((*r).clone(), (*on).clone()))
-                        .collect();
+            let Some(old) = kept.held.get_mut(node) else {
+                continue;
+            };
+            // One tag is one member as it was (the caller's promise); without equal tags
+            // the members themselves are compared, and the tags taken over if they agree.
+            let same = old.len() == list.len()
+                && old
+                    .iter()
+                    .zip(list)
+                    .all(|((t0, r0, on0), (_, t1, r1, on1))| {
+                        (t0.is_some() && t0 == t1) || same_member(r0, on0, r1, on1)
+                    });
+            if same {
+                for (held, (_, tag, _, _)) in old.iter_mut().zip(list) {
+                    held.0 = *tag;
                 }
+                continue;
             }
+            *old = list
+                .iter()
+                .map(|(_, t, r, on)| (*t, (*r).clone(), (*on).clone()))
+                .collect();
+            self.rebuild_node(node, list.iter().map(|(_, _, r, on)| (*r, *on)));
         }
         for (node, was_listed) in listed.iter().enumerate() {
             if *was_listed || kept.held.get(node).is_none_or(Vec::is_empty) {

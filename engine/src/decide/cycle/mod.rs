@@ -34,23 +34,59 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A job holding GPUs during the cycle: running at the start, or placed in this cycle.
+/// Every running job gets one each cycle, so it is kept small (its id, member and
+/// member's share are read through the job).
 #[derive(Debug, Clone)]
 struct Holder<'a> {
-    id: &'a str,
+    job: &'a JobState,
     /// The team as an index into the policy's teams (see [`Cycle::team_ix`]).
     team_ix: Option<usize>,
-    member: &'a Request,
-    /// What one member counts for in quotas and fair share.
-    member_milli: u64,
     /// Borrowed from the snapshot for running jobs (most holders), owned for placements.
     choices: std::borrow::Cow<'a, [Choice]>,
-    /// Set when the job may be preempted at all (tier, `min_runtime`, `max_lost`).
-    victim: Option<preempt::VictimFacts>,
-    /// Set when rule 1 protects the job now but not for ever.
-    protected: Option<preempt::Protected>,
+    stand: Stand,
     /// When it is expected to end, from its runtime estimate.
     ends_at: Option<i64>,
     evicted: bool,
+}
+
+/// Whether a holder may be preempted now.
+#[derive(Debug, Clone, Copy)]
+enum Stand {
+    /// It may (tier, `min_runtime`, `max_lost`).
+    Victim(preempt::VictimFacts),
+    /// Rule 1 protects it now but not for ever.
+    Protected(preempt::Protected),
+    /// Never, or it was placed this cycle.
+    Neither,
+}
+
+impl<'a> Holder<'a> {
+    fn id(&self) -> &'a str {
+        self.job.id()
+    }
+
+    fn member(&self) -> &'a Request {
+        &self.job.job.shape.member
+    }
+
+    /// What one member counts for in quotas and fair share.
+    fn member_milli(&self) -> u64 {
+        self.job.member_milli
+    }
+
+    fn victim(&self) -> Option<preempt::VictimFacts> {
+        match self.stand {
+            Stand::Victim(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    fn protected(&self) -> Option<preempt::Protected> {
+        match self.stand {
+            Stand::Protected(p) => Some(p),
+            _ => None,
+        }
+    }
 }
 
 /// (team, tier, used, guaranteed, need) milli-GPUs.
@@ -480,22 +516,19 @@ fn decide_cycle(
 impl<'a> Cycle<'a> {
     fn run(&mut self) -> Plan {
         let snapshot = self.snapshot;
-        // Running jobs first, committed in one batch.
-        // A plain loop: a nested `flat_map` cost several times as much per member.
+        // Running jobs first, held and committed in one batch. One pass reads each job
+        // once (the members lie on the heap; a second pass read them from memory again).
         let mut running = Vec::with_capacity(snapshot.jobs.len());
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
-                for c in &r.members {
-                    running.push((&js.job.shape.member, c));
+                for (i, c) in r.members.iter().enumerate() {
+                    let tag = js.revision.map(|rev| (rev, i as u32));
+                    running.push((tag, &js.job.shape.member, c));
                 }
-            }
-        }
-        self.placer.take_running(running);
-        for js in &snapshot.jobs {
-            if let Some(r) = &js.running {
                 self.hold_committed(js, std::borrow::Cow::Borrowed(&r.members));
             }
         }
+        self.placer.take_running(running);
         self.settle_running();
         let mut denied = Vec::new();
         let mut incomplete = Vec::new();
@@ -816,9 +849,11 @@ impl<'a> Cycle<'a> {
     fn hold_committed(&mut self, js: &'a JobState, choices: std::borrow::Cow<'a, [Choice]>) {
         let member = &js.job.shape.member;
         let (team_ix, tier) = self.resolve(js);
+        // Only guarantees per pool read the pool (reading it cost a look at the node).
+        let per_pool = self.ledger.is_per_pool(team_ix);
         for c in choices.iter() {
             self.changed.push(c.node);
-            let pool = self.pool_of(c.node);
+            let pool = if per_pool { self.pool_of(c.node) } else { None };
             if self.holding_batch {
                 self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
             } else {
@@ -885,14 +920,16 @@ impl<'a> Cycle<'a> {
                 .or_default()
                 .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         }
+        let stand = match (victim, protected) {
+            (Some(v), _) => Stand::Victim(v),
+            (None, Some(p)) => Stand::Protected(p),
+            (None, None) => Stand::Neither,
+        };
         self.holders.push(Holder {
-            member_milli: js.member_milli,
-            id: js.id(),
+            job: js,
             team_ix,
-            member,
             choices,
-            victim,
-            protected,
+            stand,
             ends_at,
             evicted: false,
         });
@@ -985,14 +1022,14 @@ impl<'a> Cycle<'a> {
             return;
         };
         let fleet = &self.snapshot.fleet;
-        let milli = holder.member_milli;
+        let milli = holder.member_milli();
         for c in holder.choices.iter() {
             let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
             if take {
-                self.placer.commit(holder.member, c);
+                self.placer.commit(holder.member(), c);
                 self.ledger.charge(holder.team_ix, pool, milli);
             } else {
-                self.placer.release(holder.member, c);
+                self.placer.release(holder.member(), c);
                 self.ledger.uncharge(holder.team_ix, pool, milli);
             }
             self.changed.push(c.node);

@@ -266,7 +266,7 @@ impl<'a> Cycle<'a> {
                 }
             }
             for h in protected {
-                let Some(p) = self.holders.get(*h).and_then(|x| x.protected) else {
+                let Some(p) = self.holders.get(*h).and_then(|x| x.protected()) else {
                     continue;
                 };
                 let team = self.holders.get(*h).and_then(|x| x.team_ix);
@@ -287,7 +287,7 @@ impl<'a> Cycle<'a> {
                     continue;
                 };
                 for c in holder.choices.iter().filter(|c| c.node == n) {
-                    give_on(&ctx, node, &mut free, holder.member, &c.on, capacity);
+                    give_on(&ctx, node, &mut free, holder.member(), &c.on, capacity);
                 }
                 if crate::core::packing::feasible(&ctx, node, &free, &shape.member) {
                     if let Some(why) = why.filter(|_| best.is_none_or(|b| from < b.0)) {
@@ -402,7 +402,7 @@ impl<'a> Cycle<'a> {
         let lower = self.holders_of(team).iter().any(|h| {
             self.holders
                 .get(*h)
-                .is_some_and(|x| !x.evicted && x.victim.is_some_and(|v| v.priority < priority))
+                .is_some_and(|x| !x.evicted && x.victim().is_some_and(|v| v.priority < priority))
         });
         if lower {
             team
@@ -480,15 +480,15 @@ impl<'a> Cycle<'a> {
             };
             holder.evicted = true;
             let holder = holder.clone();
-            let (grace_s, lost) = holder.victim.map_or((0, 0), |v| (v.grace_s, v.lost));
+            let (grace_s, lost) = holder.victim().map_or((0, 0), |v| (v.grace_s, v.lost));
             self.shares.hold_team(
                 holder.team_ix,
-                Self::resources(holder.member, holder.member_milli, holder.choices.len())
+                Self::resources(holder.member(), holder.member_milli(), holder.choices.len())
                     .map(|x| -x),
             );
-            victims.push(holder.id.to_string());
+            victims.push(holder.id().to_string());
             self.preemptions.push(Preemption {
-                job: holder.id.to_string(),
+                job: holder.id().to_string(),
                 for_job: js.id().to_string(),
                 grace_s,
                 lost_gpu_s: lost as f64 / 1000.0,
@@ -512,7 +512,7 @@ impl<'a> Cycle<'a> {
         if holder.evicted {
             return None;
         }
-        let v = holder.victim.as_ref()?;
+        let v = holder.victim()?;
         let cause = self.cause_of(h, asker)?;
         let breach = match cause {
             Cause::OwnTeam => 0,
@@ -527,7 +527,7 @@ impl<'a> Cycle<'a> {
     /// Rules 1 to 3 without the guarantee floor: why holder `h` may make way for `asker`.
     fn cause_of(&self, h: usize, asker: &Asker) -> Option<Cause> {
         let holder = self.holders.get(h)?;
-        let v = holder.victim.as_ref()?;
+        let v = holder.victim()?;
         self.may_make_way(holder.team_ix, v.priority, asker)
     }
 
@@ -567,7 +567,7 @@ impl<'a> Cycle<'a> {
             let removed: u64 = holders
                 .iter()
                 .filter_map(of)
-                .map(|x| x.member_milli * x.choices.len() as u64)
+                .map(|x| x.member_milli() * x.choices.len() as u64)
                 .sum();
             let short_before = st.guaranteed.saturating_sub(st.used);
             let short_after = st
@@ -578,7 +578,7 @@ impl<'a> Cycle<'a> {
         let charges: Vec<(Option<&str>, u64)> = holders
             .iter()
             .filter_map(of)
-            .flat_map(|x| self.charges(x.member_milli, &x.choices))
+            .flat_map(|x| self.charges(x.member_milli(), &x.choices))
             .collect();
         self.ledger.breach(first.team_ix, &charges)
     }
@@ -590,7 +590,7 @@ impl<'a> Cycle<'a> {
         let mut lost = 0i64;
         for h in set {
             let holder = self.holders.get(*h)?;
-            lost += holder.victim.as_ref()?.lost;
+            lost += holder.victim()?.lost;
             let cause = self.cause_of(*h, asker)?;
             if cause == Cause::OwnTeam {
                 continue;
@@ -636,7 +636,7 @@ impl<'a> Cycle<'a> {
                 x.choices
                     .iter()
                     .filter(move |c| c.node == node)
-                    .map(move |c| (&x.member, c))
+                    .map(move |c| (x.member(), c))
             })
         };
         for ((_, _, _, h), cause) in ranked {
@@ -824,7 +824,7 @@ impl<'a> Cycle<'a> {
             self.holders.get(*h).is_some_and(|x| {
                 !x.evicted
                     && x.team_ix == asker.team
-                    && x.victim.is_some_and(|v| v.priority < asker.priority)
+                    && x.victim().is_some_and(|v| v.priority < asker.priority)
             })
         })
     }
@@ -834,7 +834,7 @@ impl<'a> Cycle<'a> {
         let (breach, lost, _) = cost;
         let names: Vec<&str> = victims
             .iter()
-            .filter_map(|h| self.holders.get(*h).map(|x| x.id))
+            .filter_map(|h| self.holders.get(*h).map(|x| x.id()))
             .collect();
         format!(
             "victims on {}: {} ({} GPU-s of work lost, {} below a guarantee)",
@@ -905,7 +905,7 @@ impl<'a> Cycle<'a> {
             let names: Vec<String> = ranked
                 .iter()
                 .take(8)
-                .filter_map(|(_, _, _, h)| c.holders.get(*h).map(|x| x.id.to_string()))
+                .filter_map(|(_, _, _, h)| c.holders.get(*h).map(|x| x.id().to_string()))
                 .collect();
             format!(
                 "preemption for quota: {} candidate(s) of its own lower tiers or borrowing teams, cheapest first: {}",

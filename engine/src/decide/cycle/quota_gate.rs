@@ -181,7 +181,7 @@ impl<'a> Cycle<'a> {
             if *at == i64::MAX {
                 return None;
             }
-            freed += holder.member_milli * holder.choices.len() as u64;
+            freed += holder.member_milli() * holder.choices.len() as u64;
             if freed >= milli {
                 return Some(at - self.now);
             }

@@ -551,7 +551,7 @@ impl Cycle<'_> {
                         entry.1.copy_from(current);
                         free.touched.push(c.node);
                     }
-                    give_on(&ctx, node, &mut entry.1, holder.member, &c.on, cap);
+                    give_on(&ctx, node, &mut entry.1, holder.member(), &c.on, cap);
                     entry.2 = gang::member_slots(&ctx, node, &entry.1, member);
                 }
                 let after = match counted.get_mut(&c.node) {
