@@ -11,7 +11,8 @@
 //! `decide` (best of three runs, with the allocator the binary ships), what it placed, the time
 //! divided by N·log2 N (flat means no worse than N log N), the time of the next cycle
 //! through a `Decider` kept from this one when one job has arrived (checked to give
-//! `decide`'s plan), and the peak RSS so far.
+//! `decide`'s plan; the states carry revisions, as the replay's do), and the peak RSS so
+//! far.
 
 #![allow(
     clippy::panic,
@@ -173,8 +174,18 @@ fn snapshots(n: usize, program: &Program, pending_count: usize) -> (Snapshot, Sn
     let mut arrival = pending(pending_count, &teams, &mut rng);
     arrival.submitted_at = Some(NOW);
     jobs.push(arrival);
+    let mut first = first;
     let mut next = build(jobs);
     next.fleet = std::sync::Arc::clone(&first.fleet);
+    // Each state named by a revision, as a caller that keeps its states names them (the
+    // replay does): the arrival is the one new name.
+    for (k, js) in first.jobs.iter_mut().enumerate() {
+        js.revision = Some(k as u64 + 1);
+    }
+    for (k, js) in next.jobs.iter_mut().enumerate() {
+        assert!(first.jobs.get(k).is_none_or(|f| f.job == js.job));
+        js.revision = Some(k as u64 + 1);
+    }
     (first, next)
 }
 

@@ -48,6 +48,7 @@ impl Decider {
                 Carried {
                     placer: PlacerState::new(&snapshot.fleet, &snapshot.mig),
                     memo: k.map(|k| k.carried.memo).unwrap_or_default(),
+                    capacity: None,
                 },
             ),
         };

@@ -210,6 +210,29 @@ fn decide_with_story(
 struct Carried {
     placer: PlacerState,
     memo: job_memo::JobMemo,
+    /// The fleet's totals, summed on first use (the placer's fleet is the cycle's).
+    capacity: Option<Capacity>,
+}
+
+/// The fleet's totals: milli-GPUs, and GPUs, CPU and memory as fair share weighs them.
+#[derive(Debug, Clone, Copy)]
+struct Capacity {
+    gpu_milli: u64,
+    resources: Resources,
+}
+
+impl Capacity {
+    fn of(fleet: &crate::core::fleet::Fleet) -> Capacity {
+        let gpu_milli = fleet.gpu_milli_capacity();
+        Capacity {
+            gpu_milli,
+            resources: [
+                gpu_milli as f64,
+                fleet.nodes.iter().map(|n| n.cpu_milli as f64).sum(),
+                fleet.nodes.iter().map(|n| n.memory_mib as f64).sum(),
+            ],
+        }
+    }
 }
 
 /// What a decision cycle works with besides its inputs: the story asked for and what
@@ -412,31 +435,32 @@ fn decide_cycle(
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
-    let (placer, memo) = match kept {
-        Some(Carried { placer, mut memo }) => {
+    let (placer, memo, capacity) = match kept {
+        Some(Carried {
+            placer,
+            mut memo,
+            capacity,
+        }) => {
             memo.begin(program);
             (
                 Placer::resume(fleet, strategy, &workload, &snapshot.mig, 0, placer),
                 Some(memo),
+                capacity.unwrap_or_else(|| Capacity::of(fleet)),
             )
         }
         None => (
             Placer::new(fleet, strategy, &workload, &snapshot.mig, 0),
             None,
+            Capacity::of(fleet),
         ),
     };
-    let capacity: Resources = [
-        fleet.gpu_milli_capacity() as f64,
-        fleet.nodes.iter().map(|n| n.cpu_milli as f64).sum(),
-        fleet.nodes.iter().map(|n| n.memory_mib as f64).sum(),
-    ];
     let mut cycle = Cycle {
         program,
         snapshot,
         now,
         placer,
-        ledger: Ledger::new(program, fleet.gpu_milli_capacity()),
-        shares: FairShares::new(program, capacity, &snapshot.usage, now),
+        ledger: Ledger::new(program, capacity.gpu_milli),
+        shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
         holders: Vec::with_capacity(snapshot.jobs.len()),
         reservation: None,
         bookings: std::rc::Rc::default(),
@@ -490,6 +514,7 @@ fn decide_cycle(
     let kept = cycle.placer.into_kept().map(|placer| Carried {
         placer,
         memo: memo.unwrap_or_default(),
+        capacity: Some(capacity),
     });
     if !program.autoscale.is_empty() || !program.warm.is_empty() {
         let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
