@@ -75,7 +75,9 @@ impl JobMemo {
     /// Starts a cycle under `program`: forgets everything if its names changed.
     pub fn begin(&mut self, program: &Program) {
         if self.names.matches(program) {
-            self.last = std::mem::take(&mut self.this);
+            // Swapped, so both lists keep their room from cycle to cycle.
+            std::mem::swap(&mut self.last, &mut self.this);
+            self.this.clear();
         } else {
             self.names = Names::of(program);
             self.last.clear();

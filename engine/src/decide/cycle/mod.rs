@@ -321,6 +321,13 @@ fn decide_defaulted(
     decide_cycle(program, &requeued, now, stops, story, kept)
 }
 
+/// Room for the running members (or their nodes) without reading every job first: most
+/// jobs run one member; gangs run several. A list sized by jobs alone grew, copying
+/// itself, every cycle.
+fn members_hint(snapshot: &Snapshot) -> usize {
+    snapshot.jobs.len() * 3 / 2
+}
+
 /// A team or tier the policy does not know, or a tier the team may not use.
 pub fn invalid_job(program: &Program, js: &JobState) -> Option<Reason> {
     let names = |v: Vec<&str>| v.join(", ");
@@ -468,7 +475,7 @@ fn decide_cycle(
         running_submits: None,
         no_victims: FxHashSet::default(),
         lowest_victim_priority: None,
-        holders_on: holder_lists::HolderLists::new(fleet.nodes.len(), snapshot.jobs.len()),
+        holders_on: holder_lists::HolderLists::new(fleet.nodes.len(), members_hint(snapshot)),
         protected_on: holder_lists::HolderLists::new(fleet.nodes.len(), 0),
         any_protected: false,
         ends: BTreeSet::new(),
@@ -493,8 +500,8 @@ fn decide_cycle(
         ),
         standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::default(),
-        // Every running member is logged once, and most jobs run one member.
-        changed: Vec::with_capacity(snapshot.jobs.len()),
+        // Every running member is logged once.
+        changed: Vec::with_capacity(members_hint(snapshot)),
         released: 0,
         unfit: HashMap::default(),
         guarantee_blocks: HashMap::default(),
@@ -543,7 +550,7 @@ impl<'a> Cycle<'a> {
         let snapshot = self.snapshot;
         // Running jobs first, held and committed in one batch. One pass reads each job
         // once (the members lie on the heap; a second pass read them from memory again).
-        let mut running = Vec::with_capacity(snapshot.jobs.len());
+        let mut running = Vec::with_capacity(members_hint(snapshot));
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
                 for (i, c) in r.members.iter().enumerate() {
@@ -557,7 +564,9 @@ impl<'a> Cycle<'a> {
         self.settle_running();
         let mut denied = Vec::new();
         let mut incomplete = Vec::new();
-        let mut queue: Vec<(usize, Admission, JobShape)> = Vec::new();
+        // Sized up front: its entries are large, and growing it copied them again.
+        let waiting = snapshot.jobs.len().saturating_sub(self.holders.len());
+        let mut queue: Vec<(usize, Admission, JobShape)> = Vec::with_capacity(waiting);
         for (k, js) in snapshot.jobs.iter().enumerate() {
             if js.running.is_some() {
                 continue;
@@ -613,7 +622,7 @@ impl<'a> Cycle<'a> {
                 ));
             }
         }
-        let mut decisions = Vec::new();
+        let mut decisions = Vec::with_capacity(waiting);
         for q in order {
             let Some((k, admission, shape)) = queue.get(q) else {
                 continue;
