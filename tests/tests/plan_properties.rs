@@ -276,27 +276,40 @@ fn check_case_with(case: &Case, backfill: Option<&str>) -> Result<Option<Stats>,
             .any(|d| d.job == p.for_job && d.action == Action::Place));
     }
     // A team's guarantee is its own: another team's priority never takes it below it.
-    for p in &plan.preemptions {
-        let v = &running[&p.job];
-        let taker = jobs2.iter().find(|j| j.id == p.for_job).unwrap();
-        if p.cause == "priority" && v.team != taker.team {
-            let t = TEAMS
-                .iter()
-                .position(|n| Some(*n) == v.team.as_deref())
-                .unwrap();
-            let u = used.get(v.team.as_deref().unwrap()).copied().unwrap_or(0);
-            prop_assert!(
-                u >= u64::from(teams[t].guaranteed) * 1000,
-                "{} (team {:?}) preempted by {} of another team leaves it at {u} below its guarantee {}\n{text}",
-                p.job,
-                v.team,
-                p.for_job,
-                teams[t].guaranteed
-            );
+    // Checked as the cycle went: a placed job's victims stop just before it starts, and
+    // decisions are in the order they were made. A later reclaim may take a borrower's
+    // whole job, and with it part of its guarantee; that is not the priority's doing.
+    let gpu_milli = |j: &Job| u64::from(j.shape.members) * j.shape.member.gpu_milli_total();
+    let mut standing: BTreeMap<String, u64> = BTreeMap::new();
+    for j in running.values() {
+        *standing.entry(j.team.clone().unwrap()).or_insert(0) += gpu_milli(j);
+    }
+    for d in plan.decisions.iter().filter(|d| d.action == Action::Place) {
+        let taker = jobs2.iter().find(|j| j.id == d.job).unwrap();
+        for p in plan.preemptions.iter().filter(|p| p.for_job == d.job) {
+            let v = &running[&p.job];
+            let left = standing.entry(v.team.clone().unwrap()).or_insert(0);
+            *left = left.saturating_sub(gpu_milli(v));
+            if p.cause == "priority" && v.team != taker.team {
+                let t = TEAMS
+                    .iter()
+                    .position(|n| Some(*n) == v.team.as_deref())
+                    .unwrap();
+                prop_assert!(
+                    *left >= u64::from(teams[t].guaranteed) * 1000,
+                    "{} (team {:?}) preempted by {} of another team leaves it at {} below its guarantee {}\n{text}",
+                    p.job,
+                    v.team,
+                    p.for_job,
+                    *left,
+                    teams[t].guaranteed
+                );
+            }
+            if p.cause == "reclaim" {
+                prop_assert!(v.team != taker.team, "reclaim within one team: {}", p.job);
+            }
         }
-        if p.cause == "reclaim" {
-            prop_assert!(v.team != taker.team, "reclaim within one team: {}", p.job);
-        }
+        *standing.entry(taker.team.clone().unwrap()).or_insert(0) += gpu_milli(taker);
     }
     // Quotas: burst holds for every team; borrowing stays within what is lendable.
     let mut borrowed_in_cohort = 0u64;
