@@ -1,0 +1,255 @@
+//! Holding GPUs for the rest of a cycle: the running jobs at its start (in one batch,
+//! settled once after it) and each placement, in placer, quota and fair share; a holder's
+//! record, and giving a victim's GPUs up or back while preemption searches.
+
+use super::{preempt, Cycle, Standing};
+use crate::core::alloc::Request;
+use crate::core::placer::Choice;
+use crate::decide::snapshot::JobState;
+use std::collections::BTreeMap;
+
+/// A job holding GPUs during the cycle: running at the start, or placed in this cycle.
+/// Every running job gets one each cycle, so it is kept small (its id, member and
+/// member's share are read through the job).
+#[derive(Debug, Clone)]
+pub(super) struct Holder<'a> {
+    pub(super) job: &'a JobState,
+    /// The team as an index into the policy's teams (see [`Cycle::team_ix`]).
+    pub(super) team_ix: Option<usize>,
+    /// Borrowed from the snapshot for running jobs (most holders), owned for placements.
+    pub(super) choices: std::borrow::Cow<'a, [Choice]>,
+    pub(super) stand: Stand,
+    /// When it is expected to end, from its runtime estimate.
+    pub(super) ends_at: Option<i64>,
+    pub(super) evicted: bool,
+}
+
+/// Whether a holder may be preempted now.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Stand {
+    /// It may (tier, `min_runtime`, `max_lost`).
+    Victim(preempt::VictimFacts),
+    /// Rule 1 protects it now but not for ever.
+    Protected(preempt::Protected),
+    /// Never, or it was placed this cycle.
+    Neither,
+}
+
+impl<'a> Holder<'a> {
+    pub(super) fn id(&self) -> &'a str {
+        self.job.id()
+    }
+
+    pub(super) fn member(&self) -> &'a Request {
+        &self.job.job.shape.member
+    }
+
+    /// What one member counts for in quotas and fair share.
+    pub(super) fn member_milli(&self) -> u64 {
+        self.job.member_milli
+    }
+
+    pub(super) fn victim(&self) -> Option<preempt::VictimFacts> {
+        match self.stand {
+            Stand::Victim(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub(super) fn protected(&self) -> Option<preempt::Protected> {
+        match self.stand {
+            Stand::Protected(p) => Some(p),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> Cycle<'a> {
+    /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
+    pub(super) fn hold(&mut self, js: &'a JobState, choices: Vec<Choice>) {
+        for c in &choices {
+            self.placer.commit(&js.job.shape.member, c);
+        }
+        self.hold_committed(js, choices.into());
+    }
+
+    /// [`Cycle::hold`] for a placement already committed in the placer.
+    pub(super) fn hold_committed(
+        &mut self,
+        js: &'a JobState,
+        choices: std::borrow::Cow<'a, [Choice]>,
+    ) {
+        let member = &js.job.shape.member;
+        let (team_ix, tier) = self.resolve(js);
+        // Only guarantees per pool read the pool (reading it cost a look at the node).
+        let per_pool = self.ledger.is_per_pool(team_ix);
+        for c in choices.iter() {
+            self.changed.push(c.node);
+            let pool = if per_pool { self.pool_of(c.node) } else { None };
+            if self.holding_batch {
+                self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
+            } else {
+                self.ledger.charge(team_ix, pool, js.member_milli);
+            }
+        }
+        self.shares.hold_team(
+            team_ix,
+            Self::resources(member, js.member_milli, choices.len()),
+        );
+        let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
+        let victim = js
+            .running
+            .as_ref()
+            .and_then(|r| self.victim_facts(tier, js, r));
+        let protected = match (&js.running, victim) {
+            (Some(r), None) => self.protection(tier, js, r),
+            _ => None,
+        };
+        // The running jobs, held in one batch, note each of their teams' usage once after.
+        if self.holding_batch {
+            if let Some(seen) = team_ix.and_then(|i| self.usage_deferred.get_mut(i)) {
+                *seen = true;
+            }
+        } else {
+            self.note_usage(team_ix);
+        }
+        let h = self.holders.len();
+        // Each node of the job once (a gang may put several members on one).
+        let nodes = choices
+            .iter()
+            .enumerate()
+            .filter(|(i, c)| !choices.iter().take(*i).any(|p| p.node == c.node))
+            .map(|(_, c)| c.node);
+        if victim.is_some() {
+            for n in nodes.clone() {
+                self.holders_on.push(n, h);
+            }
+            if let Some(slot) = self.team_slot(team_ix) {
+                self.holders_of.push(slot, h);
+            }
+        }
+        if protected.is_some() {
+            self.any_protected = true;
+            for n in nodes {
+                self.protected_on.push(n, h);
+            }
+        }
+        if let Some(v) = victim {
+            self.lowest_victim_priority = Some(
+                self.lowest_victim_priority
+                    .map_or(v.priority, |p| p.min(v.priority)),
+            );
+        }
+        let ends_at = self
+            .runtime_of(js, team_ix, tier)
+            .map(|r| (started + r).max(self.now));
+        if self.ends_built {
+            if let Some(end) = ends_at {
+                self.ends.insert((end, self.holders.len()));
+            }
+            self.team_ends
+                .entry(team_ix)
+                .or_default()
+                .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
+        }
+        let stand = match (victim, protected) {
+            (Some(v), _) => Stand::Victim(v),
+            (None, Some(p)) => Stand::Protected(p),
+            (None, None) => Stand::Neither,
+        };
+        self.holders.push(Holder {
+            job: js,
+            team_ix,
+            choices,
+            stand,
+            ends_at,
+            evicted: false,
+        });
+    }
+
+    /// Settles what [`Cycle::hold_committed`] deferred while the running jobs were held
+    /// in one batch: the ledger's derived figures and the teams' standing.
+    pub(super) fn settle_running(&mut self) {
+        self.holding_batch = false;
+        self.holders_on.lay_out();
+        self.protected_on.lay_out();
+        self.holders_of.lay_out();
+        self.ledger.settle();
+        for ix in 0..self.usage_deferred.len() {
+            if self.usage_deferred.get(ix).copied().unwrap_or(false) {
+                self.note_usage(Some(ix));
+            }
+        }
+    }
+
+    /// Builds `ends` and `team_ends` from every holder at once (sorted bulk builds, far
+    /// cheaper than thousands of inserts) on first use; later holders are inserted as
+    /// they come.
+    pub(super) fn index_ends(&mut self) {
+        if self.ends_built {
+            return;
+        }
+        self.ends_built = true;
+        self.ends = self
+            .holders
+            .iter()
+            .enumerate()
+            .filter_map(|(h, x)| x.ends_at.map(|e| (e, h)))
+            .collect();
+        let mut by_team: BTreeMap<Option<usize>, Vec<(i64, usize)>> = BTreeMap::new();
+        for (h, x) in self.holders.iter().enumerate() {
+            by_team
+                .entry(x.team_ix)
+                .or_default()
+                .push((x.ends_at.unwrap_or(i64::MAX), h));
+        }
+        self.team_ends = by_team
+            .into_iter()
+            .map(|(t, ends)| (t, ends.into_iter().collect()))
+            .collect();
+    }
+
+    pub(super) fn release_holder(&mut self, h: usize) {
+        self.move_holder(h, false);
+    }
+
+    pub(super) fn restore_holder(&mut self, h: usize) {
+        self.move_holder(h, true);
+    }
+
+    /// Takes a held job's GPUs back (`take`) or gives them up, in placer and quota.
+    pub(super) fn move_holder(&mut self, h: usize, take: bool) {
+        let Some(holder) = self.holders.get(h) else {
+            return;
+        };
+        let fleet = &self.snapshot.fleet;
+        let milli = holder.member_milli();
+        for c in holder.choices.iter() {
+            let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
+            if take {
+                self.placer.commit(holder.member(), c);
+                self.ledger.charge(holder.team_ix, pool, milli);
+            } else {
+                self.placer.release(holder.member(), c);
+                self.ledger.uncharge(holder.team_ix, pool, milli);
+            }
+            self.changed.push(c.node);
+        }
+        let ix = holder.team_ix;
+        self.note_usage(ix);
+    }
+
+    /// Keeps `standing` in step with the ledger after team `ix`'s usage changed.
+    pub(super) fn note_usage(&mut self, ix: Option<usize>) {
+        let (used, guaranteed) = self.ledger.usage(ix).unwrap_or((0, 0));
+        let standing = Standing {
+            borrowing: self.ledger.is_borrowing(ix),
+            used,
+            guaranteed,
+            per_pool: self.ledger.is_per_pool(ix),
+        };
+        if let Some(slot) = ix.and_then(|i| self.standing.get_mut(i)) {
+            *slot = standing;
+        }
+    }
+}
