@@ -97,13 +97,14 @@ impl<'a> Cycle<'a> {
             Self::resources(member, js.member_milli, choices.len()),
         );
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
-        let victim = js
-            .running
-            .as_ref()
-            .and_then(|r| self.victim_facts(tier, js, r));
-        let protected = match (&js.running, victim) {
-            (Some(r), None) => self.protection(tier, js, r),
-            _ => None,
+        let stand = match &js.running {
+            Some(r) => match self.victim_facts(tier, js, r) {
+                Some(v) => Stand::Victim(v),
+                None => self
+                    .protection(tier, js, r)
+                    .map_or(Stand::Neither, Stand::Protected),
+            },
+            None => Stand::Neither,
         };
         // The running jobs, held in one batch, note each of their teams' usage once after.
         if self.holding_batch {
@@ -120,25 +121,26 @@ impl<'a> Cycle<'a> {
             .enumerate()
             .filter(|(i, c)| !choices.iter().take(*i).any(|p| p.node == c.node))
             .map(|(_, c)| c.node);
-        if victim.is_some() {
-            for n in nodes.clone() {
-                self.holders_on.push(n, h);
+        match stand {
+            Stand::Victim(v) => {
+                for n in nodes {
+                    self.holders_on.push(n, h);
+                }
+                if let Some(slot) = self.team_slot(team_ix) {
+                    self.holders_of.push(slot, h);
+                }
+                self.lowest_victim_priority = Some(
+                    self.lowest_victim_priority
+                        .map_or(v.priority, |p| p.min(v.priority)),
+                );
             }
-            if let Some(slot) = self.team_slot(team_ix) {
-                self.holders_of.push(slot, h);
+            Stand::Protected(_) => {
+                self.any_protected = true;
+                for n in nodes {
+                    self.protected_on.push(n, h);
+                }
             }
-        }
-        if protected.is_some() {
-            self.any_protected = true;
-            for n in nodes {
-                self.protected_on.push(n, h);
-            }
-        }
-        if let Some(v) = victim {
-            self.lowest_victim_priority = Some(
-                self.lowest_victim_priority
-                    .map_or(v.priority, |p| p.min(v.priority)),
-            );
+            Stand::Neither => {}
         }
         let ends_at = self
             .runtime_of(js, team_ix, tier)
@@ -152,11 +154,6 @@ impl<'a> Cycle<'a> {
                 .or_default()
                 .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         }
-        let stand = match (victim, protected) {
-            (Some(v), _) => Stand::Victim(v),
-            (None, Some(p)) => Stand::Protected(p),
-            (None, None) => Stand::Neither,
-        };
         self.holders.push(Holder {
             job: js,
             team_ix,
@@ -222,10 +219,9 @@ impl<'a> Cycle<'a> {
         let Some(holder) = self.holders.get(h) else {
             return;
         };
-        let fleet = &self.snapshot.fleet;
         let milli = holder.member_milli();
         for c in holder.choices.iter() {
-            let pool = fleet.nodes.get(c.node).and_then(|n| n.pool.as_deref());
+            let pool = self.pool_of(c.node);
             if take {
                 self.placer.commit(holder.member(), c);
                 self.ledger.charge(holder.team_ix, pool, milli);

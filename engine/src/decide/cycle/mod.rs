@@ -431,20 +431,8 @@ fn decide_cycle(
         holding_batch: true,
         ends_built: false,
         usage_deferred: vec![false; program.teams.len()],
-        team_index: names::NameIndex::new(
-            program
-                .teams
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.name.as_str(), i)),
-        ),
-        tier_index: names::NameIndex::new(
-            program
-                .tiers
-                .iter()
-                .enumerate()
-                .map(|(i, t)| (t.name.as_str(), i)),
-        ),
+        team_index: names::NameIndex::positions(program.teams.iter().map(|t| t.name.as_str())),
+        tier_index: names::NameIndex::positions(program.tiers.iter().map(|t| t.name.as_str())),
         standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::default(),
         // Every running member is logged once.

@@ -39,6 +39,13 @@ fn pack(name: &str) -> Option<Packed> {
     }
 }
 
+impl<'a> NameIndex<'a, usize> {
+    /// Each name's position in `names` (the first, for a name given twice).
+    pub fn positions(names: impl IntoIterator<Item = &'a str>) -> NameIndex<'a, usize> {
+        NameIndex::new(names.into_iter().enumerate().map(|(i, n)| (n, i)))
+    }
+}
+
 impl<'a, V: Copy> NameIndex<'a, V> {
     /// The first value of each name wins, as `Program::team` and `Program::tier` find it.
     pub fn new(entries: impl IntoIterator<Item = (&'a str, V)>) -> NameIndex<'a, V> {

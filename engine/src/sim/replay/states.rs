@@ -3,6 +3,7 @@
 
 use super::jobs::{Phase, Slot};
 use super::Sim;
+use crate::decide::snapshot::JobState;
 
 impl Sim<'_> {
     /// Brings `snapshot.jobs` up to date where it lies: states of jobs that changed are
@@ -48,10 +49,8 @@ impl Sim<'_> {
                 continue;
             }
             match job.state(&self.snapshot.fleet, &self.fleet_index, now) {
-                Some(mut fresh) => {
-                    self.states_built += 1;
-                    fresh.revision = Some(self.states_built);
-                    *state = fresh;
+                Some(fresh) => {
+                    *state = numbered(&mut self.states_built, fresh);
                     *tag = current;
                     keep.push(true);
                 }
@@ -71,10 +70,10 @@ impl Sim<'_> {
             let Some(job) = self.jobs.get(j).and_then(Slot::live) else {
                 continue;
             };
-            if let Some(mut state) = job.state(&self.snapshot.fleet, &self.fleet_index, now) {
-                self.states_built += 1;
-                state.revision = Some(self.states_built);
-                self.snapshot.jobs.push(state);
+            if let Some(state) = job.state(&self.snapshot.fleet, &self.fleet_index, now) {
+                self.snapshot
+                    .jobs
+                    .push(numbered(&mut self.states_built, state));
                 self.snapshot_tags.push((j, job.revision, epoch));
             }
         }
@@ -105,11 +104,7 @@ impl Sim<'_> {
                 }
                 None => job
                     .state(&self.snapshot.fleet, &self.fleet_index, self.now)
-                    .map(|mut state| {
-                        self.states_built += 1;
-                        state.revision = Some(self.states_built);
-                        state
-                    }),
+                    .map(|state| numbered(&mut self.states_built, state)),
             };
             if let Some(state) = state {
                 states.push(state);
@@ -119,4 +114,12 @@ impl Sim<'_> {
         self.snapshot.jobs = states;
         self.snapshot_tags = tags;
     }
+}
+
+/// A newly built state, given the next number as its revision (`built` counts them), so
+/// the decider can tell states apart without reading them.
+fn numbered(built: &mut u64, mut state: JobState) -> JobState {
+    *built += 1;
+    state.revision = Some(*built);
+    state
 }
