@@ -162,6 +162,11 @@ impl<'a> Cycle<'a> {
             ends_at,
             evicted: false,
         });
+        if self.ends_built {
+            if let Some(holder) = self.holders.get(h) {
+                self.end_gives.index(h, holder);
+            }
+        }
     }
 
     /// Settles what [`Cycle::hold_committed`] deferred while the running jobs were held
@@ -193,6 +198,8 @@ impl<'a> Cycle<'a> {
             .enumerate()
             .filter_map(|(h, x)| x.ends_at.map(|e| (e, h)))
             .collect();
+        self.end_gives =
+            super::walk_free::EndGives::build(&self.holders, self.ends.iter().map(|(_, h)| *h));
         let mut by_team: BTreeMap<Option<usize>, Vec<(i64, usize)>> = BTreeMap::new();
         for (h, x) in self.holders.iter().enumerate() {
             by_team

@@ -11,6 +11,7 @@ mod preempt;
 mod quota_gate;
 mod reserve;
 mod story;
+mod walk_free;
 
 pub use decider::Decider;
 pub use story::job_story;
@@ -102,7 +103,10 @@ struct Cycle<'a> {
     eta_memo: HashMap<explain::EtaKey, Option<i64>>,
     /// Room per shape for earliest-start estimates, kept up to date node by node.
     room_cache: HashMap<reserve::RoomKey, reserve::RoomIndex>,
-    walk_scratch: reserve::WalkScratch,
+    walk_scratch: walk_free::WalkScratch,
+    flat_free: walk_free::FlatFree,
+    /// What each holder gives back when it ends (built with `ends`).
+    end_gives: walk_free::EndGives,
     /// The allocation state (`changed.len()`) the memo was filled at.
     eta_version: usize,
     eta_estimates: usize,
@@ -443,7 +447,9 @@ fn decide_cycle(
         fleet_pools: std::cell::OnceCell::new(),
         eta_memo: HashMap::default(),
         room_cache: HashMap::default(),
-        walk_scratch: reserve::WalkScratch::default(),
+        walk_scratch: walk_free::WalkScratch::default(),
+        flat_free: walk_free::FlatFree::default(),
+        end_gives: walk_free::EndGives::default(),
         eta_version: 0,
         eta_estimates: 0,
         preemptions: stops,

@@ -480,6 +480,7 @@ impl<'a> Cycle<'a> {
             };
             holder.evicted = true;
             let holder = holder.clone();
+            self.end_gives.evict(*h);
             let (grace_s, lost) = holder.victim().map_or((0, 0), |v| (v.grace_s, v.lost));
             self.shares.hold_team(
                 holder.team_ix,

@@ -5,11 +5,10 @@
 //! required topology group.
 
 use super::bookings::{booked_gpus, Booking, NodeBooking};
+use super::walk_free::{FlatWalk, NodeFreeWalk, WalkFree};
 use super::{Blocked, Cycle};
-use crate::core::alloc::{NodeFree, Request};
-use crate::core::fleet::MILLI;
+use crate::core::alloc::Request;
 use crate::core::gang::{self, JobShape};
-use crate::core::placer::give_on;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
 use std::collections::{BTreeMap, BTreeSet};
@@ -32,39 +31,15 @@ pub(super) struct RoomIndex {
     /// Per group, its nodes with a slot now (where a walk's landing looks, besides the
     /// nodes it touched).
     roomy: Vec<BTreeSet<usize>>,
+    /// Per node, whether the member's models allow it.
+    accepts: Vec<bool>,
     /// How much of `Cycle::changed` this index has caught up with.
     pub seen: usize,
 }
 
-/// Copies of the nodes an earliest-start walk has touched, kept between walks so their
-/// buffers are reused: an entry is current only when its mark is the walk's.
-#[derive(Debug, Default)]
-pub(super) struct WalkScratch {
-    walk: u32,
-    nodes: Vec<(u32, NodeFree, u64)>,
-    /// The nodes this walk has copied.
-    touched: Vec<usize>,
-}
-
-impl WalkScratch {
-    /// Starts a walk over `n` nodes: every entry stale.
-    fn begin(&mut self, n: usize, blank: &NodeFree) {
-        self.walk = self.walk.wrapping_add(1);
-        self.touched.clear();
-        if self.walk == 0 || self.nodes.len() != n {
-            self.walk = 1;
-            self.nodes = vec![(0, blank.clone(), 0); n];
-        }
-    }
-
-    fn get(&self, n: usize) -> Option<&(u32, NodeFree, u64)> {
-        self.nodes.get(n).filter(|e| e.0 == self.walk)
-    }
-}
-
 /// Where an earliest start puts members: how many on the node, and its whole free GPUs
 /// then.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Landing {
     pub node: usize,
     pub members: u64,
@@ -274,17 +249,56 @@ impl Cycle<'_> {
             None => self.room_index(&key),
         };
         self.catch_up(&mut index, &key.0);
-        let mut scratch = std::mem::take(&mut self.walk_scratch);
-        let found = self.walk_ends(
-            &index,
-            &key.0,
-            u64::from(shape.members),
-            held,
-            runtime,
-            &mut scratch,
-        );
-        self.walk_scratch = scratch;
+        let members = u64::from(shape.members);
+        let now_free = &self.placer.state().nodes;
+        let flat = key.0.mig_profile.is_none() && self.end_gives.flat();
+        let found = if flat {
+            let mut flat = std::mem::take(&mut self.flat_free);
+            flat.lay_out(&self.placer.empty_state().nodes);
+            let mut walk = FlatWalk {
+                flat: &mut flat,
+                gives: &self.end_gives,
+                now_free,
+                member: &key.0,
+                accepts: &index.accepts,
+            };
+            let found = self.walk_ends(&index, &key.0, members, held, runtime, &mut walk);
+            self.flat_free = flat;
+            found
+        } else {
+            self.walk_general(&index, &key.0, members, held, runtime)
+        };
+        // Tests check the flat walk against the general one at every walk.
+        #[cfg(debug_assertions)]
+        if flat {
+            let general = self.walk_general(&index, &key.0, members, held, runtime);
+            debug_assert_eq!(found, general, "flat and general walks differ");
+        }
         self.room_cache.insert(key, index);
+        found
+    }
+
+    /// [`Cycle::walk_ends`] over `NodeFree` copies (any request).
+    fn walk_general(
+        &mut self,
+        index: &RoomIndex,
+        member: &Request,
+        members: u64,
+        held: Option<(&BTreeSet<usize>, i64)>,
+        runtime: Option<i64>,
+    ) -> Option<(i64, Vec<Landing>)> {
+        let mut scratch = std::mem::take(&mut self.walk_scratch);
+        let mut walk = NodeFreeWalk {
+            scratch: &mut scratch,
+            holders: &self.holders,
+            ctx: self.placer.context(),
+            nodes: &self.snapshot.fleet.nodes,
+            now_free: &self.placer.state().nodes,
+            empty: &self.placer.empty_state().nodes,
+            member,
+        };
+        let found = self.walk_ends(index, member, members, held, runtime, &mut walk);
+        self.walk_scratch = scratch;
         found
     }
 
@@ -318,6 +332,11 @@ impl Cycle<'_> {
                 }
             }
         }
+        let accepts = fleet
+            .nodes
+            .iter()
+            .map(|n| member.accepts_model(n.gpu_model()))
+            .collect();
         let mut slots = vec![0u64; fleet.nodes.len()];
         let mut room = vec![0u64; groups];
         let mut roomy = vec![BTreeSet::new(); groups];
@@ -341,6 +360,7 @@ impl Cycle<'_> {
             group_of,
             room,
             roomy,
+            accepts,
             seen: self.changed.len(),
         }
     }
@@ -381,54 +401,41 @@ impl Cycle<'_> {
     /// a job of `runtime` starting then; that changes where a booking starts or stops
     /// overlapping the job, so those times are events too.
     #[allow(clippy::too_many_arguments)]
-    fn walk_ends(
+    fn walk_ends<F: WalkFree>(
         &self,
         index: &RoomIndex,
         member: &Request,
         members: u64,
         held: Option<(&BTreeSet<usize>, i64)>,
         runtime: Option<i64>,
-        free: &mut WalkScratch,
+        free: &mut F,
     ) -> Option<(i64, Vec<Landing>)> {
-        let ctx = self.placer.context();
-        let fleet = &self.snapshot.fleet;
-        let now_free = &self.placer.state().nodes;
-        let empty = &self.placer.empty_state().nodes;
+        self.snapshot.fleet.nodes.first()?;
         let group_of = &index.group_of;
         let bookings = &self.bookings;
-        // Nodes whose jobs ended so far, copied (most nodes are never touched), with
-        // their member slots then.
-        free.begin(fleet.nodes.len(), empty.first()?);
+        let gives = &self.end_gives;
+        // Nodes whose jobs ended so far (most nodes are never touched), with their
+        // member slots then.
+        free.begin();
         let held_until = held.map_or(i64::MIN, |(_, t)| t);
         let is_held = |n: usize| held.is_some_and(|(nodes, _)| nodes.contains(&n));
-        let raw = |free: &WalkScratch, n: usize| -> u64 {
-            match free.get(n) {
-                Some((_, _, s)) => *s,
-                None => index.slots.get(n).copied().unwrap_or(0),
-            }
+        let raw = |free: &F, n: usize| -> u64 {
+            free.slots(n)
+                .unwrap_or_else(|| index.slots.get(n).copied().unwrap_or(0))
         };
-        let slots = |free: &WalkScratch, n: usize, at: i64| -> u64 {
+        let slots = |free: &F, n: usize, at: i64| -> u64 {
             if at < held_until && is_held(n) {
                 return 0;
             }
             raw(free, n)
         };
-        let whole_free = |free: &WalkScratch, n: usize| -> u64 {
-            let f = match free.get(n) {
-                Some((_, f, _)) => Some(f),
-                None => now_free.get(n),
-            };
-            f.map_or(0, |f| {
-                f.gpu_milli.iter().filter(|m| **m >= MILLI).count() as u64
-            })
-        };
         // A booked node: what the bookings leave spare, and nothing while it is held.
-        let capped = |free: &WalkScratch, n: usize, at: i64| -> u64 {
+        let capped = |free: &F, n: usize, at: i64| -> u64 {
             if at < held_until && is_held(n) {
                 return 0;
             }
             let until = runtime.map(|r| at.saturating_add(r));
-            bookings.cap(n, (raw(free, n), whole_free(free, n)), member, at, until)
+            bookings.cap(n, (raw(free, n), free.whole_free(n)), member, at, until)
         };
         let mut room = index.room.clone();
         // Adds to the node's group; whether that group now holds every member.
@@ -466,7 +473,7 @@ impl Cycle<'_> {
             .ends
             .iter()
             .copied()
-            .filter(|(_, h)| self.holders.get(*h).is_some_and(|x| !x.evicted))
+            .filter(|(_, h)| !gives.is_evicted(*h))
             .peekable();
         let mut held_event = held_event.into_iter().peekable();
         let mut boundaries = bookings
@@ -528,40 +535,23 @@ impl Cycle<'_> {
                     }
                 }
             }
-            let Some(holder) = self.holders.get(h) else {
-                continue;
-            };
-            for c in holder.choices.iter() {
-                if group_of.get(c.node).copied().flatten().is_none() {
+            for (m, (k, node)) in gives.members(h).enumerate() {
+                if group_of.get(node).copied().flatten().is_none() {
                     continue;
                 }
-                let before = match counted.get(&c.node) {
+                let before = match counted.get(&node) {
                     Some(b) => *b,
-                    None => slots(free, c.node, end),
+                    None => slots(free, node, end),
                 };
-                let walk = free.walk;
-                if let (Some(node), Some(cap), Some(current), Some(entry)) = (
-                    fleet.nodes.get(c.node),
-                    empty.get(c.node),
-                    now_free.get(c.node),
-                    free.nodes.get_mut(c.node),
-                ) {
-                    if entry.0 != walk {
-                        entry.0 = walk;
-                        entry.1.copy_from(current);
-                        free.touched.push(c.node);
-                    }
-                    give_on(&ctx, node, &mut entry.1, holder.member(), &c.on, cap);
-                    entry.2 = gang::member_slots(&ctx, node, &entry.1, member);
-                }
-                let after = match counted.get_mut(&c.node) {
+                free.give(h, m, k, node);
+                let after = match counted.get_mut(&node) {
                     Some(slot) => {
-                        *slot = capped(free, c.node, end);
+                        *slot = capped(free, node, end);
                         *slot
                     }
-                    None => slots(free, c.node, end),
+                    None => slots(free, node, end),
                 };
-                if let Some(g) = add(&mut room, c.node, after, before) {
+                if let Some(g) = add(&mut room, node, after, before) {
                     // Members of one event may grow several groups: the first wins.
                     found = found.or(Some((end, g)));
                 }
@@ -575,7 +565,7 @@ impl Cycle<'_> {
             .get(g)
             .into_iter()
             .flatten()
-            .chain(&free.touched)
+            .chain(free.touched())
             .chain(counted.keys())
             .copied()
             .filter(|n| group_of.get(*n).copied().flatten() == Some(g))
@@ -600,7 +590,7 @@ impl Cycle<'_> {
             chosen.push(Landing {
                 node: n,
                 members: s.min(need),
-                whole_free: whole_free(free, n),
+                whole_free: free.whole_free(n),
             });
             need = need.saturating_sub(s);
         }
