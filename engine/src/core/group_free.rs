@@ -17,6 +17,10 @@ pub(crate) struct GroupFree {
     /// per group): Σ nodes × ⌊free / k⌋ is how many k-GPU members the group could hold.
     histogram: Vec<u32>,
     stride: usize,
+    /// `whole`'s maxima over ranges of groups, as a binary tree in an array (leaves from
+    /// `leaves` on): a gang finds the groups with enough whole GPUs without scanning all.
+    most_whole: Vec<u64>,
+    leaves: usize,
 }
 
 /// (whole free GPUs, free milli-GPUs) of a node.
@@ -31,12 +35,15 @@ impl GroupFree {
     /// Counts `states` (indexed like the fleet's nodes) into `groups` of node indexes.
     pub(crate) fn new(groups: &[(String, Vec<usize>)], states: &[NodeFree]) -> GroupFree {
         let stride = states.iter().map(|f| f.gpu_milli.len()).max().unwrap_or(0) + 1;
+        let leaves = groups.len().next_power_of_two();
         let mut gf = GroupFree {
             group_of: vec![None; states.len()],
             whole: vec![0; groups.len()],
             milli: vec![0; groups.len()],
             histogram: vec![0; groups.len() * stride],
             stride,
+            most_whole: vec![0; 2 * leaves],
+            leaves,
         };
         for (g, (_, nodes)) in groups.iter().enumerate() {
             for &i in nodes {
@@ -49,6 +56,41 @@ impl GroupFree {
             }
         }
         gf
+    }
+
+    /// Sets group `g`'s leaf to its whole free GPUs and the maxima above it.
+    fn raise(&mut self, g: usize) {
+        let mut at = self.leaves + g;
+        let value = self.whole.get(g).copied().unwrap_or(0);
+        if let Some(leaf) = self.most_whole.get_mut(at) {
+            *leaf = value;
+        }
+        while at > 1 {
+            at /= 2;
+            let left = self.most_whole.get(2 * at).copied().unwrap_or(0);
+            let right = self.most_whole.get(2 * at + 1).copied().unwrap_or(0);
+            match self.most_whole.get_mut(at) {
+                Some(m) if *m != left.max(right) => *m = left.max(right),
+                _ => break,
+            }
+        }
+    }
+
+    /// Groups with at least `need` whole free GPUs, in group order.
+    fn with_whole(&self, need: u64, into: &mut Vec<usize>) {
+        let mut stack = vec![1usize];
+        while let Some(at) = stack.pop() {
+            if self.most_whole.get(at).is_none_or(|m| *m < need) {
+                continue;
+            }
+            if at >= self.leaves {
+                into.push(at - self.leaves);
+            } else {
+                // Right first, so the left is taken first: group order.
+                stack.push(2 * at + 1);
+                stack.push(2 * at);
+            }
+        }
     }
 
     fn count(&mut self, g: usize, free: &NodeFree, entering: bool) {
@@ -68,6 +110,9 @@ impl GroupFree {
                 *m = m.saturating_sub(milli);
                 *h = h.saturating_sub(1);
             }
+        }
+        if whole > 0 {
+            self.raise(g);
         }
     }
 
@@ -103,18 +148,89 @@ impl GroupFree {
 
     /// The groups whose bound for `r` is at least `members`, in group order.
     pub(crate) fn candidates(&self, r: &Request, members: u64) -> Vec<usize> {
-        // A scan of the per-group totals: cheaper than keeping them sorted, as every
-        // commit and release changes them.
+        // Groups short of whole GPUs are passed over by the maxima tree (kept in step
+        // with every commit and release).
         let need = if r.mig_profile.is_none() && r.gpu_milli >= MILLI {
             members.saturating_mul(u64::from(r.num_gpu))
         } else {
             0
         };
-        self.whole
-            .iter()
-            .enumerate()
-            .filter(|(g, whole)| **whole >= need && self.room_bound(*g, r) >= members)
-            .map(|(g, _)| g)
-            .collect()
+        if need == 0 {
+            return (0..self.whole.len())
+                .filter(|g| self.room_bound(*g, r) >= members)
+                .collect();
+        }
+        let mut groups = Vec::new();
+        self.with_whole(need, &mut groups);
+        groups.retain(|g| self.room_bound(*g, r) >= members);
+        groups
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::core::rng::Rng;
+
+    fn node(rng: &mut Rng) -> NodeFree {
+        NodeFree {
+            cpu_milli: 64_000,
+            memory_mib: 512_000,
+            gpu_milli: (0..8).map(|_| [0, 250, 500, 1000][rng.below(4)]).collect(),
+            mig: vec![None; 8],
+            vram_mib: vec![81_920; 8],
+        }
+    }
+
+    fn request(num_gpu: u32, gpu_milli: u32) -> Request {
+        Request {
+            cpu_milli: 0,
+            memory_mib: 0,
+            num_gpu,
+            gpu_milli,
+            models: Vec::new(),
+            vram_mib: 0,
+            mig_profile: None,
+        }
+    }
+
+    /// The candidates found through the maxima tree are those of a scan of every group,
+    /// through random changes of the nodes.
+    #[test]
+    fn candidates_match_a_scan_of_every_group() {
+        let mut rng = Rng::new(7);
+        for groups_n in [1usize, 3, 8, 13] {
+            let groups: Vec<(String, Vec<usize>)> = (0..groups_n)
+                .map(|g| (format!("g{g}"), (g * 4..g * 4 + 4).collect()))
+                .collect();
+            let mut states: Vec<NodeFree> = (0..groups_n * 4).map(|_| node(&mut rng)).collect();
+            let mut gf = GroupFree::new(&groups, &states);
+            for _ in 0..300 {
+                let n = rng.below(states.len());
+                let next = node(&mut rng);
+                if let Some(old) = states.get_mut(n) {
+                    gf.update(n, old, false);
+                    gf.update(n, &next, true);
+                    *old = next;
+                }
+                for (num_gpu, gpu_milli, members) in
+                    [(8, 1000, 2), (4, 1000, 3), (1, 1000, 9), (1, 500, 4)]
+                {
+                    let r = request(num_gpu, gpu_milli);
+                    let need = if gpu_milli >= MILLI {
+                        members * u64::from(num_gpu)
+                    } else {
+                        0
+                    };
+                    let scan: Vec<usize> = (0..groups_n)
+                        .filter(|g| {
+                            gf.whole.get(*g).is_some_and(|w| *w >= need)
+                                && gf.room_bound(*g, &r) >= members
+                        })
+                        .collect();
+                    assert_eq!(gf.candidates(&r, members), scan);
+                }
+            }
+        }
     }
 }
