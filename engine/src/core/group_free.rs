@@ -176,7 +176,7 @@ mod tests {
         NodeFree {
             cpu_milli: 64_000,
             memory_mib: 512_000,
-            gpu_milli: (0..8).map(|_| [0, 250, 500, 1000][rng.below(4)]).collect(),
+            gpu_milli: (0..8).map(|_| 250 * rng.below(5) as u32).collect(),
             mig: vec![None; 8],
             vram_mib: vec![81_920; 8],
         }
