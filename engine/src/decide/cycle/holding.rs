@@ -83,13 +83,21 @@ impl<'a> Cycle<'a> {
         let (team_ix, tier) = self.resolve(js);
         // Only guarantees per pool read the pool (reading it cost a look at the node).
         let per_pool = self.ledger.is_per_pool(team_ix);
-        for c in choices.iter() {
-            self.changed.push(c.node);
-            let pool = if per_pool { self.pool_of(c.node) } else { None };
-            if self.holding_batch {
-                self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
-            } else {
-                self.ledger.charge(team_ix, pool, js.member_milli);
+        if self.holding_batch && !per_pool {
+            // No index reads the change log before the batch is settled, and one bucket
+            // takes every member: the members themselves need not be read here.
+            let members = choices.len() as u64;
+            self.ledger
+                .charge_unsettled(team_ix, None, js.member_milli.saturating_mul(members));
+        } else {
+            for c in choices.iter() {
+                self.changed.push(c.node);
+                let pool = if per_pool { self.pool_of(c.node) } else { None };
+                if self.holding_batch {
+                    self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
+                } else {
+                    self.ledger.charge(team_ix, pool, js.member_milli);
+                }
             }
         }
         self.shares.hold_team(
