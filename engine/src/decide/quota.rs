@@ -42,8 +42,24 @@ impl Book {
         self.recache();
         self
     }
+    /// [`Book::borrowed`] and [`Book::lendable`] in one merge of the two sorted maps (no
+    /// lookups: this runs at every charge).
     fn recache(&mut self) {
-        self.cached = (self.borrowed(), self.lendable());
+        let (mut borrowed, mut idle) = (0u64, 0u64);
+        let mut guaranteed = self.guaranteed.iter().peekable();
+        for (bucket, used) in &self.used {
+            while let Some((_, g)) = guaranteed.next_if(|(k, _)| *k < bucket) {
+                idle += g;
+            }
+            let g = guaranteed
+                .next_if(|(k, _)| *k == bucket)
+                .map_or(0, |(_, g)| *g);
+            borrowed += used.saturating_sub(g);
+            idle += g.saturating_sub(*used);
+        }
+        idle += guaranteed.map(|(_, g)| *g).sum::<u64>();
+        self.cached = (borrowed, self.lend.map_or(idle, |l| idle.min(l)));
+        debug_assert_eq!(self.cached, (self.borrowed(), self.lendable()));
     }
     fn total_used(&self) -> u64 {
         self.used.values().sum()
@@ -72,6 +88,25 @@ impl Book {
             pool.map(str::to_string)
         } else {
             None
+        }
+    }
+    /// Whether a charge in `pool` goes to `bucket` (no bucket is built: this runs for
+    /// every placement tried).
+    fn in_bucket(&self, pool: Option<&str>, bucket: &Bucket) -> bool {
+        if self.per_pool {
+            bucket.as_deref() == pool
+        } else {
+            bucket.is_none()
+        }
+    }
+    /// `map`'s entry for `pool`'s bucket.
+    fn entry_of<'m>(&self, map: &'m BTreeMap<Bucket, u64>, pool: Option<&str>) -> Option<&'m u64> {
+        if self.per_pool {
+            map.iter()
+                .find(|(k, _)| k.as_deref() == pool)
+                .map(|(_, v)| v)
+        } else {
+            map.get(&None)
         }
     }
 }
@@ -186,7 +221,20 @@ impl Ledger {
             match (b.per_pool, b.used.first_entry()) {
                 // Not per pool: one bucket, found without a lookup.
                 (false, Some(mut e)) if e.key().is_none() => *e.get_mut() += milli,
-                _ => *b.used.entry(b.bucket(pool)).or_insert(0) += milli,
+                _ => {
+                    let per_pool = b.per_pool;
+                    let found = b.used.iter_mut().find(|(k, _)| match per_pool {
+                        true => k.as_deref() == pool,
+                        false => k.is_none(),
+                    });
+                    match found {
+                        Some((_, u)) => *u += milli,
+                        None => {
+                            let bucket = b.bucket(pool);
+                            b.used.insert(bucket, milli);
+                        }
+                    }
+                }
             }
         }
     }
@@ -200,8 +248,12 @@ impl Ledger {
 
     pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
-            let bucket = b.bucket(pool);
-            if let Some(u) = b.used.get_mut(&bucket) {
+            let per_pool = b.per_pool;
+            let found = b.used.iter_mut().find(|(k, _)| match per_pool {
+                true => k.as_deref() == pool,
+                false => k.is_none(),
+            });
+            if let Some((_, u)) = found {
                 *u = u.saturating_sub(milli);
             }
             b.recache();
@@ -228,7 +280,7 @@ impl Ledger {
         let added = |bucket: &Bucket| -> u64 {
             charges
                 .iter()
-                .filter(|(pool, _)| b.bucket(*pool) == *bucket)
+                .filter(|(pool, _)| b.in_bucket(*pool, bucket))
                 .map(|(_, m)| *m)
                 .sum()
         };
@@ -236,9 +288,16 @@ impl Ledger {
             .used
             .iter()
             .all(|(k, u)| u + added(k) <= b.guaranteed.get(k).copied().unwrap_or(0));
+        // A charge to a bucket not used yet: the charges to it against its guarantee.
         let new_ok = charges.iter().all(|(pool, _)| {
-            let k = b.bucket(*pool);
-            b.used.contains_key(&k) || added(&k) <= b.guaranteed.get(&k).copied().unwrap_or(0)
+            b.entry_of(&b.used, *pool).is_some() || {
+                let to_it: u64 = charges
+                    .iter()
+                    .filter(|(other, _)| !b.per_pool || other == pool)
+                    .map(|(_, m)| *m)
+                    .sum();
+                to_it <= b.entry_of(&b.guaranteed, *pool).copied().unwrap_or(0)
+            }
         });
         used_ok && new_ok
     }
@@ -334,8 +393,17 @@ impl Ledger {
     /// Borrowing not covered by the lenders of the borrower's own cohort, summed over the
     /// fleet: it must fit in the unguaranteed capacity.
     fn excess(&self) -> u64 {
-        // (borrowed, lent) per cohort; this runs for every placement tried.
-        let mut by_cohort: Vec<(u64, u64)> = vec![(0, 0); self.cohorts];
+        // (borrowed, lent) per cohort; this runs for every placement tried, so small
+        // policies count on the stack.
+        let mut few = [(0u64, 0u64); 8];
+        let mut many: Vec<(u64, u64)>;
+        let by_cohort: &mut [(u64, u64)] = match few.get_mut(..self.cohorts) {
+            Some(s) => s,
+            None => {
+                many = vec![(0, 0); self.cohorts];
+                &mut many
+            }
+        };
         let mut alone = 0u64;
         for b in &self.books {
             let (borrowed, lendable) = b.cached;

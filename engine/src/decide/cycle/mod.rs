@@ -85,6 +85,7 @@ struct Cycle<'a> {
     standing: Vec<Standing>,
     /// Per (member, pools, asker): each node's cheapest victim set.
     cost_cache: HashMap<preempt::CostKey, preempt::CostIndex>,
+    cost_scratch: preempt::CostScratch,
     /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
     changed: Vec<usize>,
     /// Evictions so far: free capacity grows only then (a victim tried and put back
@@ -439,6 +440,7 @@ fn decide_cycle(
         tier_index: names::NameIndex::positions(program.tiers.iter().map(|t| t.name.as_str())),
         standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::default(),
+        cost_scratch: preempt::CostScratch::default(),
         // Every running member is logged once.
         changed: Vec::with_capacity(members_hint(snapshot)),
         released: 0,

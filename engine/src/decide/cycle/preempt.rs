@@ -96,6 +96,15 @@ const QUOTA_VICTIMS: usize = 64;
 /// priority, holder).
 type Rank = (u64, i64, i64, usize);
 
+/// Buffers [`Cycle::node_cost`] reuses from node to node (it runs for every changed node
+/// of every cost index).
+#[derive(Debug, Default)]
+pub(super) struct CostScratch {
+    ranked: Vec<(Rank, Cause)>,
+    free: Option<crate::core::alloc::NodeFree>,
+    chosen: Vec<usize>,
+}
+
 /// A victim set's cost (milli-GPUs below guarantees, lost work, victims) and its holders.
 pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
 
@@ -616,13 +625,25 @@ impl<'a> Cycle<'a> {
     /// The cheapest victims on `node` that free room for one member of `member`: eligible
     /// holders in rank order until the member fits, then those it turns out not to need
     /// given back. Memoised per node state; see [`Cycle::victims_by_node`].
-    fn node_cost(&self, node: usize, member: &Request, asker: &Asker) -> Option<Cost> {
-        let mut ranked: Vec<(Rank, Cause)> = self
-            .holders_on
-            .get(node)
-            .iter()
-            .filter_map(|h| self.victim_rank(*h, asker))
-            .collect();
+    fn node_cost(
+        &self,
+        node: usize,
+        member: &Request,
+        asker: &Asker,
+        scratch: &mut CostScratch,
+    ) -> Option<Cost> {
+        let CostScratch {
+            ranked,
+            free,
+            chosen,
+        } = scratch;
+        ranked.clear();
+        ranked.extend(
+            self.holders_on
+                .get(node)
+                .iter()
+                .filter_map(|h| self.victim_rank(*h, asker)),
+        );
         if ranked.is_empty() {
             return None;
         }
@@ -630,8 +651,15 @@ impl<'a> Cycle<'a> {
         let ctx = self.placer.context();
         let n = self.snapshot.fleet.nodes.get(node)?;
         let capacity = self.placer.empty_state().nodes.get(node)?;
-        let mut free = self.placer.state().nodes.get(node)?.clone();
-        let mut chosen: Vec<usize> = Vec::new();
+        let current = self.placer.state().nodes.get(node)?;
+        let free = match free {
+            Some(f) => {
+                f.copy_from(current);
+                f
+            }
+            None => free.insert(current.clone()),
+        };
+        chosen.clear();
         let on_node = |h: usize| {
             self.holders.get(h).into_iter().flat_map(move |x| {
                 x.choices
@@ -640,29 +668,29 @@ impl<'a> Cycle<'a> {
                     .map(move |c| (x.member(), c))
             })
         };
-        for ((_, _, _, h), cause) in ranked {
+        for &((_, _, _, h), cause) in ranked.iter() {
             chosen.push(h);
             // Only another borrowing team's victims can break rule 3 together.
-            if cause == Cause::Borrowed && self.set_cost(&chosen, asker).is_none() {
+            if cause == Cause::Borrowed && self.set_cost(chosen, asker).is_none() {
                 chosen.pop();
                 continue;
             }
             for (m, ch) in on_node(h) {
-                give_on(&ctx, n, &mut free, m, &ch.on, capacity);
+                give_on(&ctx, n, free, m, &ch.on, capacity);
             }
-            if !crate::core::packing::feasible(&ctx, n, &free, member) {
+            if !crate::core::packing::feasible(&ctx, n, free, member) {
                 continue;
             }
             // Take back each earlier victim the member does not need, latest first.
             let last = chosen.pop()?;
             let mut kept = vec![last];
-            for h in chosen.into_iter().rev() {
+            for h in chosen.drain(..).rev() {
                 for (m, ch) in on_node(h) {
-                    take_on(&ctx, n, &mut free, m, &ch.on);
+                    take_on(&ctx, n, free, m, &ch.on);
                 }
-                if !crate::core::packing::feasible(&ctx, n, &free, member) {
+                if !crate::core::packing::feasible(&ctx, n, free, member) {
                     for (m, ch) in on_node(h) {
-                        give_on(&ctx, n, &mut free, m, &ch.on, capacity);
+                        give_on(&ctx, n, free, m, &ch.on, capacity);
                     }
                     kept.push(h);
                 }
@@ -802,18 +830,20 @@ impl<'a> Cycle<'a> {
                 (CostIndex::default(), nodes)
             }
         };
+        let mut scratch = std::mem::take(&mut self.cost_scratch);
         for node in nodes {
             if !usable(node) || (overlay && !self.has_own_victims(node, asker)) {
                 index.uncover(node);
                 continue;
             }
-            let cost = self.node_cost(node, &shape.member, asker);
+            let cost = self.node_cost(node, &shape.member, asker, &mut scratch);
             if overlay || cost.is_some() {
                 index.set(node, cost);
             } else {
                 index.uncover(node);
             }
         }
+        self.cost_scratch = scratch;
         index.seen = self.changed.len();
         self.cost_cache.insert(key.clone(), index);
         key
