@@ -93,7 +93,13 @@ impl FairShares {
         self.hold_slot(slot, r);
     }
 
-    fn hold_slot(&mut self, slot: Option<usize>, r: Resources) {
+    /// The team's slot, for [`FairShares::hold_slot`] and [`FairShares::share_of_slot`]
+    /// (one lookup by name for many calls).
+    pub fn slot(&self, team: Option<&str>) -> Option<usize> {
+        team.and_then(|t| self.slots.get(t)).copied()
+    }
+
+    pub fn hold_slot(&mut self, slot: Option<usize>, r: Resources) {
         if let Some(e) = slot.and_then(|s| self.held.get_mut(s)) {
             for (a, b) in e.iter_mut().zip(r) {
                 *a += b;
@@ -103,7 +109,12 @@ impl FairShares {
 
     /// The team's weighted dominant share; 0 for teams outside fair share.
     pub fn share(&self, team: Option<&str>) -> f64 {
-        let Some(&slot) = team.and_then(|t| self.slots.get(t)) else {
+        self.share_of_slot(self.slot(team))
+    }
+
+    /// [`FairShares::share`] of the team in `slot`.
+    pub fn share_of_slot(&self, slot: Option<usize>) -> f64 {
+        let Some(slot) = slot else {
             return 0.0;
         };
         let (Some(w), Some(held), Some(past)) = (

@@ -284,10 +284,13 @@ impl Ledger {
                 .map(|(_, m)| *m)
                 .sum()
         };
-        let used_ok = b
-            .used
-            .iter()
-            .all(|(k, u)| u + added(k) <= b.guaranteed.get(k).copied().unwrap_or(0));
+        // Both maps are sorted by bucket: one merge, no lookups.
+        let mut guaranteed = b.guaranteed.iter().peekable();
+        let used_ok = b.used.iter().all(|(k, u)| {
+            while guaranteed.next_if(|(g, _)| *g < k).is_some() {}
+            let g = guaranteed.next_if(|(g, _)| *g == k).map_or(0, |(_, g)| *g);
+            u + added(k) <= g
+        });
         // A charge to a bucket not used yet: the charges to it against its guarantee.
         let new_ok = charges.iter().all(|(pool, _)| {
             b.entry_of(&b.used, *pool).is_some() || {

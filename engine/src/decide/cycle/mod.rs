@@ -867,27 +867,39 @@ impl<'a> Cycle<'a> {
             .collect();
         let key = |q: usize| keys.get(q).copied().flatten();
         let mut order = Vec::with_capacity(queue.len());
-        for (_, mut teams) in bands {
-            for list in teams.values_mut() {
+        // The provisional holds, to undo after (by fair-share slot, found once per team).
+        let mut held = Vec::with_capacity(queue.len());
+        for (_, teams) in bands {
+            // Each team's jobs by position: slots and lists, with no lookup by name.
+            let slots: Vec<Option<usize>> = teams.keys().map(|n| self.shares.slot(*n)).collect();
+            let mut lists: Vec<Vec<usize>> = teams.into_values().collect();
+            for list in &mut lists {
                 list.sort_by_key(|q| key(*q));
                 list.reverse(); // pop from the back: oldest first
             }
             // Each team's next job in a heap keyed by (share, submit time, id); a team's
             // share moves only when it gets a job, so only its entry is pushed again.
             // Shares are non-negative, so their bit patterns order like the numbers.
-            let names: Vec<Option<&str>> = teams.keys().copied().collect();
+            let share = |shares: &FairShares, t: usize| {
+                shares
+                    .share_of_slot(slots.get(t).copied().flatten())
+                    .max(0.0)
+                    .to_bits()
+            };
             let mut heap = std::collections::BinaryHeap::new();
-            for (t, name) in names.iter().enumerate() {
-                if let Some(q) = teams.get(name).and_then(|l| l.last().copied()) {
-                    let share = self.shares.share(*name).max(0.0).to_bits();
-                    heap.push(std::cmp::Reverse((share, key(q), t)));
+            for (t, list) in lists.iter().enumerate() {
+                if let Some(q) = list.last().copied() {
+                    heap.push(std::cmp::Reverse((share(&self.shares, t), key(q), t)));
                 }
             }
             while let Some(std::cmp::Reverse((_, _, t))) = heap.pop() {
-                let Some(name) = names.get(t) else { continue };
-                let Some(q) = teams.get_mut(name).and_then(Vec::pop) else {
+                let Some(list) = lists.get_mut(t) else {
                     continue;
                 };
+                let Some(q) = list.pop() else {
+                    continue;
+                };
+                let next = list.last().copied();
                 order.push(q);
                 // Placing happens later; fair share within a band follows what this job
                 // would hold if placed, so one team's many jobs do not go first in a row.
@@ -897,24 +909,18 @@ impl<'a> Cycle<'a> {
                         js.member_milli,
                         js.job.shape.members as usize,
                     );
-                    self.shares.hold(js.job.team.as_deref(), r);
+                    let slot = slots.get(t).copied().flatten();
+                    self.shares.hold_slot(slot, r);
+                    held.push((slot, r));
                 }
-                if let Some(next) = teams.get(name).and_then(|l| l.last().copied()) {
-                    let share = self.shares.share(*name).max(0.0).to_bits();
-                    heap.push(std::cmp::Reverse((share, key(next), t)));
+                if let Some(next) = next {
+                    heap.push(std::cmp::Reverse((share(&self.shares, t), key(next), t)));
                 }
             }
         }
         // Undo the provisional holds: `hold` adds them again for jobs that are placed.
-        for q in &order {
-            if let Some(js) = job(*q) {
-                let r = Self::resources(
-                    &js.job.shape.member,
-                    js.member_milli,
-                    js.job.shape.members as usize,
-                );
-                self.shares.hold(js.job.team.as_deref(), r.map(|x| -x));
-            }
+        for (slot, r) in held {
+            self.shares.hold_slot(slot, r.map(|x| -x));
         }
         order
     }
