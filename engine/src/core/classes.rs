@@ -5,7 +5,8 @@
 
 use super::alloc::NodeFree;
 use super::packing::{OnNode, Score};
-use std::collections::{BTreeSet, HashMap};
+use rustc_hash::FxHashMap as HashMap;
+use std::collections::BTreeSet;
 
 #[derive(Debug)]
 pub(crate) struct Class {

@@ -14,8 +14,9 @@ use super::mig::{self, MigTable};
 use super::packing::{self, Context, OnNode, Score, Strategy};
 use super::rng::Rng;
 use lang::ir::TopologyLevel;
+use rustc_hash::FxHashMap as HashMap;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Where one member of a job goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,7 +135,7 @@ impl PlacerState {
                 *kinds.entry(kind_signature(n)).or_insert(next)
             })
             .collect();
-        let mut pool_ids: HashMap<String, u32> = HashMap::new();
+        let mut pool_ids: HashMap<String, u32> = HashMap::default();
         let pool_of: std::sync::Arc<[Option<u32>]> = fleet
             .nodes
             .iter()
@@ -221,9 +222,9 @@ impl<'a> Placer<'a> {
         Placer {
             empty,
             mig_table: mig,
-            verdicts: HashMap::new(),
+            verdicts: HashMap::default(),
             quiet: false,
-            request_ids: HashMap::new(),
+            request_ids: HashMap::default(),
             pool_of,
             pool_ids,
             group_free,
