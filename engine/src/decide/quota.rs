@@ -111,6 +111,13 @@ impl Book {
     }
 }
 
+/// A quota a charge breaks: the team's burst, or the fleet's capacity for borrowing
+/// (with the excess borrowing then).
+enum Break {
+    Burst(u64),
+    Short(u64),
+}
+
 /// Quota accounting for one decision cycle.
 #[derive(Debug, Clone)]
 pub struct Ledger {
@@ -160,6 +167,20 @@ impl QuotaBlock {
 }
 
 pub fn gpus(milli: u64) -> String {
+    // In integers below 2^40 milli-GPUs (what f64 prints the same, far cheaper): quota
+    // messages are written for every blocked placement try.
+    if milli < 1 << 40 {
+        let (whole, frac) = (milli / 1000, milli % 1000);
+        if frac == 0 {
+            return format!("{whole} gpu");
+        }
+        let digits = format!("{frac:03}");
+        return format!("{whole}.{} gpu", digits.trim_end_matches('0'));
+    }
+    gpus_by_float(milli)
+}
+
+fn gpus_by_float(milli: u64) -> String {
     let g = milli as f64 / 1000.0;
     if g.fract() == 0.0 {
         format!("{g:.0} gpu")
@@ -333,64 +354,92 @@ impl Ledger {
             return Ok(());
         };
         let name = b.name.as_str();
-        if let Some(burst) = b.burst {
-            if b.total_used() > burst {
+        let excess = match self.breaks(t, excess_before) {
+            None => return Ok(()),
+            Some(Break::Burst(burst)) => {
                 let before = b.total_used() - need;
                 return Err(QuotaBlock::over_burst(name, before, burst, need));
             }
+            Some(Break::Short(excess)) => excess,
+        };
+        let short = excess - self.unguaranteed.max(excess_before);
+        let cohort = b.cohort.clone();
+        // A peer with idle guarantee it does not lend could cover the shortfall.
+        let lender = b.cohort_ix.and_then(|c| {
+            self.books
+                .iter()
+                .enumerate()
+                .filter(|(i, p)| *i != t && p.cohort_ix == Some(c))
+                .map(|(_, p)| {
+                    let idle: u64 = p
+                        .guaranteed
+                        .iter()
+                        .map(|(k, g)| g.saturating_sub(p.used.get(k).copied().unwrap_or(0)))
+                        .sum();
+                    (p.name.clone(), idle.saturating_sub(p.lendable()))
+                })
+                .filter(|(_, withheld)| *withheld >= short)
+                .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
+        });
+        let within = b.borrowed() == 0;
+        let message = if within {
+            format!(
+                "team {name} is within its guarantee, but its idle guarantee is lent out; {} short",
+                gpus(short)
+            )
+        } else {
+            format!(
+                "team {name} is past its {} guarantee and {} has {} less idle capacity to lend than it needs",
+                gpus(b.total_guaranteed()),
+                cohort.as_deref().map_or_else(|| "the fleet".to_string(), |c| format!("cohort {c}")),
+                gpus(short)
+            )
+        };
+        let unblock = match lender {
+            Some((l, _)) => format!("fits if {l} lends {} more", gpus(short)),
+            None => match &cohort {
+                Some(c) => format!("fits when borrowers in cohort {c} free {}", gpus(short)),
+                None => format!(
+                    "fits when other teams free {} of unguaranteed capacity",
+                    gpus(short)
+                ),
+            },
+        };
+        Err(QuotaBlock {
+            message,
+            unblock,
+            own_to_free: None,
+        })
+    }
+
+    /// Which quota team `t`'s usage now breaks, if any (`excess_before`: the fleet's
+    /// excess borrowing before the charge).
+    fn breaks(&self, t: TeamIx, excess_before: u64) -> Option<Break> {
+        let b = self.books.get(t)?;
+        if let Some(burst) = b.burst {
+            if b.total_used() > burst {
+                return Some(Break::Burst(burst));
+            }
         }
         let excess = self.excess();
-        if excess > self.unguaranteed && excess > excess_before {
-            let short = excess - self.unguaranteed.max(excess_before);
-            let cohort = b.cohort.clone();
-            // A peer with idle guarantee it does not lend could cover the shortfall.
-            let lender = b.cohort_ix.and_then(|c| {
-                self.books
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, p)| *i != t && p.cohort_ix == Some(c))
-                    .map(|(_, p)| {
-                        let idle: u64 = p
-                            .guaranteed
-                            .iter()
-                            .map(|(k, g)| g.saturating_sub(p.used.get(k).copied().unwrap_or(0)))
-                            .sum();
-                        (p.name.clone(), idle.saturating_sub(p.lendable()))
-                    })
-                    .filter(|(_, withheld)| *withheld >= short)
-                    .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
-            });
-            let within = b.borrowed() == 0;
-            let message = if within {
-                format!(
-                    "team {name} is within its guarantee, but its idle guarantee is lent out; {} short",
-                    gpus(short)
-                )
-            } else {
-                format!(
-                    "team {name} is past its {} guarantee and {} has {} less idle capacity to lend than it needs",
-                    gpus(b.total_guaranteed()),
-                    cohort.as_deref().map_or_else(|| "the fleet".to_string(), |c| format!("cohort {c}")),
-                    gpus(short)
-                )
-            };
-            let unblock = match lender {
-                Some((l, _)) => format!("fits if {l} lends {} more", gpus(short)),
-                None => match &cohort {
-                    Some(c) => format!("fits when borrowers in cohort {c} free {}", gpus(short)),
-                    None => format!(
-                        "fits when other teams free {} of unguaranteed capacity",
-                        gpus(short)
-                    ),
-                },
-            };
-            return Err(QuotaBlock {
-                message,
-                unblock,
-                own_to_free: None,
-            });
+        (excess > self.unguaranteed && excess > excess_before).then_some(Break::Short(excess))
+    }
+
+    /// [`Ledger::check`] without working out why not: for trial placements whose reason
+    /// nobody reads.
+    pub fn allows(&mut self, team: Option<TeamIx>, charges: &[(Option<&str>, u64)]) -> bool {
+        let Some(t) = team.filter(|t| *t < self.books.len()) else {
+            return true;
+        };
+        let before = self.excess();
+        for (pool, milli) in charges {
+            self.charge(Some(t), *pool, *milli);
         }
-        Ok(())
+        let allowed = self.breaks(t, before).is_none();
+        for (pool, milli) in charges {
+            self.uncharge(Some(t), *pool, *milli);
+        }
+        allowed
     }
 
     /// Borrowing not covered by the lenders of the borrower's own cohort, summed over the
@@ -519,4 +568,28 @@ fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
         cached: (0, 0),
     }
     .recached()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The integer formatting prints what the float one does.
+    #[test]
+    fn gpus_prints_like_the_float_formatting() {
+        let mut values: Vec<u64> = (0..20_000).collect();
+        values.extend((0..2_000u64).map(|i| i * 7_919 + 1_000_000));
+        values.extend([
+            (1 << 40) - 1,
+            (1 << 40) - 1_001,
+            999_999_999_999,
+            123_456_789_012,
+        ]);
+        for milli in values {
+            assert_eq!(gpus(milli), gpus_by_float(milli), "{milli} milli-GPUs");
+        }
+        assert_eq!(gpus(2_500), "2.5 gpu");
+        assert_eq!(gpus(3_000), "3 gpu");
+        assert_eq!(gpus(1), "0.001 gpu");
+    }
 }
