@@ -88,6 +88,8 @@ struct Cycle<'a> {
     cost_scratch: preempt::CostScratch,
     /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
     changed: Vec<usize>,
+    /// Per node, the last [`Cycle::changed_since`] call that listed it, and that call.
+    changed_marks: (Vec<u32>, u32),
     /// Evictions so far: free capacity grows only then (a victim tried and put back
     /// leaves the state as it was).
     released: u64,
@@ -443,6 +445,7 @@ fn decide_cycle(
         cost_scratch: preempt::CostScratch::default(),
         // Every running member is logged once.
         changed: Vec::with_capacity(members_hint(snapshot)),
+        changed_marks: (vec![0; fleet.nodes.len()], 0),
         released: 0,
         unfit: HashMap::default(),
         guarantee_blocks: HashMap::default(),
@@ -815,10 +818,27 @@ impl<'a> Cycle<'a> {
     }
 
     /// Nodes whose allocation changed since position `seen` of the change log, once each.
-    fn changed_since(&self, seen: usize) -> Vec<usize> {
-        let mut nodes = self.changed.get(seen..).unwrap_or(&[]).to_vec();
-        nodes.sort_unstable();
-        nodes.dedup();
+    /// (In log order: the indexes that read them do not depend on the order.)
+    fn changed_since(&mut self, seen: usize) -> Vec<usize> {
+        let log = self.changed.get(seen..).unwrap_or(&[]);
+        // Once each by a mark per node (a sort of the log cost more than the catch-up).
+        let marks = &mut self.changed_marks;
+        marks.1 = marks.1.wrapping_add(1);
+        if marks.1 == 0 {
+            marks.0.iter_mut().for_each(|m| *m = 0);
+            marks.1 = 1;
+        }
+        let stamp = marks.1;
+        let mut nodes = Vec::with_capacity(log.len());
+        for &n in log {
+            if marks.0.len() <= n {
+                marks.0.resize(n + 1, 0);
+            }
+            if let Some(m) = marks.0.get_mut(n).filter(|m| **m != stamp) {
+                *m = stamp;
+                nodes.push(n);
+            }
+        }
         nodes
     }
 

@@ -366,11 +366,12 @@ impl Cycle<'_> {
     }
 
     /// Brings `index` up to the current state: only nodes changed since it was last read.
-    fn catch_up(&self, index: &mut RoomIndex, member: &Request) {
+    fn catch_up(&mut self, index: &mut RoomIndex, member: &Request) {
+        let changed = self.changed_since(index.seen);
         let ctx = self.placer.context();
         let fleet = &self.snapshot.fleet;
         let now_free = &self.placer.state().nodes;
-        for n in self.changed_since(index.seen) {
+        for n in changed {
             let (Some(Some(g)), Some(node), Some(f)) = (
                 index.group_of.get(n).copied(),
                 fleet.nodes.get(n),
