@@ -356,15 +356,15 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
     let pools = pools_text(job);
     if let Some(level) = grouping(job.topology_required) {
         // The freest group's room: groups in order of their bound, until no bound beats it.
-        let mut bounded: Vec<(u64, usize)> = placer
+        // A heap, not a sort: the walk below mostly stops after the first group or two.
+        let mut bounded: std::collections::BinaryHeap<(u64, usize)> = placer
             .groups_with_room(level, r, 1)
             .into_iter()
             .map(|g| (placer.group_room_bound(level, g, r), g))
             .collect();
-        bounded.sort_unstable_by(|a, b| b.cmp(a));
         let groups = placer.groups(level);
         let mut best_now = 0u64;
-        for (bound, g) in bounded {
+        while let Some((bound, g)) = bounded.pop() {
             if bound <= best_now {
                 break;
             }

@@ -24,11 +24,10 @@ pub(crate) struct GroupFree {
 }
 
 /// (whole free GPUs, free milli-GPUs) of a node.
-fn free_counts(free: &NodeFree) -> (u64, u64) {
-    (
-        free.gpu_milli.iter().filter(|g| **g >= MILLI).count() as u64,
-        free.gpu_milli_total(),
-    )
+pub(crate) fn free_counts(free: &NodeFree) -> (u64, u64) {
+    free.gpu_milli.iter().fold((0, 0), |(whole, milli), g| {
+        (whole + u64::from(*g >= MILLI), milli + u64::from(*g))
+    })
 }
 
 impl GroupFree {
@@ -51,7 +50,7 @@ impl GroupFree {
                     *slot = Some(g);
                 }
                 if let Some(free) = states.get(i) {
-                    gf.count(g, free, true);
+                    gf.count(g, free_counts(free), true);
                 }
             }
         }
@@ -93,8 +92,7 @@ impl GroupFree {
         }
     }
 
-    fn count(&mut self, g: usize, free: &NodeFree, entering: bool) {
-        let (whole, milli) = free_counts(free);
+    fn count(&mut self, g: usize, (whole, milli): (u64, u64), entering: bool) {
         let bucket = g * self.stride + whole as usize;
         if let (Some(w), Some(m), Some(h)) = (
             self.whole.get_mut(g),
@@ -117,11 +115,12 @@ impl GroupFree {
     }
 
     /// Adds (`entering`) or takes away a node's free resources in its group's counts.
-    pub(crate) fn update(&mut self, node: usize, free: &NodeFree, entering: bool) {
+    /// `counts`: the node's [`free_counts`].
+    pub(crate) fn update(&mut self, node: usize, counts: (u64, u64), entering: bool) {
         let Some(g) = self.group_of.get(node).copied().flatten() else {
             return;
         };
-        self.count(g, free, entering);
+        self.count(g, counts, entering);
     }
 
     /// At most how many members of `r` group `g` could hold now (`u64::MAX` when not
@@ -209,8 +208,8 @@ mod tests {
                 let n = rng.below(states.len());
                 let next = node(&mut rng);
                 if let Some(old) = states.get_mut(n) {
-                    gf.update(n, old, false);
-                    gf.update(n, &next, true);
+                    gf.update(n, free_counts(old), false);
+                    gf.update(n, free_counts(&next), true);
                     *old = next;
                 }
                 for (num_gpu, gpu_milli, members) in

@@ -397,8 +397,10 @@ impl<'a> Placer<'a> {
         let Some(free) = self.state.nodes.get(node) else {
             return;
         };
+        // Counted once for every level.
+        let counts = super::group_free::free_counts(free);
         for gf in self.group_free.values_mut() {
-            gf.update(node, free, entering);
+            gf.update(node, counts, entering);
         }
     }
 
