@@ -284,9 +284,18 @@ fn members_hint(snapshot: &Snapshot) -> usize {
 
 /// A team or tier the policy does not know, or a tier the team may not use.
 pub fn invalid_job(program: &Program, js: &JobState) -> Option<Reason> {
+    invalid_job_among(program, js, |name| program.team(name))
+}
+
+/// [`invalid_job`] with the policy's teams found by `team_of` (the cycle's index).
+fn invalid_job_among<'p>(
+    program: &'p Program,
+    js: &JobState,
+    team_of: impl Fn(&str) -> Option<&'p lang::ir::Team>,
+) -> Option<Reason> {
     let names = |v: Vec<&str>| v.join(", ");
     if let Some(team) = &js.job.team {
-        match program.team(team) {
+        match team_of(team) {
             None => {
                 return Some(
                     Reason::new(
@@ -517,7 +526,9 @@ impl<'a> Cycle<'a> {
             if js.running.is_some() {
                 continue;
             }
-            if let Some(reason) = invalid_job(self.program, js) {
+            let program = self.program;
+            let team_of = |name: &str| self.team_index.get(name).and_then(|i| program.teams.get(i));
+            if let Some(reason) = invalid_job_among(program, js, team_of) {
                 self.tell(js, |_| format!("invalid: {}", reason.message));
                 denied.push(self.decision(js, Action::Deny, Some(reason), &Admission::default()));
                 continue;
