@@ -376,10 +376,12 @@ impl Ledger {
                         .iter()
                         .map(|(k, g)| g.saturating_sub(p.used.get(k).copied().unwrap_or(0)))
                         .sum();
-                    (p.name.clone(), idle.saturating_sub(p.lendable()))
+                    // What it lends of that idle guarantee ([`Book::lendable`]).
+                    let lendable = p.lend.map_or(idle, |l| idle.min(l));
+                    (p.name.as_str(), idle.saturating_sub(lendable))
                 })
                 .filter(|(_, withheld)| *withheld >= short)
-                .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(&b.0)))
+                .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(b.0)))
         });
         let within = b.borrowed() == 0;
         let message = if within {
