@@ -141,8 +141,11 @@ fn place_each(
 ) -> Option<Vec<Choice>> {
     let mut done: Vec<(Choice, NodeFree)> = Vec::new();
     for _ in 0..job.members {
-        let placed =
-            pick(placer).and_then(|c| placer.commit(&job.member, &c).map(|prev| (c, prev)));
+        let placed = pick(placer).and_then(|c| {
+            placer
+                .commit_undoable(&job.member, &c)
+                .map(|prev| (c, prev))
+        });
         match placed {
             Some(p) => done.push(p),
             None => {

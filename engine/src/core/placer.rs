@@ -590,9 +590,15 @@ impl<'a> Placer<'a> {
         best.map(|(_, c)| c)
     }
 
-    /// Takes `req` on the chosen node; returns the node's previous state for [`Placer::undo`].
-    pub fn commit(&mut self, req: &Request, choice: &Choice) -> Option<NodeFree> {
+    /// [`Placer::commit`], returning the node's previous state for [`Placer::undo`].
+    pub fn commit_undoable(&mut self, req: &Request, choice: &Choice) -> Option<NodeFree> {
         let previous = self.state.nodes.get(choice.node)?.clone();
+        self.commit(req, choice);
+        Some(previous)
+    }
+
+    /// Takes `req` on the chosen node.
+    pub fn commit(&mut self, req: &Request, choice: &Choice) {
         self.leave(choice.node);
         if let (Some(node), Some(free)) = (
             self.fleet.nodes.get(choice.node),
@@ -601,7 +607,6 @@ impl<'a> Placer<'a> {
             take_on(&self.ctx, node, free, req, &choice.on);
         }
         self.enter(choice.node);
-        Some(previous)
     }
 
     /// Commits many members at once (e.g. the running jobs of a snapshot): each node
