@@ -90,24 +90,22 @@ impl Book {
             None
         }
     }
-    /// Whether a charge in `pool` goes to `bucket` (no bucket is built: this runs for
-    /// every placement tried).
-    fn in_bucket(&self, pool: Option<&str>, bucket: &Bucket) -> bool {
-        if self.per_pool {
-            bucket.as_deref() == pool
-        } else {
-            bucket.is_none()
-        }
-    }
     /// `map`'s entry for `pool`'s bucket.
     fn entry_of<'m>(&self, map: &'m BTreeMap<Bucket, u64>, pool: Option<&str>) -> Option<&'m u64> {
-        if self.per_pool {
-            map.iter()
-                .find(|(k, _)| k.as_deref() == pool)
-                .map(|(_, v)| v)
-        } else {
-            map.get(&None)
-        }
+        let per_pool = self.per_pool;
+        map.iter()
+            .find(|(k, _)| in_bucket(per_pool, pool, k))
+            .map(|(_, v)| v)
+    }
+}
+
+/// Whether a charge in `pool` goes to `bucket` of a book counted per pool or not (no
+/// bucket is built: this runs for every placement tried).
+fn in_bucket(per_pool: bool, pool: Option<&str>, bucket: &Bucket) -> bool {
+    if per_pool {
+        bucket.as_deref() == pool
+    } else {
+        bucket.is_none()
     }
 }
 
@@ -244,10 +242,10 @@ impl Ledger {
                 (false, Some(mut e)) if e.key().is_none() => *e.get_mut() += milli,
                 _ => {
                     let per_pool = b.per_pool;
-                    let found = b.used.iter_mut().find(|(k, _)| match per_pool {
-                        true => k.as_deref() == pool,
-                        false => k.is_none(),
-                    });
+                    let found = b
+                        .used
+                        .iter_mut()
+                        .find(|(k, _)| in_bucket(per_pool, pool, k));
                     match found {
                         Some((_, u)) => *u += milli,
                         None => {
@@ -270,10 +268,10 @@ impl Ledger {
     pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             let per_pool = b.per_pool;
-            let found = b.used.iter_mut().find(|(k, _)| match per_pool {
-                true => k.as_deref() == pool,
-                false => k.is_none(),
-            });
+            let found = b
+                .used
+                .iter_mut()
+                .find(|(k, _)| in_bucket(per_pool, pool, k));
             if let Some((_, u)) = found {
                 *u = u.saturating_sub(milli);
             }
@@ -301,7 +299,7 @@ impl Ledger {
         let added = |bucket: &Bucket| -> u64 {
             charges
                 .iter()
-                .filter(|(pool, _)| b.in_bucket(*pool, bucket))
+                .filter(|(pool, _)| in_bucket(b.per_pool, *pool, bucket))
                 .map(|(_, m)| *m)
                 .sum()
         };
@@ -333,18 +331,31 @@ impl Ledger {
         team: Option<TeamIx>,
         charges: &[(Option<&str>, u64)],
     ) -> Result<(), QuotaBlock> {
-        let Some(t) = team.filter(|t| *t < self.books.len()) else {
-            return Ok(());
-        };
+        let need = charges.iter().map(|c| c.1).sum();
+        self.charged(team, charges, |ledger, t, before| {
+            ledger.verdict(t, need, before)
+        })
+        .unwrap_or(Ok(()))
+    }
+
+    /// `judge` on the ledger with `charges` added to team `team` (and the fleet's excess
+    /// borrowing before them); `None` for a team the policy does not know.
+    fn charged<R>(
+        &mut self,
+        team: Option<TeamIx>,
+        charges: &[(Option<&str>, u64)],
+        judge: impl FnOnce(&Ledger, TeamIx, u64) -> R,
+    ) -> Option<R> {
+        let t = team.filter(|t| *t < self.books.len())?;
         let before = self.excess();
         for (pool, milli) in charges {
             self.charge(Some(t), *pool, *milli);
         }
-        let verdict = self.verdict(t, charges.iter().map(|c| c.1).sum(), before);
+        let judged = judge(self, t, before);
         for (pool, milli) in charges {
             self.uncharge(Some(t), *pool, *milli);
         }
-        verdict
+        Some(judged)
     }
 
     /// Quotas hold for the current usage; `name` just grew by `need`. Borrowing that was
@@ -430,18 +441,10 @@ impl Ledger {
     /// [`Ledger::check`] without working out why not: for trial placements whose reason
     /// nobody reads.
     pub fn allows(&mut self, team: Option<TeamIx>, charges: &[(Option<&str>, u64)]) -> bool {
-        let Some(t) = team.filter(|t| *t < self.books.len()) else {
-            return true;
-        };
-        let before = self.excess();
-        for (pool, milli) in charges {
-            self.charge(Some(t), *pool, *milli);
-        }
-        let allowed = self.breaks(t, before).is_none();
-        for (pool, milli) in charges {
-            self.uncharge(Some(t), *pool, *milli);
-        }
-        allowed
+        self.charged(team, charges, |ledger, t, before| {
+            ledger.breaks(t, before).is_none()
+        })
+        .unwrap_or(true)
     }
 
     /// Borrowing not covered by the lenders of the borrower's own cohort, summed over the

@@ -84,18 +84,18 @@ impl<'a> Cycle<'a> {
         // Only guarantees per pool read the pool (reading it cost a look at the node).
         let per_pool = self.ledger.is_per_pool(team_ix);
         if self.holding_batch && !per_pool {
-            // No index reads the change log before the batch is settled, and one bucket
-            // takes every member: the members themselves need not be read here.
+            // One bucket takes every member, and no index reads the change log before the
+            // batch is settled: the members themselves need not be read here.
             let members = choices.len() as u64;
             self.ledger
                 .charge_unsettled(team_ix, None, js.member_milli.saturating_mul(members));
         } else {
             for c in choices.iter() {
-                self.changed.push(c.node);
                 let pool = if per_pool { self.pool_of(c.node) } else { None };
                 if self.holding_batch {
                     self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
                 } else {
+                    self.changed.push(c.node);
                     self.ledger.charge(team_ix, pool, js.member_milli);
                 }
             }
