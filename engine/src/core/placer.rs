@@ -82,6 +82,7 @@ pub struct PlacerState {
     /// message (the bound only skips groups that cannot hold a gang).
     group_free: BTreeMap<TopologyLevel, GroupFree>,
     held: Vec<Vec<HeldMember>>,
+    scratch: Scratch,
 }
 
 /// Names a running member across cycles: its job state's revision (`JobState::revision`:
@@ -91,11 +92,35 @@ pub type MemberTag = (u64, u32);
 /// A running member as a kept placer last took it.
 type HeldMember = (Option<MemberTag>, Request, OnNode);
 
+/// A running member as [`Placer::take_running`] takes it: its tag, request and place.
+pub type RunningMember<'r> = (Option<MemberTag>, &'r Request, &'r Choice);
+
+/// How a node's running members compare with the last cycle's while they are matched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mark {
+    /// None of this cycle's members is on it (yet).
+    Unlisted,
+    /// Every member so far agrees with the last cycle's, in order.
+    Listed,
+    /// One did not: the node is rebuilt.
+    Changed,
+}
+
+/// Per-node lists [`Placer::take_running`] fills each cycle, kept for their room.
+#[derive(Debug, Default)]
+struct Scratch {
+    matched: Vec<u32>,
+    mark: Vec<Mark>,
+    /// The journal's per-node flags, given back by [`Placer::into_kept`].
+    seen: Vec<bool>,
+}
+
 /// A kept placer's bookkeeping during a cycle.
 #[derive(Debug, Default)]
 struct Kept {
     /// Each node's running members as last taken, in snapshot order.
     held: Vec<Vec<HeldMember>>,
+    scratch: Scratch,
     /// Once [`Placer::take_running`] has run: each node's state before this cycle first
     /// changed it, for rewinding.
     journal: Option<Journal>,
@@ -169,6 +194,7 @@ impl PlacerState {
             pool_ids,
             group_free: BTreeMap::new(),
             held: Vec::new(),
+            scratch: Scratch::default(),
         }
     }
 }
@@ -213,6 +239,7 @@ impl<'a> Placer<'a> {
             pool_ids,
             group_free,
             held,
+            scratch,
         } = kept;
         // Evaluations depend on the cycle's workload.
         for class in classes.iter_mut() {
@@ -241,6 +268,7 @@ impl<'a> Placer<'a> {
             rng: Rng::new(seed),
             kept: Some(Kept {
                 held,
+                scratch,
                 journal: None,
             }),
         }
@@ -250,64 +278,94 @@ impl<'a> Placer<'a> {
     /// all; a kept one rebuilds only the nodes whose members differ from the last cycle's,
     /// each from empty in the same order, so the state equals a fresh build's. Changes
     /// after this are undone by [`Placer::into_kept`].
-    pub fn take_running<'r>(
-        &mut self,
-        members: impl IntoIterator<Item = (Option<MemberTag>, &'r Request, &'r Choice)>,
-    ) {
+    pub fn take_running(&mut self, members: &[RunningMember<'_>]) {
         let Some(mut kept) = self.kept.take() else {
-            self.commit_all(members.into_iter().map(|(_, r, c)| (r, c)));
+            self.commit_all(members.iter().map(|(_, r, c)| (*r, *c)));
             return;
         };
         let nodes = self.fleet.nodes.len();
         kept.held.resize_with(nodes, Vec::new);
-        let flat: Vec<(usize, Option<MemberTag>, &Request, &OnNode)> = members
-            .into_iter()
-            .map(|(t, r, c)| (c.node, t, r, &c.on))
-            .collect();
-        // Members of a node stay in snapshot order.
-        let (_, now) = super::buckets::by_key(&flat, nodes, |m| m.0);
-        let mut listed = vec![false; nodes];
-        for list in now.chunk_by(|a, b| a.0 == b.0) {
-            let Some(&(node, _, _, _)) = list.first() else {
+        // Each node's members are matched in order against the last cycle's: a node
+        // stays as it is while each next member agrees (one tag is one member as it was,
+        // the caller's promise; without equal tags the members themselves are compared,
+        // and the tags taken over if they agree) and none is left over.
+        let scratch = &mut kept.scratch;
+        scratch.matched.clear();
+        scratch.matched.resize(nodes, 0);
+        scratch.mark.clear();
+        scratch.mark.resize(nodes, Mark::Unlisted);
+        for (tag, r, c) in members {
+            let (Some(mark), Some(at), Some(old)) = (
+                scratch.mark.get_mut(c.node),
+                scratch.matched.get_mut(c.node),
+                kept.held.get_mut(c.node),
+            ) else {
                 continue;
             };
-            if let Some(l) = listed.get_mut(node) {
-                *l = true;
+            if *mark == Mark::Changed {
+                continue;
             }
-            let Some(old) = kept.held.get_mut(node) else {
-                continue;
-            };
-            // One tag is one member as it was (the caller's promise); without equal tags
-            // the members themselves are compared, and the tags taken over if they agree.
-            let same = old.len() == list.len()
-                && old
-                    .iter()
-                    .zip(list)
-                    .all(|((t0, r0, on0), (_, t1, r1, on1))| {
-                        (t0.is_some() && t0 == t1) || same_member(r0, on0, r1, on1)
-                    });
-            if same {
-                for (held, (_, tag, _, _)) in old.iter_mut().zip(list) {
+            *mark = Mark::Listed;
+            match old.get_mut(*at as usize) {
+                Some(held)
+                    if (held.0.is_some() && held.0 == *tag)
+                        || same_member(&held.1, &held.2, r, &c.on) =>
+                {
                     held.0 = *tag;
+                    *at += 1;
                 }
-                continue;
+                _ => *mark = Mark::Changed,
             }
+        }
+        // A node whose members all agreed so far but fewer than before changed too.
+        for ((mark, matched), old) in scratch
+            .mark
+            .iter_mut()
+            .zip(&scratch.matched)
+            .zip(&kept.held)
+        {
+            if *mark == Mark::Listed && *matched as usize != old.len() {
+                *mark = Mark::Changed;
+            }
+        }
+        // Changed nodes' members, by node (in snapshot order within one).
+        let changed: Vec<(usize, Option<MemberTag>, &Request, &OnNode)> = members
+            .iter()
+            .filter(|(_, _, c)| scratch.mark.get(c.node) == Some(&Mark::Changed))
+            .map(|(t, r, c)| (c.node, *t, *r, &c.on))
+            .collect();
+        let (start, changed) = super::buckets::by_key(&changed, nodes, |m| m.0);
+        // Nodes listed in order first, then those left with no member (as before).
+        let mut emptied = Vec::new();
+        for (node, old) in kept.held.iter_mut().enumerate() {
+            match scratch.mark.get(node).copied().unwrap_or(Mark::Unlisted) {
+                Mark::Listed => continue,
+                Mark::Unlisted => {
+                    if !old.is_empty() {
+                        old.clear();
+                        emptied.push(node);
+                    }
+                    continue;
+                }
+                Mark::Changed => {}
+            }
+            let list = match (start.get(node), start.get(node + 1)) {
+                (Some(&a), Some(&b)) => changed.get(a..b).unwrap_or(&[]),
+                _ => &[],
+            };
             *old = list
                 .iter()
                 .map(|(_, t, r, on)| (*t, (*r).clone(), (*on).clone()))
                 .collect();
             self.rebuild_node(node, list.iter().map(|(_, _, r, on)| (*r, *on)));
         }
-        for (node, was_listed) in listed.iter().enumerate() {
-            if *was_listed || kept.held.get(node).is_none_or(Vec::is_empty) {
-                continue;
-            }
+        for node in emptied {
             self.rebuild_node(node, std::iter::empty());
-            if let Some(old) = kept.held.get_mut(node) {
-                old.clear();
-            }
         }
-        kept.journal = Some((vec![false; nodes], Vec::new()));
+        let mut seen = std::mem::take(&mut kept.scratch.seen);
+        seen.clear();
+        seen.resize(nodes, false);
+        kept.journal = Some((seen, Vec::new()));
         self.kept = Some(kept);
     }
 
@@ -336,10 +394,11 @@ impl<'a> Placer<'a> {
     /// `None` for a placer not made to be kept.
     pub fn into_kept(mut self) -> Option<PlacerState> {
         let mut kept = self.kept.take()?;
-        if let Some((_, journal)) = kept.journal.take() {
+        if let Some((seen, journal)) = kept.journal.take() {
             for (node, previous) in journal {
                 self.undo(node, previous);
             }
+            kept.scratch.seen = seen;
         }
         Some(PlacerState {
             state: self.state,
@@ -351,6 +410,7 @@ impl<'a> Placer<'a> {
             pool_ids: self.pool_ids,
             group_free: self.group_free,
             held: kept.held,
+            scratch: kept.scratch,
         })
     }
 

@@ -43,14 +43,20 @@ impl Decider {
                 (k.mig, k.carried)
             }
             // Another fleet: the placer starts afresh; jobs' teams and tiers still hold.
-            k => (
-                snapshot.mig.clone(),
-                Carried {
-                    placer: PlacerState::new(&snapshot.fleet, &snapshot.mig),
-                    memo: k.map(|k| k.carried.memo).unwrap_or_default(),
-                    capacity: None,
-                },
-            ),
+            k => {
+                let (memo, buffers) = k
+                    .map(|k| (k.carried.memo, k.carried.buffers))
+                    .unwrap_or_default();
+                (
+                    snapshot.mig.clone(),
+                    Carried {
+                        placer: PlacerState::new(&snapshot.fleet, &snapshot.mig),
+                        memo,
+                        capacity: None,
+                        buffers,
+                    },
+                )
+            }
         };
         let fleet = Arc::clone(&snapshot.fleet);
         let (plan, _, carried) = decide_kept(program, snapshot, now, None, Some(carried));

@@ -1,6 +1,7 @@
 //! [`HolderLists`]: holders by a small index (a node, a team), filled in one batch while
 //! the running jobs are held, then laid out flat (one offset per index), so a cycle
-//! allocates two vectors for them, not one growing list per node or team.
+//! fills three vectors for them (kept from cycle to cycle by [`HolderLists::reset`]),
+//! not one growing list per node or team.
 
 #[derive(Debug, Default)]
 pub(super) struct HolderLists {
@@ -13,13 +14,12 @@ pub(super) struct HolderLists {
 }
 
 impl HolderLists {
-    /// Lists for indexes below `indexes`, room for `expected` pushes.
-    pub fn new(indexes: usize, expected: usize) -> HolderLists {
-        HolderLists {
-            indexes,
-            pending: Vec::with_capacity(expected),
-            ..HolderLists::default()
-        }
+    /// Empties the lists for indexes below `indexes`, keeping their room.
+    pub fn reset(&mut self, indexes: usize) {
+        self.indexes = indexes;
+        self.pending.clear();
+        self.start.clear();
+        self.items.clear();
     }
 
     /// Adds `holder` to `index`'s list. Lists are laid out again if already laid out
@@ -41,15 +41,34 @@ impl HolderLists {
         self.pending.push((index, holder));
     }
 
-    /// Lays the lists out flat (a counting sort by index, stable within one).
+    /// Lays the lists out flat: a counting sort by index, stable within one (filled
+    /// from the back, each index's offset counted down to its start).
     pub fn lay_out(&mut self) {
         if !self.start.is_empty() {
             return;
         }
-        let (start, pairs) = crate::core::buckets::by_key(&self.pending, self.indexes, |p| p.0);
-        self.start = start;
-        self.items = pairs.into_iter().map(|(_, h)| h).collect();
-        self.pending = Vec::new();
+        self.start.resize(self.indexes + 1, 0);
+        for (i, _) in &self.pending {
+            if let Some(c) = self.start.get_mut(*i) {
+                *c += 1;
+            }
+        }
+        let mut sum = 0;
+        for c in self.start.iter_mut() {
+            sum += *c;
+            *c = sum;
+        }
+        self.items.resize(sum, 0);
+        for (i, h) in self.pending.iter().rev() {
+            let Some(at) = self.start.get_mut(*i).filter(|_| *i < self.indexes) else {
+                continue;
+            };
+            *at -= 1;
+            if let Some(slot) = self.items.get_mut(*at) {
+                *slot = *h;
+            }
+        }
+        self.pending.clear();
     }
 
     /// `index`'s holders in the order pushed (empty before [`HolderLists::lay_out`]).
@@ -76,7 +95,8 @@ mod tests {
 
     #[test]
     fn lists_keep_push_order_per_index_and_take_late_pushes() {
-        let mut l = HolderLists::new(3, 0);
+        let mut l = HolderLists::default();
+        l.reset(3);
         for (n, h) in [(2, 0), (0, 1), (2, 2), (7, 3), (0, 4)] {
             l.push(n, h);
         }
@@ -90,5 +110,14 @@ mod tests {
         let all: Vec<Vec<usize>> = l.iter().map(<[usize]>::to_vec).collect();
         assert_eq!(all, vec![vec![1, 4, 6], vec![5], vec![0, 2]]);
         assert_eq!(l.len(), 3);
+        // Reset for the next cycle: empty, with other indexes, laid out afresh.
+        l.reset(2);
+        assert_eq!(l.get(0), &[] as &[usize]);
+        for (n, h) in [(1, 0), (1, 1), (0, 2), (2, 3)] {
+            l.push(n, h);
+        }
+        l.lay_out();
+        let all: Vec<Vec<usize>> = l.iter().map(<[usize]>::to_vec).collect();
+        assert_eq!(all, vec![vec![2], vec![0, 1]]);
     }
 }

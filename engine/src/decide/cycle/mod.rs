@@ -1,6 +1,7 @@
 //! The decision cycle itself; see the module docs of `decide`.
 
 mod bookings;
+mod buffers;
 mod decider;
 mod explain;
 mod holder_lists;
@@ -118,6 +119,8 @@ struct Cycle<'a> {
     story: Option<story::Story>,
     /// Jobs' teams and tiers by revision, kept by a [`Decider`].
     memo: Option<job_memo::JobMemo>,
+    /// The running members for the placer (a buffer kept with the others in [`Carried`]).
+    running: Vec<crate::core::placer::RunningMember<'a>>,
 }
 
 /// A policy team's usage as the victim rules read it (a copy of the ledger's, so the hot
@@ -166,6 +169,7 @@ struct Carried {
     memo: job_memo::JobMemo,
     /// The fleet's totals, summed on first use (the placer's fleet is the cycle's).
     capacity: Option<Capacity>,
+    buffers: buffers::Buffers,
 }
 
 /// The fleet's totals: milli-GPUs, and GPUs, CPU and memory as fair share weighs them.
@@ -405,25 +409,36 @@ fn decide_cycle(
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
-    let (placer, memo, capacity) = match kept {
+    let (placer, memo, capacity, mut buffers) = match kept {
         Some(Carried {
             placer,
             mut memo,
             capacity,
+            buffers,
         }) => {
             memo.begin(program);
             (
                 Placer::resume(fleet, strategy, &workload, &snapshot.mig, 0, placer),
                 Some(memo),
                 capacity.unwrap_or_else(|| Capacity::of(fleet)),
+                buffers,
             )
         }
         None => (
             Placer::new(fleet, strategy, &workload, &snapshot.mig, 0),
             None,
             Capacity::of(fleet),
+            buffers::Buffers::default(),
         ),
     };
+    let mut holders = buffers::recycle(std::mem::take(&mut buffers.holders));
+    holders.reserve(snapshot.jobs.len());
+    let mut holders_on = std::mem::take(&mut buffers.holders_on);
+    holders_on.reset(fleet.nodes.len());
+    let mut protected_on = std::mem::take(&mut buffers.protected_on);
+    protected_on.reset(fleet.nodes.len());
+    let mut holders_of = std::mem::take(&mut buffers.holders_of);
+    holders_of.reset(program.teams.len() + 2);
     let mut cycle = Cycle {
         program,
         snapshot,
@@ -431,18 +446,18 @@ fn decide_cycle(
         placer,
         ledger: Ledger::new(program, capacity.gpu_milli),
         shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
-        holders: Vec::with_capacity(snapshot.jobs.len()),
+        holders,
         reservation: None,
         bookings: std::rc::Rc::default(),
         starving_booked: 0,
         running_submits: None,
         no_victims: FxHashSet::default(),
         lowest_victim_priority: None,
-        holders_on: holder_lists::HolderLists::new(fleet.nodes.len(), members_hint(snapshot)),
-        protected_on: holder_lists::HolderLists::new(fleet.nodes.len(), 0),
+        holders_on,
+        protected_on,
         any_protected: false,
         ends: BTreeSet::new(),
-        holders_of: holder_lists::HolderLists::new(program.teams.len() + 2, snapshot.jobs.len()),
+        holders_of,
         team_ends: BTreeMap::new(),
         holding_batch: true,
         ends_built: false,
@@ -469,14 +484,23 @@ fn decide_cycle(
         preemptions: stops,
         story,
         memo,
+        running: buffers::recycle(std::mem::take(&mut buffers.running)),
     };
     let mut plan = cycle.run();
     let story = cycle.story.take();
     let memo = cycle.memo.take();
+    let buffers = buffers::Buffers {
+        holders: buffers::recycle(std::mem::take(&mut cycle.holders)),
+        running: buffers::recycle(std::mem::take(&mut cycle.running)),
+        holders_on: std::mem::take(&mut cycle.holders_on),
+        protected_on: std::mem::take(&mut cycle.protected_on),
+        holders_of: std::mem::take(&mut cycle.holders_of),
+    };
     let kept = cycle.placer.into_kept().map(|placer| Carried {
         placer,
         memo: memo.unwrap_or_default(),
         capacity: Some(capacity),
+        buffers,
     });
     if !program.autoscale.is_empty() || !program.warm.is_empty() {
         let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
@@ -505,7 +529,8 @@ impl<'a> Cycle<'a> {
         let snapshot = self.snapshot;
         // Running jobs first, held and committed in one batch. One pass reads each job
         // once (the members lie on the heap; a second pass read them from memory again).
-        let mut running = Vec::with_capacity(members_hint(snapshot));
+        let mut running = std::mem::take(&mut self.running);
+        running.reserve(members_hint(snapshot));
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
                 for (i, c) in r.members.iter().enumerate() {
@@ -515,7 +540,9 @@ impl<'a> Cycle<'a> {
                 self.hold_committed(js, std::borrow::Cow::Borrowed(&r.members));
             }
         }
-        self.placer.take_running(running);
+        self.placer.take_running(&running);
+        running.clear();
+        self.running = running;
         self.settle_running();
         let mut denied = Vec::new();
         let mut incomplete = Vec::new();

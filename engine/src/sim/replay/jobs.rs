@@ -129,6 +129,52 @@ impl Slot {
     }
 }
 
+/// The replay's job slots, with a log of the slots handed out to change since the last
+/// [`Slots::take_touched`]: a slot not in it has not changed, so a decision state built
+/// from it is still current (read access goes through `Deref`; writes only through
+/// [`Slots::get_mut`]).
+#[derive(Debug, Default)]
+pub(super) struct Slots {
+    slots: Vec<Slot>,
+    touched: Vec<usize>,
+}
+
+impl Slots {
+    pub fn new(slots: Vec<Slot>) -> Slots {
+        Slots {
+            slots,
+            touched: Vec::new(),
+        }
+    }
+
+    /// Slot `index` to change, noted as touched.
+    pub fn get_mut(&mut self, index: usize) -> Option<&mut Slot> {
+        let slot = self.slots.get_mut(index)?;
+        self.touched.push(index);
+        Some(slot)
+    }
+
+    /// The slots touched since the last call, ascending, once each.
+    pub fn take_touched(&mut self, into: &mut Vec<usize>) {
+        into.clear();
+        std::mem::swap(into, &mut self.touched);
+        into.sort_unstable();
+        into.dedup();
+    }
+
+    pub fn into_inner(self) -> Vec<Slot> {
+        self.slots
+    }
+}
+
+impl std::ops::Deref for Slots {
+    type Target = [Slot];
+
+    fn deref(&self) -> &[Slot] {
+        &self.slots
+    }
+}
+
 impl SimJob {
     fn new(job: Job, member_milli: u64) -> SimJob {
         let work_s = i64::try_from(job.runtime_s.unwrap_or(0)).unwrap_or(i64::MAX / 4);
@@ -217,9 +263,7 @@ impl SimJob {
     }
 
     fn last_checkpoint(&self, run: &Run, now: i64) -> Option<i64> {
-        let every = i64::try_from(self.job.checkpoint_interval_s?).ok()?;
-        let ran = now - run.work_from;
-        (every > 0 && ran >= every).then(|| run.work_from + ran / every * every)
+        last_checkpoint(run.work_from, self.job.checkpoint_interval_s, now)
     }
 
     /// GPU-seconds since the last checkpoint (or start) of the current run.
@@ -459,4 +503,12 @@ impl Counts {
         self.pending = (self.pending + after.pending).saturating_sub(before.pending);
         self.running = (self.running + after.running).saturating_sub(before.running);
     }
+}
+
+/// The last checkpoint by `now` of a run whose work started at `work_from`, taking one
+/// every `every_s` seconds.
+pub(super) fn last_checkpoint(work_from: i64, every_s: Option<u64>, now: i64) -> Option<i64> {
+    let every = i64::try_from(every_s?).ok()?;
+    let ran = now - work_from;
+    (every > 0 && ran >= every).then(|| work_from + ran / every * every)
 }

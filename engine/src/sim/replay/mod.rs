@@ -25,7 +25,7 @@ use crate::decide::plan::{Action, Decision, Plan, Preemption};
 use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::catalog;
 use crate::scale::state::Start;
-use jobs::{Counts, Slot};
+use jobs::{Counts, Slot, Slots};
 use lang::ir::Program;
 use nodes::SimNode;
 use record::Recorder;
@@ -135,7 +135,9 @@ struct Sim<'p> {
     snapshot: Snapshot,
     /// Keeps the placer's indexes between cycles (the plans are `decide`'s).
     decider: crate::decide::Decider,
-    jobs: Vec<Slot>,
+    jobs: Slots,
+    /// The slots touched since the last cycle (a buffer kept between cycles).
+    touched: Vec<usize>,
     job_by_id: HashMap<String, usize>,
     /// Jobs pending or running, in arrival order.
     active: BTreeSet<usize>,
@@ -265,7 +267,8 @@ impl<'p> Sim<'p> {
             fleet_index: HashMap::new(),
             snapshot,
             decider: crate::decide::Decider::new(),
-            jobs,
+            jobs: Slots::new(jobs),
+            touched: Vec::new(),
             job_by_id,
             active: BTreeSet::new(),
             counts: Counts::default(),
@@ -472,9 +475,14 @@ impl<'p> Sim<'p> {
         // The decision states of the last cycle are kept and reused for jobs that have not
         // changed since (same revision, same fleet): a steady replay rebuilds only the few
         // that arrived, started, stopped or were preempted. Both lists are in job order.
-        if !self.refresh_states_in_place() {
+        let mut touched = std::mem::take(&mut self.touched);
+        self.jobs.take_touched(&mut touched);
+        if !self.refresh_states_in_place(&touched) {
             self.rebuild_states();
         }
+        self.touched = touched;
+        #[cfg(debug_assertions)]
+        self.check_states();
         self.snapshot.interrupted = self
             .interrupted
             .iter()

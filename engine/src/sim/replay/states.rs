@@ -1,23 +1,25 @@
 //! The decision snapshot's job states, kept between cycles and brought up to date from
 //! the jobs that changed.
 
-use super::jobs::{Phase, Slot};
+use super::jobs::{last_checkpoint, Phase, Slot};
 use super::Sim;
 use crate::decide::snapshot::JobState;
 
 impl Sim<'_> {
-    /// Brings `snapshot.jobs` up to date where it lies: states of jobs that changed are
-    /// rebuilt in their slot, those of jobs no longer active dropped, and new jobs
-    /// appended (states are large; moving every one each cycle cost more than deciding).
-    /// False, with nothing changed, when a new job would go before a kept one.
-    pub(super) fn refresh_states_in_place(&mut self) -> bool {
+    /// Brings `snapshot.jobs` up to date where it lies: states of jobs touched since the
+    /// last cycle (`touched`, ascending) are rebuilt in their slot or dropped, and new
+    /// jobs appended (states are large; moving every one each cycle cost more than
+    /// deciding). An untouched job has not changed, so its state only has its last
+    /// checkpoint brought up to now, without reading the job. False, with nothing
+    /// changed, when a new job would go before a kept one.
+    pub(super) fn refresh_states_in_place(&mut self, touched: &[usize]) -> bool {
         let last_kept = self.snapshot_tags.last().map(|t| t.0);
-        // Active jobs without a state (both lists are in job order).
+        // Touched active jobs without a state (both lists are in job order).
         let mut kept = self.snapshot_tags.iter().map(|t| t.0).peekable();
         let mut new = Vec::new();
-        for &j in &self.active {
+        for &j in touched {
             while kept.next_if(|&k| k < j).is_some() {}
-            if kept.next_if_eq(&j).is_none() {
+            if kept.next_if_eq(&j).is_none() && self.active.contains(&j) {
                 new.push(j);
             }
         }
@@ -29,7 +31,18 @@ impl Sim<'_> {
         }
         let (now, epoch) = (self.now, self.fleet_epoch);
         let mut keep = Vec::with_capacity(self.snapshot_tags.len());
+        let mut touched = touched.iter().copied().peekable();
         for (state, tag) in self.snapshot.jobs.iter_mut().zip(&mut self.snapshot_tags) {
+            while touched.next_if(|&j| j < tag.0).is_some() {}
+            let untouched = touched.next_if_eq(&tag.0).is_none();
+            if untouched && tag.2 == epoch {
+                if let Some(run) = state.running.as_mut() {
+                    run.last_checkpoint_at =
+                        last_checkpoint(run.started_at, state.job.checkpoint_interval_s, now);
+                }
+                keep.push(true);
+                continue;
+            }
             // Active means pending or running (a job leaves `active` as it ends or is denied).
             let job = self
                 .jobs
@@ -78,6 +91,38 @@ impl Sim<'_> {
             }
         }
         true
+    }
+
+    /// Debug builds check the kept states against the jobs: one current state for each
+    /// active job that has one, in job order, with its last checkpoint as of now.
+    #[cfg(debug_assertions)]
+    pub(super) fn check_states(&self) {
+        let mut tags = self
+            .snapshot_tags
+            .iter()
+            .zip(&self.snapshot.jobs)
+            .peekable();
+        for &j in &self.active {
+            let Some(job) = self.jobs.get(j).and_then(Slot::live) else {
+                continue;
+            };
+            match tags.next_if(|(t, _)| t.0 == j) {
+                Some((tag, state)) => {
+                    debug_assert_eq!(*tag, (j, job.revision, self.fleet_epoch), "stale state");
+                    debug_assert_eq!(
+                        state.running.as_ref().and_then(|r| r.last_checkpoint_at),
+                        job.checkpoint_at(self.now),
+                        "checkpoint of job {j}"
+                    );
+                }
+                None => debug_assert!(
+                    job.state(&self.snapshot.fleet, &self.fleet_index, self.now)
+                        .is_none(),
+                    "active job {j} has no state"
+                ),
+            }
+        }
+        debug_assert!(tags.next().is_none(), "a state of no active job");
     }
 
     /// `snapshot.jobs` made anew in job order, reusing the states of unchanged jobs.

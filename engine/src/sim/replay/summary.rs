@@ -14,6 +14,7 @@ impl Sim<'_> {
         // Each job's slot is given up for its outcome as it goes.
         let (outcomes, submitted_flags): (Vec<JobOutcome>, Vec<bool>) =
             std::mem::take(&mut self.jobs)
+                .into_inner()
                 .into_iter()
                 .map(|j| j.outcome(end))
                 .unzip();
