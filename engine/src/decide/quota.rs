@@ -32,12 +32,31 @@ struct Book {
     burst: Option<u64>,
     lend: Option<u64>,
     used: BTreeMap<Bucket, u64>,
+    /// Charged in a batch and not yet in `used` (books without guarantees per pool: one
+    /// bucket takes it all at [`Ledger::settle`]); `None`: no charge.
+    unsettled: Option<u64>,
     /// `borrowed()` and `lendable()` as of the last change to `used`: `excess()` runs
     /// for every placement tried and would otherwise walk every book's buckets.
     cached: (u64, u64),
 }
 
 impl Book {
+    /// Adds `milli` to `pool`'s bucket in `used`, leaving the derived figures stale.
+    fn add(&mut self, pool: Option<&str>, milli: u64) {
+        let per_pool = self.per_pool;
+        match self
+            .used
+            .iter_mut()
+            .find(|(k, _)| in_bucket(per_pool, pool, k))
+        {
+            Some((_, u)) => *u += milli,
+            None => {
+                let bucket = self.bucket(pool);
+                self.used.insert(bucket, milli);
+            }
+        }
+    }
+
     fn recached(mut self) -> Book {
         self.recache();
         self
@@ -226,8 +245,8 @@ impl Ledger {
 
     /// Counts `milli` of `team`'s usage in `pool` (uncounted teams are ignored).
     pub fn charge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
-        self.charge_unsettled(team, pool, milli);
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
+            b.add(pool, milli);
             b.recache();
         }
     }
@@ -237,23 +256,11 @@ impl Ledger {
     /// in between.
     pub fn charge_unsettled(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
-            match (b.per_pool, b.used.first_entry()) {
-                // Not per pool: one bucket, found without a lookup.
-                (false, Some(mut e)) if e.key().is_none() => *e.get_mut() += milli,
-                _ => {
-                    let per_pool = b.per_pool;
-                    let found = b
-                        .used
-                        .iter_mut()
-                        .find(|(k, _)| in_bucket(per_pool, pool, k));
-                    match found {
-                        Some((_, u)) => *u += milli,
-                        None => {
-                            let bucket = b.bucket(pool);
-                            b.used.insert(bucket, milli);
-                        }
-                    }
-                }
+            if b.per_pool {
+                b.add(pool, milli);
+            } else {
+                // One bucket takes every charge: summed here, added once when settled.
+                *b.unsettled.get_or_insert(0) += milli;
             }
         }
     }
@@ -261,6 +268,9 @@ impl Ledger {
     /// Brings the derived figures up to date after [`Ledger::charge_unsettled`].
     pub fn settle(&mut self) {
         for b in &mut self.books {
+            if let Some(unsettled) = b.unsettled.take() {
+                b.add(None, unsettled);
+            }
             b.recache();
         }
     }
@@ -570,6 +580,7 @@ fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
         burst: t.burst.as_ref().map(|q| q.effective_total_milli()),
         lend: t.lend.as_ref().map(|q| q.effective_total_milli()),
         used: BTreeMap::new(),
+        unsettled: None,
         cached: (0, 0),
     }
     .recached()
