@@ -6,15 +6,19 @@ mod decider;
 mod explain;
 mod holder_lists;
 mod holding;
+mod intake;
 mod job_memo;
 mod names;
 mod preempt;
+mod queue_order;
 mod quota_gate;
 mod reserve;
 mod story;
+mod victim_cost;
 mod walk_free;
 
 pub use decider::Decider;
+pub use intake::{default_job, invalid_job, unassigned_job};
 pub use story::job_story;
 
 use holding::Holder;
@@ -85,8 +89,8 @@ struct Cycle<'a> {
     /// Each policy team's usage (by index), kept in step with the ledger.
     standing: Vec<Standing>,
     /// Per (member, pools, asker): each node's cheapest victim set.
-    cost_cache: HashMap<preempt::CostKey, preempt::CostIndex>,
-    cost_scratch: preempt::CostScratch,
+    cost_cache: HashMap<victim_cost::CostKey, victim_cost::CostIndex>,
+    cost_scratch: victim_cost::CostScratch,
     /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
     changed: Vec<usize>,
     /// Per node, the last [`Cycle::changed_since`] call that listed it, and that call.
@@ -202,81 +206,10 @@ fn decide_kept(
     story: Option<story::Story>,
     kept: Option<Carried>,
 ) -> (Plan, Option<story::Story>, Option<Carried>) {
-    match with_defaults(program, snapshot) {
-        Some(defaulted) => decide_defaulted(program, &defaulted, now, story, kept),
-        None => decide_defaulted(program, snapshot, now, story, kept),
+    match intake::with_defaults(program, snapshot) {
+        Some(defaulted) => intake::decide_defaulted(program, &defaulted, now, story, kept),
+        None => intake::decide_defaulted(program, snapshot, now, story, kept),
     }
-}
-
-/// Jobs that name no team or tier get the policy's default ones (`default = true`), before
-/// admission rules; `None` when no job needs one (nothing is copied then).
-fn with_defaults(program: &Program, snapshot: &Snapshot) -> Option<Snapshot> {
-    let team = program.default_team().map(|t| t.name.clone());
-    let tier = program.default_tier().map(|t| t.name.clone());
-    let needs = |js: &JobState| {
-        (team.is_some() && js.job.team.is_none()) || (tier.is_some() && js.job.tier.is_none())
-    };
-    if !snapshot.jobs.iter().any(needs) {
-        return None;
-    }
-    let mut defaulted = snapshot.clone();
-    for js in &mut defaulted.jobs {
-        default_job(program, &mut js.job);
-    }
-    Some(defaulted)
-}
-
-fn decide_defaulted(
-    program: &Program,
-    snapshot: &Snapshot,
-    now: i64,
-    story: Option<story::Story>,
-    kept: Option<Carried>,
-) -> (Plan, Option<story::Story>, Option<Carried>) {
-    if snapshot.interrupted.is_empty() {
-        return decide_cycle(program, snapshot, now, Vec::new(), story, kept);
-    }
-    // Spot interruptions: jobs on noticed nodes stop (after the pool's notice) and are
-    // queued again from their last checkpoint, one interruption and preemption more, so
-    // the policy's rules can route them elsewhere; nothing new goes on those nodes.
-    let mut requeued = snapshot.clone();
-    let mut stops = Vec::new();
-    for js in &mut requeued.jobs {
-        let Some(run) = &js.running else { continue };
-        let Some(node) = run
-            .members
-            .iter()
-            .map(|c| c.node)
-            .find(|n| snapshot.interrupted.contains(n))
-        else {
-            continue;
-        };
-        let n = snapshot.fleet.nodes.get(node);
-        let notice = n
-            .and_then(|n| n.pool.as_deref())
-            .and_then(|p| program.pool(p))
-            .and_then(|p| p.notice_s)
-            .unwrap_or(0);
-        let since = run
-            .last_checkpoint_at
-            .unwrap_or(run.started_at)
-            .max(run.started_at);
-        stops.push(Preemption {
-            job: js.id().to_string(),
-            for_job: format!(
-                "spot interruption of {}",
-                n.map_or("?", |n| n.name.as_str())
-            ),
-            grace_s: notice,
-            lost_gpu_s: js.gpu_milli() as f64 / 1000.0 * (now - since).max(0) as f64,
-            cause: "spot_interrupt".to_string(),
-        });
-        js.running = None;
-        js.job.placement.clear();
-        js.job.spot_interruptions += 1;
-        js.job.preemptions += 1;
-    }
-    decide_cycle(program, &requeued, now, stops, story, kept)
 }
 
 /// Room for the running members (or their nodes) without reading every job first: most
@@ -284,118 +217,6 @@ fn decide_defaulted(
 /// itself, every cycle.
 fn members_hint(snapshot: &Snapshot) -> usize {
     snapshot.jobs.len() * 3 / 2
-}
-
-/// A team or tier the policy does not know, or a tier the team may not use.
-pub fn invalid_job(program: &Program, js: &JobState) -> Option<Reason> {
-    invalid_job_among(program, js, |name| program.team(name))
-}
-
-/// [`invalid_job`] with the policy's teams found by `team_of` (the cycle's index).
-fn invalid_job_among<'p>(
-    program: &'p Program,
-    js: &JobState,
-    team_of: impl Fn(&str) -> Option<&'p lang::ir::Team>,
-) -> Option<Reason> {
-    let names = |v: Vec<&str>| v.join(", ");
-    if let Some(team) = &js.job.team {
-        match team_of(team) {
-            None => {
-                return Some(
-                    Reason::new(
-                        ReasonCode::InvalidJob,
-                        format!(
-                            "job {}: field `team`: team `{team}` is not defined in the policy",
-                            js.id()
-                        ),
-                    )
-                    .unblock(format!(
-                        "use one of: {}",
-                        names(program.teams.iter().map(|t| t.name.as_str()).collect())
-                    )),
-                )
-            }
-            Some(t) => {
-                if let (Some(allowed), Some(tier)) = (&t.tiers, &js.job.tier) {
-                    if !allowed.contains(tier) && program.tier(tier).is_some() {
-                        return Some(
-                            Reason::new(
-                                ReasonCode::InvalidJob,
-                                format!("team {team} may not use tier {tier}"),
-                            )
-                            .unblock(format!("use one of its tiers: {}", allowed.join(", "))),
-                        );
-                    }
-                }
-            }
-        }
-    }
-    if let Some(tier) = &js.job.tier {
-        if program.tier(tier).is_none() {
-            return Some(
-                Reason::new(
-                    ReasonCode::InvalidJob,
-                    format!(
-                        "job {}: field `tier`: tier `{tier}` is not defined in the policy",
-                        js.id()
-                    ),
-                )
-                .unblock(format!(
-                    "use one of: {}",
-                    names(program.tiers.iter().map(|t| t.name.as_str()).collect())
-                )),
-            );
-        }
-    }
-    None
-}
-
-/// No team (or tier) where the policy has teams (tiers) and no default one: such a job
-/// would skip every quota (or never be preempted). Checked after the admission rules, so
-/// a policy's own rule for it speaks first.
-pub fn unassigned_job(program: &Program, js: &JobState) -> Option<Reason> {
-    let names = |v: Vec<&str>| v.join(", ");
-    if js.job.team.is_none() && !program.teams.is_empty() && program.default_team().is_none() {
-        return Some(
-            Reason::new(
-                ReasonCode::InvalidJob,
-                format!(
-                    "job {}: no `team`, and the policy's teams have quotas that every job counts against",
-                    js.id()
-                ),
-            )
-            .unblock(format!(
-                "set `team` to one of: {}; or mark one team `default = true`",
-                names(program.teams.iter().map(|t| t.name.as_str()).collect())
-            )),
-        );
-    }
-    if js.job.tier.is_none() && !program.tiers.is_empty() && program.default_tier().is_none() {
-        return Some(
-            Reason::new(
-                ReasonCode::InvalidJob,
-                format!(
-                    "job {}: no `tier`, and the policy has tiers but no default one",
-                    js.id()
-                ),
-            )
-            .unblock(format!(
-                "set `tier` to one of: {}; or mark one tier `default = true`",
-                names(program.tiers.iter().map(|t| t.name.as_str()).collect())
-            )),
-        );
-    }
-    None
-}
-
-/// Gives a job that names no team or tier the policy's default ones (`default = true`).
-pub fn default_job(program: &Program, job: &mut crate::inventory::jobs_file::Job) {
-    if job.team.is_none() {
-        job.team = program.default_team().map(|t| t.name.clone());
-    }
-    if job.tier.is_none() {
-        job.tier = program.default_tier().map(|t| t.name.clone());
-    }
 }
 
 fn decide_cycle(
@@ -466,7 +287,7 @@ fn decide_cycle(
         tier_index: names::NameIndex::positions(program.tiers.iter().map(|t| t.name.as_str())),
         standing: vec![Standing::default(); program.teams.len()],
         cost_cache: HashMap::default(),
-        cost_scratch: preempt::CostScratch::default(),
+        cost_scratch: victim_cost::CostScratch::default(),
         // Every running member is logged once.
         changed: Vec::with_capacity(members_hint(snapshot)),
         changed_marks: (vec![0; fleet.nodes.len()], 0),
@@ -555,7 +376,7 @@ impl<'a> Cycle<'a> {
             }
             let program = self.program;
             let team_of = |name: &str| self.team_index.get(name).and_then(|i| program.teams.get(i));
-            if let Some(reason) = invalid_job_among(program, js, team_of) {
+            if let Some(reason) = intake::invalid_job_among(program, js, team_of) {
                 self.tell(js, |_| format!("invalid: {}", reason.message));
                 denied.push(self.decision(js, Action::Deny, Some(reason), &Admission::default()));
                 continue;
@@ -901,86 +722,6 @@ impl<'a> Cycle<'a> {
     fn holders_of(&self, team: Option<usize>) -> &[usize] {
         self.team_slot(team)
             .map_or(&[], |slot| self.holders_of.get(slot))
-    }
-
-    /// Queue order: tier priority (high first); within a priority, the team with the
-    /// lowest fair share goes next, with its oldest job; ties by submit time and id.
-    fn order(&mut self, queue: &[(usize, Admission, JobShape)]) -> Vec<usize> {
-        let jobs = &self.snapshot.jobs;
-        let job = |q: usize| queue.get(q).and_then(|(k, _, _)| jobs.get(*k));
-        let mut bands: BTreeMap<std::cmp::Reverse<i64>, BTreeMap<Option<&str>, Vec<usize>>> =
-            BTreeMap::new();
-        for q in 0..queue.len() {
-            let Some(js) = job(q) else { continue };
-            bands
-                .entry(std::cmp::Reverse(self.priority(js)))
-                .or_default()
-                .entry(js.job.team.as_deref())
-                .or_default()
-                .push(q);
-        }
-        // Sort keys side by side, not read through each job record at every comparison.
-        let keys: Vec<Option<(i64, &str)>> = (0..queue.len())
-            .map(|q| job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id())))
-            .collect();
-        let key = |q: usize| keys.get(q).copied().flatten();
-        let mut order = Vec::with_capacity(queue.len());
-        // The provisional holds, to undo after (by fair-share slot, found once per team).
-        let mut held = Vec::with_capacity(queue.len());
-        for (_, teams) in bands {
-            // Each team's jobs by position: slots and lists, with no lookup by name.
-            let slots: Vec<Option<usize>> = teams.keys().map(|n| self.shares.slot(*n)).collect();
-            let mut lists: Vec<Vec<usize>> = teams.into_values().collect();
-            for list in &mut lists {
-                list.sort_by_key(|q| key(*q));
-                list.reverse(); // pop from the back: oldest first
-            }
-            // Each team's next job in a heap keyed by (share, submit time, id); a team's
-            // share moves only when it gets a job, so only its entry is pushed again.
-            // Shares are non-negative, so their bit patterns order like the numbers.
-            let share = |shares: &FairShares, t: usize| {
-                shares
-                    .share_of_slot(slots.get(t).copied().flatten())
-                    .max(0.0)
-                    .to_bits()
-            };
-            let mut heap = std::collections::BinaryHeap::new();
-            for (t, list) in lists.iter().enumerate() {
-                if let Some(q) = list.last().copied() {
-                    heap.push(std::cmp::Reverse((share(&self.shares, t), key(q), t)));
-                }
-            }
-            while let Some(std::cmp::Reverse((_, _, t))) = heap.pop() {
-                let Some(list) = lists.get_mut(t) else {
-                    continue;
-                };
-                let Some(q) = list.pop() else {
-                    continue;
-                };
-                let next = list.last().copied();
-                order.push(q);
-                // Placing happens later; fair share within a band follows what this job
-                // would hold if placed, so one team's many jobs do not go first in a row.
-                if let Some(js) = job(q) {
-                    let r = Self::resources(
-                        &js.job.shape.member,
-                        js.member_milli,
-                        js.job.shape.members as usize,
-                    );
-                    let slot = slots.get(t).copied().flatten();
-                    self.shares.hold_slot(slot, r);
-                    held.push((slot, r));
-                }
-                if let Some(next) = next {
-                    heap.push(std::cmp::Reverse((share(&self.shares, t), key(next), t)));
-                }
-            }
-        }
-        // Undo the provisional holds: `hold` adds them again for jobs that are placed.
-        for (slot, r) in held {
-            self.shares.hold_slot(slot, r.map(|x| -x));
-        }
-        order
     }
 
     /// Places one job: the quota gate first, then directly, or by preempting, or not

@@ -12,18 +12,17 @@
 //! 4. Among the victim sets that free the room: the one that takes the fewest GPUs below a
 //!    guarantee (a reclaim goes below the borrower's guarantee only when no other set
 //!    suffices), then the least lost work (GPUs × seconds since the last checkpoint), then
-//!    the fewest victims.
+//!    the fewest victims. (Each node's cheapest set by this rule: `victim_cost.rs`.)
 
 use super::quota_gate::Limits;
+use super::victim_cost::{Cost, CostIndex};
 use super::{Blocked, Cycle, Outcome};
-use crate::core::alloc::Request;
 use crate::core::gang::{JobShape, UnplacedCode};
-use crate::core::placer::{give_on, take_on, Choice};
+use crate::core::placer::{give_on, Choice};
 use crate::decide::plan::Preemption;
 use crate::decide::snapshot::{JobState, Running};
 use lang::ir::{PreemptMode, Tier};
-use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// What a running job would lose if preempted now, when its tier allows it at all.
 #[derive(Debug, Clone, Copy)]
@@ -75,8 +74,8 @@ impl Cause {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) struct Asker {
     /// Teams are indexes into the policy's teams (see `Cycle::team_ix`).
-    team: Option<usize>,
-    priority: i64,
+    pub team: Option<usize>,
+    pub priority: i64,
     /// Borrowing teams of the asker's cohort, when the asker is inside its guarantee.
     reclaimable: Vec<usize>,
     /// Borrowing teams left out of rule 3's priority case for this job, because victims
@@ -85,7 +84,7 @@ pub(super) struct Asker {
 }
 
 /// An asker team no running job belongs to (see `Cycle::own_victims_team`).
-const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
+pub(super) const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
 
 /// Placements tried per quota victim search once the team's own limits pass.
 const QUOTA_PLACEMENT_TRIES: usize = 4;
@@ -94,64 +93,7 @@ const QUOTA_VICTIMS: usize = 64;
 
 /// One holder as a candidate: (GPUs it alone takes below a guarantee, lost work,
 /// priority, holder).
-type Rank = (u64, i64, i64, usize);
-
-/// Buffers [`Cycle::node_cost`] reuses from node to node (it runs for every changed node
-/// of every cost index).
-#[derive(Debug, Default)]
-pub(super) struct CostScratch {
-    ranked: Vec<(Rank, Cause)>,
-    free: Option<crate::core::alloc::NodeFree>,
-    chosen: Vec<usize>,
-}
-
-/// A victim set's cost (milli-GPUs below guarantees, lost work, victims) and its holders.
-pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
-
-/// Each covered node's cheapest victim set for one kind of job, and the nodes ordered by
-/// it. Askers whose own team has no victims share one index per kind of job (`shared`);
-/// an asker whose team has lower tiers running gets an overlay that covers just the nodes
-/// those jobs are on, where its victims differ (`own`), over the shared index.
-#[derive(Debug, Default)]
-pub(super) struct CostIndex {
-    /// Covered nodes; `None` when a covered node has no set that frees room.
-    costs: FxHashMap<usize, Option<Cost>>,
-    order: BTreeSet<((u64, i64, usize), usize)>,
-    /// How much of `Cycle::changed` this index has caught up with.
-    seen: usize,
-}
-
-/// A cost index is kept per (member, pools, asker).
-pub(super) type CostKey = (Request, Vec<String>, Asker);
-
-impl CostIndex {
-    fn set(&mut self, node: usize, cost: Option<Cost>) {
-        if self.costs.get(&node) == Some(&cost) {
-            return;
-        }
-        if let Some(Some((old, _))) = self.costs.remove(&node) {
-            self.order.remove(&(old, node));
-        }
-        if let Some((c, _)) = &cost {
-            self.order.insert((*c, node));
-        }
-        self.costs.insert(node, cost);
-    }
-
-    fn uncover(&mut self, node: usize) {
-        if let Some(Some((old, _))) = self.costs.remove(&node) {
-            self.order.remove(&(old, node));
-        }
-    }
-
-    fn covers(&self, node: usize) -> bool {
-        self.costs.contains_key(&node)
-    }
-
-    fn cost(&self, node: usize) -> Option<&Cost> {
-        self.costs.get(&node).and_then(Option::as_ref)
-    }
-}
+pub(super) type Rank = (u64, i64, i64, usize);
 
 impl<'a> Cycle<'a> {
     /// Rule 1: whether a running job may be preempted at all, and what it would lose.
@@ -517,7 +459,7 @@ impl<'a> Cycle<'a> {
 
     /// Rules 2 and 3 for holder `h` and its rank for rule 4; `None` when it may not make
     /// way for `asker` (or is already evicted).
-    fn victim_rank(&self, h: usize, asker: &Asker) -> Option<(Rank, Cause)> {
+    pub(super) fn victim_rank(&self, h: usize, asker: &Asker) -> Option<(Rank, Cause)> {
         let holder = self.holders.get(h)?;
         if holder.evicted {
             return None;
@@ -535,7 +477,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Rules 1 to 3 without the guarantee floor: why holder `h` may make way for `asker`.
-    fn cause_of(&self, h: usize, asker: &Asker) -> Option<Cause> {
+    pub(super) fn cause_of(&self, h: usize, asker: &Asker) -> Option<Cause> {
         let holder = self.holders.get(h)?;
         let v = holder.victim()?;
         self.may_make_way(holder.team_ix, v.priority, asker)
@@ -565,7 +507,7 @@ impl<'a> Cycle<'a> {
     /// Milli-GPUs by which evicting `holders` (all of one team) would take their team
     /// further below its guarantee; from `standing` unless the team's guarantee is per
     /// pool.
-    fn breach(&self, holders: &[usize]) -> u64 {
+    pub(super) fn breach(&self, holders: &[usize]) -> u64 {
         let Some(first) = holders.first().and_then(|h| self.holders.get(*h)) else {
             return 0;
         };
@@ -591,115 +533,6 @@ impl<'a> Cycle<'a> {
             .flat_map(|x| self.charges(x.member_milli(), &x.choices))
             .collect();
         self.ledger.breach(first.team_ix, &charges)
-    }
-
-    /// Rule 4's cost of a victim set; `None` when it takes a team below its guarantee by
-    /// another team's priority (rule 3).
-    fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<(u64, i64, usize)> {
-        let mut by_team: BTreeMap<Option<usize>, (Cause, Vec<usize>)> = BTreeMap::new();
-        let mut lost = 0i64;
-        for h in set {
-            let holder = self.holders.get(*h)?;
-            lost += holder.victim()?.lost;
-            let cause = self.cause_of(*h, asker)?;
-            if cause == Cause::OwnTeam {
-                continue;
-            }
-            by_team
-                .entry(holder.team_ix)
-                .or_insert((cause, Vec::new()))
-                .1
-                .push(*h);
-        }
-        let mut breach = 0u64;
-        for (cause, holders) in by_team.values() {
-            let b = self.breach(holders);
-            if *cause == Cause::Borrowed && b > 0 {
-                return None;
-            }
-            breach += b;
-        }
-        Some((breach, lost, set.len()))
-    }
-
-    /// The cheapest victims on `node` that free room for one member of `member`: eligible
-    /// holders in rank order until the member fits, then those it turns out not to need
-    /// given back. Memoised per node state; see [`Cycle::victims_by_node`].
-    fn node_cost(
-        &self,
-        node: usize,
-        member: &Request,
-        asker: &Asker,
-        scratch: &mut CostScratch,
-    ) -> Option<Cost> {
-        let CostScratch {
-            ranked,
-            free,
-            chosen,
-        } = scratch;
-        ranked.clear();
-        ranked.extend(
-            self.holders_on
-                .get(node)
-                .iter()
-                .filter_map(|h| self.victim_rank(*h, asker)),
-        );
-        if ranked.is_empty() {
-            return None;
-        }
-        ranked.sort_unstable_by_key(|(rank, _)| *rank);
-        let ctx = self.placer.context();
-        let n = self.snapshot.fleet.nodes.get(node)?;
-        let capacity = self.placer.empty_state().nodes.get(node)?;
-        let current = self.placer.state().nodes.get(node)?;
-        let free = match free {
-            Some(f) => {
-                f.copy_from(current);
-                f
-            }
-            None => free.insert(current.clone()),
-        };
-        chosen.clear();
-        let on_node = |h: usize| {
-            self.holders.get(h).into_iter().flat_map(move |x| {
-                x.choices
-                    .iter()
-                    .filter(move |c| c.node == node)
-                    .map(move |c| (x.member(), c))
-            })
-        };
-        for &((_, _, _, h), cause) in ranked.iter() {
-            chosen.push(h);
-            // Only another borrowing team's victims can break rule 3 together.
-            if cause == Cause::Borrowed && self.set_cost(chosen, asker).is_none() {
-                chosen.pop();
-                continue;
-            }
-            for (m, ch) in on_node(h) {
-                give_on(&ctx, n, free, m, &ch.on, capacity);
-            }
-            if !crate::core::packing::feasible(&ctx, n, free, member) {
-                continue;
-            }
-            // Take back each earlier victim the member does not need, latest first.
-            let last = chosen.pop()?;
-            let mut kept = vec![last];
-            for h in chosen.drain(..).rev() {
-                for (m, ch) in on_node(h) {
-                    take_on(&ctx, n, free, m, &ch.on);
-                }
-                if !crate::core::packing::feasible(&ctx, n, free, member) {
-                    for (m, ch) in on_node(h) {
-                        give_on(&ctx, n, free, m, &ch.on, capacity);
-                    }
-                    kept.push(h);
-                }
-            }
-            kept.reverse();
-            let cost = self.set_cost(&kept, asker)?;
-            return Some((cost, kept));
-        }
-        None
     }
 
     /// Victims chosen node by node: each usable node's cheapest set ([`Cycle::node_cost`]),
@@ -797,85 +630,6 @@ impl<'a> Cycle<'a> {
         Some(self.spare(js, shape, within, taken, placed))
     }
 
-    /// Brings the cost index for `shape` and `asker` up to date and returns its key. For an
-    /// asker with a team of its own (not [`NO_OWN_VICTIMS`]), it covers only the nodes
-    /// where that team has jobs of a lower tier (the overlay over the shared index);
-    /// otherwise every usable node.
-    fn cost_index(
-        &mut self,
-        shape: &JobShape,
-        usable: &dyn Fn(usize) -> bool,
-        asker: &Asker,
-    ) -> CostKey {
-        let overlay = asker.team != NO_OWN_VICTIMS;
-        let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
-        let (mut index, nodes): (CostIndex, Vec<usize>) = match self.cost_cache.remove(&key) {
-            Some(index) => {
-                let nodes = self.changed_since(index.seen);
-                (index, nodes)
-            }
-            None if overlay => {
-                let nodes: BTreeSet<usize> = self
-                    .holders_of(asker.team)
-                    .iter()
-                    .filter_map(|h| self.holders.get(*h))
-                    .flat_map(|x| x.choices.iter().map(|c| c.node))
-                    .collect();
-                (CostIndex::default(), nodes.into_iter().collect())
-            }
-            None => {
-                let nodes = (0..self.holders_on.len())
-                    .filter(|n| !self.holders_on.get(*n).is_empty())
-                    .collect();
-                (CostIndex::default(), nodes)
-            }
-        };
-        let mut scratch = std::mem::take(&mut self.cost_scratch);
-        for node in nodes {
-            if !usable(node) || (overlay && !self.has_own_victims(node, asker)) {
-                index.uncover(node);
-                continue;
-            }
-            let cost = self.node_cost(node, &shape.member, asker, &mut scratch);
-            if overlay || cost.is_some() {
-                index.set(node, cost);
-            } else {
-                index.uncover(node);
-            }
-        }
-        self.cost_scratch = scratch;
-        index.seen = self.changed.len();
-        self.cost_cache.insert(key.clone(), index);
-        key
-    }
-
-    /// Whether `node` holds a job of the asker's own team that rule 2 lets it preempt.
-    fn has_own_victims(&self, node: usize, asker: &Asker) -> bool {
-        self.holders_on.get(node).iter().any(|h| {
-            self.holders.get(*h).is_some_and(|x| {
-                !x.evicted
-                    && x.team_ix == asker.team
-                    && x.victim().is_some_and(|v| v.priority < asker.priority)
-            })
-        })
-    }
-
-    /// A victim set considered on `node`, for the story.
-    fn victim_set_line(&self, node: usize, cost: (u64, i64, usize), victims: &[usize]) -> String {
-        let (breach, lost, _) = cost;
-        let names: Vec<&str> = victims
-            .iter()
-            .filter_map(|h| self.holders.get(*h).map(|x| x.id()))
-            .collect();
-        format!(
-            "victims on {}: {} ({} GPU-s of work lost, {} below a guarantee)",
-            self.node_name(node).unwrap_or_default(),
-            names.join(", "),
-            lost / 1000,
-            crate::decide::quota::gpus(breach)
-        )
-    }
-
     /// Whether `node` is in one of the job's pools (any pool when it names none).
     fn in_pools(&self, shape: &JobShape, node: usize) -> bool {
         shape.pools.is_empty()
@@ -885,7 +639,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// One member on `node`, if it fits there and the quotas allow it (not committed).
-    fn try_place_on(
+    pub(super) fn try_place_on(
         &mut self,
         js: &JobState,
         shape: &JobShape,
@@ -898,7 +652,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Puts back victims tried and not needed, last released first.
-    fn restore_all(&mut self, taken: &[usize]) {
+    pub(super) fn restore_all(&mut self, taken: &[usize]) {
         for h in taken.iter().rev() {
             self.restore_holder(*h);
         }
@@ -977,7 +731,7 @@ impl<'a> Cycle<'a> {
     /// After a trial whose victims were all put back, forgets the node changes it logged
     /// since `mark`: the state is as it was, so indexes need not look at those nodes
     /// again. Only when nothing has read the log past `mark` meanwhile.
-    fn rewind(&mut self, mark: usize) {
+    pub(super) fn rewind(&mut self, mark: usize) {
         let read_past = self.cost_cache.values().any(|i| i.seen > mark)
             || self.room_cache.values().any(|i| i.seen > mark)
             || self.eta_version > mark;
@@ -1016,7 +770,7 @@ impl<'a> Cycle<'a> {
     /// job still fits, and taken again (the state as before) when it does not. A victim
     /// on none of the placement's nodes leaves its room as it is: only the quotas are
     /// asked again then.
-    fn spare(
+    pub(super) fn spare(
         &mut self,
         js: &'a JobState,
         shape: &JobShape,
@@ -1060,7 +814,7 @@ impl<'a> Cycle<'a> {
 }
 
 /// Two cost-ordered streams of index entries merged into one, cheapest first.
-fn merge_by_cost<'i, A, B>(
+pub(super) fn merge_by_cost<'i, A, B>(
     a: A,
     b: B,
 ) -> impl Iterator<Item = (((u64, i64, usize), usize), &'i CostIndex)>

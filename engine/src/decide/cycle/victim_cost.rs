@@ -1,0 +1,262 @@
+//! What preempting on one node costs (rule 4 of `preempt.rs`): each node's cheapest
+//! victim set for a kind of asking job, kept as an index of nodes by cost that catches
+//! up from the cycle's change log instead of being worked out again for every job.
+
+use super::preempt::{Asker, Cause, Rank, NO_OWN_VICTIMS};
+use super::Cycle;
+use crate::core::alloc::Request;
+use crate::core::gang::JobShape;
+use crate::core::placer::{give_on, take_on};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Buffers [`Cycle::node_cost`] reuses from node to node (it runs for every changed node
+/// of every cost index).
+#[derive(Debug, Default)]
+pub(super) struct CostScratch {
+    ranked: Vec<(Rank, Cause)>,
+    free: Option<crate::core::alloc::NodeFree>,
+    chosen: Vec<usize>,
+}
+
+/// A victim set's cost (milli-GPUs below guarantees, lost work, victims) and its holders.
+pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
+
+/// Each covered node's cheapest victim set for one kind of job, and the nodes ordered by
+/// it. Askers whose own team has no victims share one index per kind of job (`shared`);
+/// an asker whose team has lower tiers running gets an overlay that covers just the nodes
+/// those jobs are on, where its victims differ (`own`), over the shared index.
+#[derive(Debug, Default)]
+pub(super) struct CostIndex {
+    /// Covered nodes; `None` when a covered node has no set that frees room.
+    costs: FxHashMap<usize, Option<Cost>>,
+    pub order: BTreeSet<((u64, i64, usize), usize)>,
+    /// How much of `Cycle::changed` this index has caught up with.
+    pub seen: usize,
+}
+
+/// A cost index is kept per (member, pools, asker).
+pub(super) type CostKey = (Request, Vec<String>, Asker);
+
+impl CostIndex {
+    pub(super) fn set(&mut self, node: usize, cost: Option<Cost>) {
+        if self.costs.get(&node) == Some(&cost) {
+            return;
+        }
+        if let Some(Some((old, _))) = self.costs.remove(&node) {
+            self.order.remove(&(old, node));
+        }
+        if let Some((c, _)) = &cost {
+            self.order.insert((*c, node));
+        }
+        self.costs.insert(node, cost);
+    }
+
+    pub(super) fn uncover(&mut self, node: usize) {
+        if let Some(Some((old, _))) = self.costs.remove(&node) {
+            self.order.remove(&(old, node));
+        }
+    }
+
+    pub(super) fn covers(&self, node: usize) -> bool {
+        self.costs.contains_key(&node)
+    }
+
+    pub(super) fn cost(&self, node: usize) -> Option<&Cost> {
+        self.costs.get(&node).and_then(Option::as_ref)
+    }
+}
+
+impl<'a> Cycle<'a> {
+    /// Rule 4's cost of a victim set; `None` when it takes a team below its guarantee by
+    /// another team's priority (rule 3).
+    pub(super) fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<(u64, i64, usize)> {
+        let mut by_team: BTreeMap<Option<usize>, (Cause, Vec<usize>)> = BTreeMap::new();
+        let mut lost = 0i64;
+        for h in set {
+            let holder = self.holders.get(*h)?;
+            lost += holder.victim()?.lost;
+            let cause = self.cause_of(*h, asker)?;
+            if cause == Cause::OwnTeam {
+                continue;
+            }
+            by_team
+                .entry(holder.team_ix)
+                .or_insert((cause, Vec::new()))
+                .1
+                .push(*h);
+        }
+        let mut breach = 0u64;
+        for (cause, holders) in by_team.values() {
+            let b = self.breach(holders);
+            if *cause == Cause::Borrowed && b > 0 {
+                return None;
+            }
+            breach += b;
+        }
+        Some((breach, lost, set.len()))
+    }
+
+    /// The cheapest victims on `node` that free room for one member of `member`: eligible
+    /// holders in rank order until the member fits, then those it turns out not to need
+    /// given back. Memoised per node state; see [`Cycle::victims_by_node`].
+    pub(super) fn node_cost(
+        &self,
+        node: usize,
+        member: &Request,
+        asker: &Asker,
+        scratch: &mut CostScratch,
+    ) -> Option<Cost> {
+        let CostScratch {
+            ranked,
+            free,
+            chosen,
+        } = scratch;
+        ranked.clear();
+        ranked.extend(
+            self.holders_on
+                .get(node)
+                .iter()
+                .filter_map(|h| self.victim_rank(*h, asker)),
+        );
+        if ranked.is_empty() {
+            return None;
+        }
+        ranked.sort_unstable_by_key(|(rank, _)| *rank);
+        let ctx = self.placer.context();
+        let n = self.snapshot.fleet.nodes.get(node)?;
+        let capacity = self.placer.empty_state().nodes.get(node)?;
+        let current = self.placer.state().nodes.get(node)?;
+        let free = match free {
+            Some(f) => {
+                f.copy_from(current);
+                f
+            }
+            None => free.insert(current.clone()),
+        };
+        chosen.clear();
+        let on_node = |h: usize| {
+            self.holders.get(h).into_iter().flat_map(move |x| {
+                x.choices
+                    .iter()
+                    .filter(move |c| c.node == node)
+                    .map(move |c| (x.member(), c))
+            })
+        };
+        for &((_, _, _, h), cause) in ranked.iter() {
+            chosen.push(h);
+            // Only another borrowing team's victims can break rule 3 together.
+            if cause == Cause::Borrowed && self.set_cost(chosen, asker).is_none() {
+                chosen.pop();
+                continue;
+            }
+            for (m, ch) in on_node(h) {
+                give_on(&ctx, n, free, m, &ch.on, capacity);
+            }
+            if !crate::core::packing::feasible(&ctx, n, free, member) {
+                continue;
+            }
+            // Take back each earlier victim the member does not need, latest first.
+            let last = chosen.pop()?;
+            let mut kept = vec![last];
+            for h in chosen.drain(..).rev() {
+                for (m, ch) in on_node(h) {
+                    take_on(&ctx, n, free, m, &ch.on);
+                }
+                if !crate::core::packing::feasible(&ctx, n, free, member) {
+                    for (m, ch) in on_node(h) {
+                        give_on(&ctx, n, free, m, &ch.on, capacity);
+                    }
+                    kept.push(h);
+                }
+            }
+            kept.reverse();
+            let cost = self.set_cost(&kept, asker)?;
+            return Some((cost, kept));
+        }
+        None
+    }
+    /// Brings the cost index for `shape` and `asker` up to date and returns its key. For an
+    /// asker with a team of its own (not [`NO_OWN_VICTIMS`]), it covers only the nodes
+    /// where that team has jobs of a lower tier (the overlay over the shared index);
+    /// otherwise every usable node.
+    pub(super) fn cost_index(
+        &mut self,
+        shape: &JobShape,
+        usable: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+    ) -> CostKey {
+        let overlay = asker.team != NO_OWN_VICTIMS;
+        let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
+        let (mut index, nodes): (CostIndex, Vec<usize>) = match self.cost_cache.remove(&key) {
+            Some(index) => {
+                let nodes = self.changed_since(index.seen);
+                (index, nodes)
+            }
+            None if overlay => {
+                let nodes: BTreeSet<usize> = self
+                    .holders_of(asker.team)
+                    .iter()
+                    .filter_map(|h| self.holders.get(*h))
+                    .flat_map(|x| x.choices.iter().map(|c| c.node))
+                    .collect();
+                (CostIndex::default(), nodes.into_iter().collect())
+            }
+            None => {
+                let nodes = (0..self.holders_on.len())
+                    .filter(|n| !self.holders_on.get(*n).is_empty())
+                    .collect();
+                (CostIndex::default(), nodes)
+            }
+        };
+        let mut scratch = std::mem::take(&mut self.cost_scratch);
+        for node in nodes {
+            if !usable(node) || (overlay && !self.has_own_victims(node, asker)) {
+                index.uncover(node);
+                continue;
+            }
+            let cost = self.node_cost(node, &shape.member, asker, &mut scratch);
+            if overlay || cost.is_some() {
+                index.set(node, cost);
+            } else {
+                index.uncover(node);
+            }
+        }
+        self.cost_scratch = scratch;
+        index.seen = self.changed.len();
+        self.cost_cache.insert(key.clone(), index);
+        key
+    }
+
+    /// Whether `node` holds a job of the asker's own team that rule 2 lets it preempt.
+    pub(super) fn has_own_victims(&self, node: usize, asker: &Asker) -> bool {
+        self.holders_on.get(node).iter().any(|h| {
+            self.holders.get(*h).is_some_and(|x| {
+                !x.evicted
+                    && x.team_ix == asker.team
+                    && x.victim().is_some_and(|v| v.priority < asker.priority)
+            })
+        })
+    }
+
+    /// A victim set considered on `node`, for the story.
+    pub(super) fn victim_set_line(
+        &self,
+        node: usize,
+        cost: (u64, i64, usize),
+        victims: &[usize],
+    ) -> String {
+        let (breach, lost, _) = cost;
+        let names: Vec<&str> = victims
+            .iter()
+            .filter_map(|h| self.holders.get(*h).map(|x| x.id()))
+            .collect();
+        format!(
+            "victims on {}: {} ({} GPU-s of work lost, {} below a guarantee)",
+            self.node_name(node).unwrap_or_default(),
+            names.join(", "),
+            lost / 1000,
+            crate::decide::quota::gpus(breach)
+        )
+    }
+}
