@@ -317,49 +317,56 @@ impl<'a> Placer<'a> {
                 _ => *mark = Mark::Changed,
             }
         }
-        // A node whose members all agreed so far but fewer than before changed too.
-        for ((mark, matched), old) in scratch
+        // One pass over the nodes: a node whose members all agreed so far but fewer than
+        // before changed too; a node with none now is emptied.
+        let (mut any_changed, mut emptied) = (false, Vec::new());
+        for (node, ((mark, matched), old)) in scratch
             .mark
             .iter_mut()
             .zip(&scratch.matched)
             .zip(&kept.held)
+            .enumerate()
         {
-            if *mark == Mark::Listed && *matched as usize != old.len() {
-                *mark = Mark::Changed;
-            }
-        }
-        // Changed nodes' members, by node (in snapshot order within one).
-        let changed: Vec<(usize, Option<MemberTag>, &Request, &OnNode)> = members
-            .iter()
-            .filter(|(_, _, c)| scratch.mark.get(c.node) == Some(&Mark::Changed))
-            .map(|(t, r, c)| (c.node, *t, *r, &c.on))
-            .collect();
-        let (start, changed) = super::buckets::by_key(&changed, nodes, |m| m.0);
-        // Nodes listed in order first, then those left with no member (as before).
-        let mut emptied = Vec::new();
-        for (node, old) in kept.held.iter_mut().enumerate() {
-            match scratch.mark.get(node).copied().unwrap_or(Mark::Unlisted) {
-                Mark::Listed => continue,
+            match *mark {
+                Mark::Listed if *matched as usize == old.len() => {}
+                Mark::Listed | Mark::Changed => {
+                    *mark = Mark::Changed;
+                    any_changed = true;
+                }
                 Mark::Unlisted => {
                     if !old.is_empty() {
-                        old.clear();
                         emptied.push(node);
                     }
-                    continue;
                 }
-                Mark::Changed => {}
             }
-            let list = match (start.get(node), start.get(node + 1)) {
-                (Some(&a), Some(&b)) => changed.get(a..b).unwrap_or(&[]),
-                _ => &[],
-            };
-            *old = list
+        }
+        // Changed nodes' members, by node ascending (a stable sort: snapshot order within
+        // one), each node rebuilt; then the emptied nodes.
+        if any_changed {
+            let mut changed: Vec<(usize, Option<MemberTag>, &Request, &OnNode)> = members
                 .iter()
-                .map(|(_, t, r, on)| (*t, (*r).clone(), (*on).clone()))
+                .filter(|(_, _, c)| scratch.mark.get(c.node) == Some(&Mark::Changed))
+                .map(|(t, r, c)| (c.node, *t, *r, &c.on))
                 .collect();
-            self.rebuild_node(node, list.iter().map(|(_, _, r, on)| (*r, *on)));
+            changed.sort_by_key(|m| m.0);
+            for list in changed.chunk_by(|a, b| a.0 == b.0) {
+                let Some((node, old)) = list
+                    .first()
+                    .and_then(|m| Some((m.0, kept.held.get_mut(m.0)?)))
+                else {
+                    continue;
+                };
+                *old = list
+                    .iter()
+                    .map(|(_, t, r, on)| (*t, (*r).clone(), (*on).clone()))
+                    .collect();
+                self.rebuild_node(node, list.iter().map(|(_, _, r, on)| (*r, *on)));
+            }
         }
         for node in emptied {
+            if let Some(old) = kept.held.get_mut(node) {
+                old.clear();
+            }
             self.rebuild_node(node, std::iter::empty());
         }
         let mut seen = std::mem::take(&mut kept.scratch.seen);
