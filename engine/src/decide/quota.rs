@@ -41,15 +41,19 @@ struct Book {
 }
 
 impl Book {
-    /// Adds `milli` to `pool`'s bucket in `used`, leaving the derived figures stale.
-    fn add(&mut self, pool: Option<&str>, milli: u64) {
+    /// What `pool`'s bucket has used, if it has been charged.
+    fn used_in(&mut self, pool: Option<&str>) -> Option<&mut u64> {
         let per_pool = self.per_pool;
-        match self
-            .used
+        self.used
             .iter_mut()
             .find(|(k, _)| in_bucket(per_pool, pool, k))
-        {
-            Some((_, u)) => *u += milli,
+            .map(|(_, u)| u)
+    }
+
+    /// Adds `milli` to `pool`'s bucket in `used`, leaving the derived figures stale.
+    fn add(&mut self, pool: Option<&str>, milli: u64) {
+        match self.used_in(pool) {
+            Some(u) => *u += milli,
             None => {
                 let bucket = self.bucket(pool);
                 self.used.insert(bucket, milli);
@@ -277,12 +281,7 @@ impl Ledger {
 
     pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
-            let per_pool = b.per_pool;
-            let found = b
-                .used
-                .iter_mut()
-                .find(|(k, _)| in_bucket(per_pool, pool, k));
-            if let Some((_, u)) = found {
+            if let Some(u) = b.used_in(pool) {
                 *u = u.saturating_sub(milli);
             }
             b.recache();

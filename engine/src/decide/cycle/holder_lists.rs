@@ -41,33 +41,19 @@ impl HolderLists {
         self.pending.push((index, holder));
     }
 
-    /// Lays the lists out flat: a counting sort by index, stable within one (filled
-    /// from the back, each index's offset counted down to its start).
+    /// Lays the lists out flat (a counting sort by index, stable within one).
     pub fn lay_out(&mut self) {
         if !self.start.is_empty() {
             return;
         }
-        self.start.resize(self.indexes + 1, 0);
-        for (i, _) in &self.pending {
-            if let Some(c) = self.start.get_mut(*i) {
-                *c += 1;
-            }
-        }
-        let mut sum = 0;
-        for c in self.start.iter_mut() {
-            sum += *c;
-            *c = sum;
-        }
-        self.items.resize(sum, 0);
-        for (i, h) in self.pending.iter().rev() {
-            let Some(at) = self.start.get_mut(*i).filter(|_| *i < self.indexes) else {
-                continue;
-            };
-            *at -= 1;
-            if let Some(slot) = self.items.get_mut(*at) {
-                *slot = *h;
-            }
-        }
+        crate::core::buckets::by_key_into(
+            &self.pending,
+            self.indexes,
+            |p| p.0,
+            |p| p.1,
+            &mut self.start,
+            &mut self.items,
+        );
         self.pending.clear();
     }
 

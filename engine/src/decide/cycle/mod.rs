@@ -230,7 +230,7 @@ fn decide_cycle(
     let fleet = &snapshot.fleet;
     let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
     let strategy = Strategy::from_policy(program.placement.packing);
-    let (placer, memo, capacity, mut buffers) = match kept {
+    let (placer, memo, capacity, buffers) = match kept {
         Some(Carried {
             placer,
             mut memo,
@@ -252,13 +252,17 @@ fn decide_cycle(
             buffers::Buffers::default(),
         ),
     };
-    let mut holders = buffers::recycle(std::mem::take(&mut buffers.holders));
+    let buffers::Buffers {
+        holders,
+        running,
+        mut holders_on,
+        mut protected_on,
+        mut holders_of,
+    } = buffers;
+    let mut holders = buffers::recycle(holders);
     holders.reserve(snapshot.jobs.len());
-    let mut holders_on = std::mem::take(&mut buffers.holders_on);
     holders_on.reset(fleet.nodes.len());
-    let mut protected_on = std::mem::take(&mut buffers.protected_on);
     protected_on.reset(fleet.nodes.len());
-    let mut holders_of = std::mem::take(&mut buffers.holders_of);
     holders_of.reset(program.teams.len() + 2);
     let mut cycle = Cycle {
         program,
@@ -305,7 +309,7 @@ fn decide_cycle(
         preemptions: stops,
         story,
         memo,
-        running: buffers::recycle(std::mem::take(&mut buffers.running)),
+        running: buffers::recycle(running),
     };
     let mut plan = cycle.run();
     let story = cycle.story.take();
