@@ -5,14 +5,15 @@
 //! domain) — of 23 teams (three cohorts and two standalone teams), three tiers, a third of
 //! the jobs pinned to a pool. Seeded: the same N gives the same snapshot.
 //!
-//! `cargo bench -p engine --bench decide_scale [-- N... [--backfill MODE] [--pending-per-node F]]`
+//! `cargo bench -p engine --bench decide_scale [-- N... [--backfill MODE] [--pending-per-node F] [--digest]]`
 //! prints, per N
 //! (with the policy's backfill MODE, `on` unless given), the time of one
 //! `decide` (best of three runs, with the allocator the binary ships), what it placed, the time
 //! divided by N·log2 N (flat means no worse than N log N), the time of the next cycle
 //! through a `Decider` kept from this one when one job has arrived (checked to give
 //! `decide`'s plan; the states carry revisions, as the replay's do), and the peak RSS so
-//! far.
+//! far. `--digest` also prints, to stderr, a digest of each size's plan (as JSON), so two
+//! builds can be checked to decide the same.
 
 #![allow(
     clippy::panic,
@@ -189,6 +190,13 @@ fn snapshots(n: usize, program: &Program, pending_count: usize) -> (Snapshot, Sn
     (first, next)
 }
 
+/// FNV-1a over bytes: enough to tell two plans apart.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 fn main() {
     // `--backfill MODE`: the policy's backfill (default `on`, EASY), e.g.
     // `conservative(depth = 100)`.
@@ -207,10 +215,11 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(5.0);
+    let digest = args.iter().any(|a| a == "--digest");
     let flag_values: Vec<usize> = args
         .iter()
         .enumerate()
-        .filter(|(_, a)| a.starts_with("--"))
+        .filter(|(_, a)| a.starts_with("--") && *a != "--digest")
         .map(|(i, _)| i + 1)
         .collect();
     let sizes: Vec<usize> = args
@@ -242,6 +251,7 @@ fn main() {
         let runs = 3;
         let mut best = f64::MAX;
         let mut placed = 0;
+        let mut last = None;
         for _ in 0..runs {
             let start = Instant::now();
             let plan = engine::decide::decide(&program, &snap, NOW);
@@ -251,6 +261,10 @@ fn main() {
                 .iter()
                 .filter(|d| d.action == Action::Place)
                 .count();
+            last = Some(plan);
+        }
+        if let Some(plan) = last.filter(|_| digest) {
+            eprintln!("plan digest, {n} nodes: {:016x}", fnv1a(&serde_json::to_vec(&plan).unwrap()));
         }
         // A Decider kept from the cycle before, given the same cluster plus one arrival:
         // what the queue controller pays per cycle in steady state.
