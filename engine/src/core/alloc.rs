@@ -37,6 +37,12 @@ impl Request {
             || self.models.is_empty()
             || model.is_some_and(|m| self.models.iter().any(|x| x == m))
     }
+
+    /// [`Request::accepts_model`] for a node, reading its model only when the request
+    /// names models: on hot paths that read is a cache miss into the node's GPU list.
+    pub fn accepts_node(&self, node: &crate::core::fleet::Node) -> bool {
+        self.num_gpu == 0 || self.models.is_empty() || self.accepts_model(node.gpu_model())
+    }
 }
 
 /// Free resources of one node.

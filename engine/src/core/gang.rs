@@ -52,7 +52,7 @@ pub fn level_name(level: TopologyLevel) -> &'static str {
 
 /// How many members of `r` fit on a node in state `free`.
 pub fn member_slots(ctx: &Context<'_>, node: &Node, free: &NodeFree, r: &Request) -> u64 {
-    if !r.accepts_model(node.gpu_model()) {
+    if !r.accepts_node(node) {
         return 0;
     }
     let per = |have: u64, need: u64| have.checked_div(need).unwrap_or(u64::MAX);

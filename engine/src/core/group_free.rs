@@ -135,11 +135,19 @@ impl GroupFree {
             let Some(row) = self.histogram.get(g * self.stride..(g + 1) * self.stride) else {
                 return u64::MAX;
             };
-            return row
-                .iter()
-                .enumerate()
-                .map(|(free, nodes)| u64::from(*nodes) * (free as u64 / k))
-                .sum();
+            // Σ nodes × ⌊free / k⌋, the quotient stepped rather than divided (this runs for
+            // every candidate group of every gang try).
+            let (mut quotient, mut left) = (0u64, k);
+            let mut room = 0u64;
+            for nodes in row {
+                room += u64::from(*nodes) * quotient;
+                left -= 1;
+                if left == 0 {
+                    quotient += 1;
+                    left = k;
+                }
+            }
+            return room;
         }
         let per = u64::from(r.gpu_milli.max(1)) * u64::from(r.num_gpu);
         self.milli.get(g).map_or(u64::MAX, |m| m / per)
@@ -190,6 +198,29 @@ mod tests {
             models: Vec::new(),
             vram_mib: 0,
             mig_profile: None,
+        }
+    }
+
+    /// A group's bound for k whole GPUs is Σ over its nodes of ⌊whole free GPUs / k⌋.
+    #[test]
+    fn whole_gpu_bound_counts_members_node_by_node() {
+        let mut rng = Rng::new(11);
+        let groups: Vec<(String, Vec<usize>)> = (0..5)
+            .map(|g| (format!("g{g}"), (g * 6..g * 6 + 6).collect()))
+            .collect();
+        for _ in 0..50 {
+            let states: Vec<NodeFree> = (0..30).map(|_| node(&mut rng)).collect();
+            let gf = GroupFree::new(&groups, &states);
+            for k in 1..=9u32 {
+                for (g, (_, nodes)) in groups.iter().enumerate() {
+                    let direct: u64 = nodes
+                        .iter()
+                        .filter_map(|n| states.get(*n))
+                        .map(|f| free_counts(f).0 / u64::from(k))
+                        .sum();
+                    assert_eq!(gf.room_bound(g, &request(k, 1000)), direct, "k={k} g={g}");
+                }
+            }
         }
     }
 

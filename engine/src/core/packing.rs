@@ -92,7 +92,7 @@ pub fn node_state(ctx: &Context<'_>, node: &Node, free: &NodeFree) -> (f64, f64)
 
 /// Whether `req` can go on this node at all (model, CPU, memory, GPUs, MIG slots).
 pub fn feasible(ctx: &Context<'_>, node: &Node, free: &NodeFree, req: &Request) -> bool {
-    if !req.accepts_model(node.gpu_model()) || !free.fits(req) {
+    if !req.accepts_node(node) || !free.fits(req) {
         return false;
     }
     match &req.mig_profile {

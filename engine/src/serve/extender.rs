@@ -278,7 +278,7 @@ fn shortfall(node: &Node, free: Option<&NodeFree>, r: &Request, live: bool) -> S
         return "the node is unknown".into();
     };
     let model = node.gpu_model().unwrap_or("no GPU");
-    if !r.accepts_model(node.gpu_model()) {
+    if !r.accepts_node(node) {
         return format!(
             "needs a {} GPU; the node has {model}",
             r.models.join(" or ")

@@ -231,6 +231,27 @@ impl<'a> Cycle<'a> {
 
     /// Takes a held job's GPUs back (`take`) or gives them up, in placer and quota.
     pub(super) fn move_holder(&mut self, h: usize, take: bool) {
+        self.move_in_placer(h, take);
+        self.move_in_ledger(h, take);
+    }
+
+    /// [`Cycle::move_holder`]'s half in the placer (and the change log).
+    pub(super) fn move_in_placer(&mut self, h: usize, take: bool) {
+        let Some(holder) = self.holders.get(h) else {
+            return;
+        };
+        for c in holder.choices.iter() {
+            if take {
+                self.placer.commit(holder.member(), c);
+            } else {
+                self.placer.release(holder.member(), c);
+            }
+            self.changed.push(c.node);
+        }
+    }
+
+    /// [`Cycle::move_holder`]'s half in the quota ledger (and the team's standing).
+    pub(super) fn move_in_ledger(&mut self, h: usize, take: bool) {
         let Some(holder) = self.holders.get(h) else {
             return;
         };
@@ -238,13 +259,10 @@ impl<'a> Cycle<'a> {
         for c in holder.choices.iter() {
             let pool = self.pool_of(c.node);
             if take {
-                self.placer.commit(holder.member(), c);
                 self.ledger.charge(holder.team_ix, pool, milli);
             } else {
-                self.placer.release(holder.member(), c);
                 self.ledger.uncharge(holder.team_ix, pool, milli);
             }
-            self.changed.push(c.node);
         }
         let ix = holder.team_ix;
         self.note_usage(ix);

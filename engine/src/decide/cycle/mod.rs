@@ -88,6 +88,9 @@ struct Cycle<'a> {
     tier_index: names::NameIndex<'a, usize>,
     /// Each policy team's usage (by index), kept in step with the ledger.
     standing: Vec<Standing>,
+    /// Per node, a bit for each team with a victim candidate there (see
+    /// `victim_cost::team_bit`); filled when an overlay cost index is first built.
+    victim_teams: Vec<u64>,
     /// Per (member, pools, asker): each node's cheapest victim set.
     cost_cache: HashMap<victim_cost::CostKey, victim_cost::CostIndex>,
     cost_scratch: victim_cost::CostScratch,
@@ -290,6 +293,7 @@ fn decide_cycle(
         team_index: names::NameIndex::positions(program.teams.iter().map(|t| t.name.as_str())),
         tier_index: names::NameIndex::positions(program.tiers.iter().map(|t| t.name.as_str())),
         standing: vec![Standing::default(); program.teams.len()],
+        victim_teams: Vec::new(),
         cost_cache: HashMap::default(),
         cost_scratch: victim_cost::CostScratch::default(),
         // Every running member is logged once.

@@ -200,7 +200,7 @@ impl<'a> Cycle<'a> {
             };
             let usable = (shape.pools.is_empty()
                 || node.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
-                && shape.member.accepts_model(node.gpu_model())
+                && shape.member.accepts_node(node)
                 && self.snapshot.takes_new(n)
                 && !reserved(n);
             if protected.is_empty() || !usable {
@@ -548,11 +548,20 @@ impl<'a> Cycle<'a> {
         asker: &Asker,
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
         let fleet = &self.snapshot.fleet;
+        // Pools by number: a name compare per changed node read each node's pool string.
+        let numbers = self.placer.pool_numbers(&shape.pools);
+        let pool_of = self.placer.pool_index();
         let usable = |node: usize| {
-            fleet.nodes.get(node).is_some_and(|n| {
-                (shape.pools.is_empty() || n.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
-                    && shape.member.accepts_model(n.gpu_model())
-            })
+            (shape.pools.is_empty()
+                || pool_of
+                    .get(node)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|p| numbers.contains(&p)))
+                && fleet
+                    .nodes
+                    .get(node)
+                    .is_some_and(|n| shape.member.accepts_node(n))
         };
         let shared_asker = Asker {
             team: NO_OWN_VICTIMS,
@@ -700,10 +709,14 @@ impl<'a> Cycle<'a> {
         });
         let mark = self.changed.len();
         let mut taken = Vec::new();
+        // The team's own limits read only the ledger: victims leave the placer only once
+        // the limits pass (`taken[..in_placer]`), as most searches that fail never get
+        // that far, and giving GPUs back and taking them again is most of their cost.
+        let mut in_placer = 0;
         let mut placed = None;
         let mut tries = 0;
         for (_, _, _, h) in ranked {
-            self.release_holder(h);
+            self.move_in_ledger(h, false);
             taken.push(h);
             // The team's own limits first: no placement is tried until they pass. Past
             // them, a few more victims at most: room for the job is the node-by-node
@@ -711,6 +724,10 @@ impl<'a> Cycle<'a> {
             if self.own_limits(js, shape) != Limits::Pass {
                 continue;
             }
+            for t in taken.get(in_placer..).unwrap_or(&[]) {
+                self.move_in_placer(*t, false);
+            }
+            in_placer = taken.len();
             if tries == QUOTA_PLACEMENT_TRIES {
                 break;
             }
@@ -721,7 +738,11 @@ impl<'a> Cycle<'a> {
             }
         }
         let Some(placed) = placed else {
-            self.restore_all(&taken);
+            let (moved, charged_only) = taken.split_at(in_placer.min(taken.len()));
+            for h in charged_only.iter().rev() {
+                self.move_in_ledger(*h, true);
+            }
+            self.restore_all(moved);
             self.rewind(mark);
             return None;
         };

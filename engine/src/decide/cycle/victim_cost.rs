@@ -209,6 +209,9 @@ impl<'a> Cycle<'a> {
                 (CostIndex::default(), nodes)
             }
         };
+        if overlay {
+            self.mark_victim_teams();
+        }
         let mut scratch = std::mem::take(&mut self.cost_scratch);
         for node in nodes {
             if !usable(node) || (overlay && !self.has_own_victims(node, asker)) {
@@ -228,8 +231,35 @@ impl<'a> Cycle<'a> {
         key
     }
 
+    /// Fills `victim_teams` on first use: the victim candidates on each node do not
+    /// change once the running jobs are held.
+    fn mark_victim_teams(&mut self) {
+        if !self.victim_teams.is_empty() {
+            return;
+        }
+        let marks: Vec<u64> = self
+            .holders_on
+            .iter()
+            .map(|on| {
+                on.iter()
+                    .filter_map(|h| self.holders.get(*h))
+                    .fold(0, |bits, x| bits | team_bit(x.team_ix))
+            })
+            .collect();
+        self.victim_teams = marks;
+    }
+
     /// Whether `node` holds a job of the asker's own team that rule 2 lets it preempt.
     pub(super) fn has_own_victims(&self, node: usize, asker: &Asker) -> bool {
+        // Most nodes hold none of the team's jobs: said by one bit, not by reading each
+        // holder on the node.
+        if self
+            .victim_teams
+            .get(node)
+            .is_some_and(|bits| bits & team_bit(asker.team) == 0)
+        {
+            return false;
+        }
         self.holders_on.get(node).iter().any(|h| {
             self.holders.get(*h).is_some_and(|x| {
                 !x.evicted
@@ -258,5 +288,14 @@ impl<'a> Cycle<'a> {
             lost / 1000,
             crate::decide::quota::gpus(breach)
         )
+    }
+}
+
+/// A team's bit in `Cycle::victim_teams`: teams past the 63rd, no team and the policy's
+/// unknown teams share the last bit (a bit set means "maybe").
+fn team_bit(team: Option<usize>) -> u64 {
+    match team {
+        Some(i) if i < 63 => 1 << i,
+        _ => 1 << 63,
     }
 }
