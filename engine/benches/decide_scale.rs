@@ -264,7 +264,10 @@ fn main() {
             last = Some(plan);
         }
         if let Some(plan) = last.filter(|_| digest) {
-            eprintln!("plan digest, {n} nodes: {:016x}", fnv1a(&serde_json::to_vec(&plan).unwrap()));
+            eprintln!(
+                "plan digest, {n} nodes: {:016x}",
+                fnv1a(&serde_json::to_vec(&plan).unwrap())
+            );
         }
         // A Decider kept from the cycle before, given the same cluster plus one arrival:
         // what the queue controller pays per cycle in steady state.

@@ -332,11 +332,7 @@ impl Cycle<'_> {
                 }
             }
         }
-        let accepts = fleet
-            .nodes
-            .iter()
-            .map(|n| member.accepts_node(n))
-            .collect();
+        let accepts = fleet.nodes.iter().map(|n| member.accepts_node(n)).collect();
         let mut slots = vec![0u64; fleet.nodes.len()];
         let mut room = vec![0u64; groups];
         let mut roomy = vec![BTreeSet::new(); groups];
