@@ -23,8 +23,10 @@ pub(super) struct Holder<'a> {
     pub(super) ends_at: Option<i64>,
     pub(super) evicted: bool,
     /// The job's `member_milli`, kept here: victim searches read it for thousands of
-    /// candidates, and reading it from the job record cost a cache miss each.
-    member_milli: u64,
+    /// candidates, and reading it from the job record cost a cache miss each. A `u32`
+    /// (one member is on one node) packs it beside `evicted`: the replay writes every
+    /// holder each cycle, and a larger holder cost it time.
+    member_milli: u32,
 }
 
 /// Whether a holder may be preempted now.
@@ -49,7 +51,7 @@ impl<'a> Holder<'a> {
 
     /// What one member counts for in quotas and fair share.
     pub(super) fn member_milli(&self) -> u64 {
-        self.member_milli
+        u64::from(self.member_milli)
     }
 
     pub(super) fn victim(&self) -> Option<preempt::VictimFacts> {
@@ -172,7 +174,7 @@ impl<'a> Cycle<'a> {
             stand,
             ends_at,
             evicted: false,
-            member_milli: js.member_milli,
+            member_milli: u32::try_from(js.member_milli).unwrap_or(u32::MAX),
         });
         if self.ends_built {
             if let Some(holder) = self.holders.get(h) {
