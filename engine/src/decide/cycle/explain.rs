@@ -13,13 +13,10 @@ use crate::decide::snapshot::JobState;
 /// Earliest-start estimates per cycle; beyond it `eta_s` is absent.
 const ETA_BUDGET: usize = 64;
 
-/// A shape and the reservation it waits behind (start, end); the memo is cleared when
-/// the allocation state changes.
-pub(super) type EtaKey = (
-    JobShape,
-    Option<(i64, Option<i64>)>,
-    Option<(usize, Option<i64>)>,
-);
+/// Beside the shape: the reservation it waits behind (start, end) and, with bookings, how
+/// many there are and the job's runtime; the memo is cleared when the allocation state
+/// changes.
+pub(super) type EtaKey = (Option<(i64, Option<i64>)>, Option<(usize, Option<i64>)>);
 
 impl Cycle<'_> {
     /// The reason for a job that stays blocked, with its ETA and what would unblock it.
@@ -216,11 +213,10 @@ impl Cycle<'_> {
         let res = self.reservation.clone();
         let booked = !self.bookings.is_empty();
         let key: EtaKey = (
-            shape.clone(),
             res.as_ref().map(|r| (r.start_at, r.ends_at)),
             booked.then(|| (self.bookings.len(), runtime)),
         );
-        if let Some(hit) = self.eta_memo.get(&key) {
+        if let Some(hit) = self.eta_memo.get(shape, &key) {
             return *hit;
         }
         if self.eta_estimates >= ETA_BUDGET {
@@ -235,7 +231,7 @@ impl Cycle<'_> {
             .earliest_start(shape, held, runtime)
             .map(|(t, _)| t - self.now)
             .filter(|eta| *eta > 0);
-        self.eta_memo.insert(key, eta);
+        self.eta_memo.insert(shape, key, eta);
         eta
     }
 

@@ -13,6 +13,7 @@ mod preempt;
 mod queue_order;
 mod quota_gate;
 mod reserve;
+mod shape_memo;
 mod story;
 mod victim_cost;
 mod walk_free;
@@ -39,7 +40,7 @@ use crate::core::placer::{Choice, Placer, PlacerState};
 use lang::ir::{Program, Tier};
 use quota_gate::Gate;
 use reserve::Reserved;
-use rustc_hash::{FxHashMap as HashMap, FxHashSet};
+use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// (team, tier, used, guaranteed, need) milli-GPUs.
@@ -63,7 +64,7 @@ struct Cycle<'a> {
     /// first use).
     running_submits: Option<BTreeMap<i64, Vec<i64>>>,
     /// Shapes and priorities for which no victim set exists this cycle.
-    no_victims: FxHashSet<(JobShape, preempt::Asker)>,
+    no_victims: shape_memo::ShapeMemo<preempt::Asker, ()>,
     /// Running jobs (preemption candidates) by node.
     holders_on: holder_lists::HolderLists,
     /// Running jobs rule 1 protects for a while, by node, and whether there are any.
@@ -102,7 +103,7 @@ struct Cycle<'a> {
     /// leaves the state as it was).
     released: u64,
     /// Shapes that did not fit, at which `released` count, and why.
-    unfit: HashMap<UnfitKey, (u64, Unplaced)>,
+    unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Unplaced)>,
     /// [`Cycle::guarantee_block`]'s messages by (team, tier, used, guaranteed,
     /// need).
     guarantee_blocks: HashMap<GuaranteeBlockKey<'a>, QuotaBlock>,
@@ -111,7 +112,7 @@ struct Cycle<'a> {
     lowest_victim_priority: Option<i64>,
     /// The fleet's pools, once each, in fleet order (listed on first use).
     fleet_pools: std::cell::OnceCell<Vec<Option<String>>>,
-    eta_memo: HashMap<explain::EtaKey, Option<i64>>,
+    eta_memo: shape_memo::ShapeMemo<explain::EtaKey, Option<i64>>,
     /// Room per shape for earliest-start estimates, kept up to date node by node.
     room_cache: HashMap<reserve::RoomKey, reserve::RoomIndex>,
     walk_scratch: walk_free::WalkScratch,
@@ -141,8 +142,9 @@ struct Standing {
     per_pool: bool,
 }
 
-/// A shape and how it stands to the reservation (its start, whether the job ends first).
-type UnfitKey = (JobShape, Option<(i64, bool)>, Option<Option<i64>>);
+/// How a shape stands to the reservation (its start, whether the job ends first) and,
+/// with bookings, the job's end.
+type UnfitKey = (Option<(i64, bool)>, Option<Option<i64>>);
 
 /// What placing one job came to.
 enum Outcome {
@@ -279,7 +281,7 @@ fn decide_cycle(
         bookings: std::rc::Rc::default(),
         starving_booked: 0,
         running_submits: None,
-        no_victims: FxHashSet::default(),
+        no_victims: shape_memo::ShapeMemo::default(),
         lowest_victim_priority: None,
         holders_on,
         protected_on,
@@ -300,10 +302,10 @@ fn decide_cycle(
         changed: Vec::with_capacity(members_hint(snapshot)),
         changed_marks: (vec![0; fleet.nodes.len()], 0),
         released: 0,
-        unfit: HashMap::default(),
+        unfit: shape_memo::ShapeMemo::default(),
         guarantee_blocks: HashMap::default(),
         fleet_pools: std::cell::OnceCell::new(),
-        eta_memo: HashMap::default(),
+        eta_memo: shape_memo::ShapeMemo::default(),
         room_cache: HashMap::default(),
         walk_scratch: walk_free::WalkScratch::default(),
         flat_free: walk_free::FlatFree::default(),
@@ -766,14 +768,13 @@ impl<'a> Cycle<'a> {
                 // Free capacity only grows when a running job is released; until then a
                 // shape that did not fit still does not.
                 let memo_key = (
-                    shape.clone(),
                     reservation
                         .as_ref()
                         .map(|r| (r.start_at, ends_at.is_some_and(|e| e <= r.start_at))),
                     // Bookings let a job through by its end.
                     (!bookings.is_empty()).then_some(ends_at),
                 );
-                let attempt = match self.unfit.get(&memo_key) {
+                let attempt = match self.unfit.get(shape, &memo_key) {
                     Some((epoch, why)) if *epoch == self.released => {
                         Err(Blocked::Capacity(why.clone()))
                     }
@@ -796,7 +797,8 @@ impl<'a> Cycle<'a> {
                     other => other,
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
-                    self.unfit.insert(memo_key, (self.released, why.clone()));
+                    self.unfit
+                        .insert(shape, memo_key, (self.released, why.clone()));
                 }
                 self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {

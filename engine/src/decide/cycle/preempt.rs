@@ -309,8 +309,7 @@ impl<'a> Cycle<'a> {
         // Rule 3 over the whole set: victims on several nodes may together take a team
         // below its guarantee; such a team is then left out and the search runs again.
         for _ in 0..3 {
-            let memo = (shape.clone(), asker.clone());
-            if self.no_victims.contains(&memo) {
+            if self.no_victims.get(shape, &asker).is_some() {
                 self.tell(js, |_| {
                     "preemption: no victim set (none was found for this shape earlier in the cycle)"
                         .into()
@@ -325,7 +324,7 @@ impl<'a> Cycle<'a> {
                 self.tell(js, |_| {
                     "preemption: no victim set the rules allow frees room".into()
                 });
-                self.no_victims.insert(memo);
+                self.no_victims.insert(shape, asker.clone(), ());
                 return None;
             };
             let broken = self.teams_taken_below_guarantee(&needed, &asker);
