@@ -87,18 +87,7 @@ pub fn place_job_within(
     job: &JobShape,
     within: &dyn Fn(usize) -> bool,
 ) -> Result<Vec<Choice>, Unplaced> {
-    // Most jobs name no pool; the others are checked by pool number.
-    let any_pool = job.pools.is_empty();
-    let numbers = placer.pool_numbers(&job.pools);
-    let pool_of = placer.pool_index();
-    let pool_ok = |i: usize| {
-        any_pool
-            || pool_of
-                .get(i)
-                .copied()
-                .flatten()
-                .is_some_and(|p| numbers.contains(&p))
-    };
+    let pool_ok = placer.in_pools(&job.pools);
     let is_allowed = |i: usize| pool_ok(i) && within(i);
     if job.members == 0 {
         return Ok(Vec::new());
@@ -248,7 +237,7 @@ fn never_fits(
             message: format!("no node{pools}"),
         });
     }
-    if r.num_gpu > 0 && !nodes.iter().any(|(_, n)| r.accepts_model(n.gpu_model())) {
+    if r.num_gpu > 0 && !nodes.iter().any(|(_, n)| r.accepts_node(n)) {
         return Some(Unplaced {
             code: UnplacedCode::NoSuchModel,
             message: format!("no node{pools} has model {}", r.models.join(" or ")),
@@ -277,7 +266,7 @@ fn never_fits(
     if !nodes.iter().any(|(i, n)| empty_slots(*i, n) > 0) {
         let most = nodes
             .iter()
-            .filter(|(_, n)| r.accepts_model(n.gpu_model()))
+            .filter(|(_, n)| r.accepts_node(n))
             .map(|(_, n)| {
                 n.gpus
                     .iter()

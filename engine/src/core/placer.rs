@@ -425,19 +425,23 @@ impl<'a> Placer<'a> {
         self.fleet
     }
 
-    /// The pool numbers of `pools` (names no node has are left out): with
-    /// [`Placer::in_pools`], a job's pool check without string compares.
-    pub fn pool_numbers(&self, pools: &[String]) -> Vec<u32> {
-        pools
+    /// Whether a node is in one of `pools` (any node when `pools` is empty), checked by
+    /// pool number rather than by name. The predicate shares the placer's pool index, so
+    /// it stays usable while the placer changes.
+    pub fn in_pools(&self, pools: &[String]) -> impl Fn(usize) -> bool + 'static {
+        let any = pools.is_empty();
+        let numbers: Vec<u32> = pools
             .iter()
             .filter_map(|p| self.pool_ids.get(p).copied())
-            .collect()
-    }
-
-    /// Each node's pool number (shared, so a predicate can hold it while the placer
-    /// changes).
-    pub fn pool_index(&self) -> std::sync::Arc<[Option<u32>]> {
-        self.pool_of.clone()
+            .collect();
+        let pool_of = self.pool_of.clone();
+        move |node| {
+            any || pool_of
+                .get(node)
+                .copied()
+                .flatten()
+                .is_some_and(|p| numbers.contains(&p))
+        }
     }
 
     pub fn context(&self) -> Context<'a> {

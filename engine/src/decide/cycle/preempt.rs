@@ -193,13 +193,13 @@ impl<'a> Cycle<'a> {
                 .is_some_and(|r| r.nodes.contains(&n))
                 || self.bookings.is_booked(n)
         };
+        let in_pools = self.placer.in_pools(&shape.pools);
         let mut best: Option<(i64, usize, Protection)> = None;
         for (n, protected) in self.protected_on.iter().enumerate() {
             let Some(node) = fleet.nodes.get(n) else {
                 continue;
             };
-            let usable = (shape.pools.is_empty()
-                || node.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+            let usable = in_pools(n)
                 && shape.member.accepts_node(node)
                 && self.snapshot.takes_new(n)
                 && !reserved(n);
@@ -548,15 +548,9 @@ impl<'a> Cycle<'a> {
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
         let fleet = &self.snapshot.fleet;
         // Pools by number: a name compare per changed node read each node's pool string.
-        let numbers = self.placer.pool_numbers(&shape.pools);
-        let pool_of = self.placer.pool_index();
+        let in_pools = self.placer.in_pools(&shape.pools);
         let usable = |node: usize| {
-            (shape.pools.is_empty()
-                || pool_of
-                    .get(node)
-                    .copied()
-                    .flatten()
-                    .is_some_and(|p| numbers.contains(&p)))
+            in_pools(node)
                 && fleet
                     .nodes
                     .get(node)
@@ -636,14 +630,6 @@ impl<'a> Cycle<'a> {
             return Some((taken, placed));
         }
         Some(self.spare(js, shape, within, taken, placed))
-    }
-
-    /// Whether `node` is in one of the job's pools (any pool when it names none).
-    fn in_pools(&self, shape: &JobShape, node: usize) -> bool {
-        shape.pools.is_empty()
-            || self
-                .pool_of(node)
-                .is_some_and(|p| shape.pools.iter().any(|x| x == p))
     }
 
     /// One member on `node`, if it fits there and the quotas allow it (not committed).
@@ -770,11 +756,12 @@ impl<'a> Cycle<'a> {
         victims: &[usize],
     ) -> Option<(Vec<Choice>, bool)> {
         if shape.members == 1 {
+            let in_pools = self.placer.in_pools(&shape.pools);
             let nodes: BTreeSet<usize> = victims
                 .iter()
                 .filter_map(|h| self.holders.get(*h))
                 .flat_map(|x| x.choices.iter().map(|c| c.node))
-                .filter(|n| within(*n) && self.in_pools(shape, *n))
+                .filter(|n| within(*n) && in_pools(*n))
                 .collect();
             for node in nodes {
                 if let Some(done) = self.try_place_on(js, shape, node) {
