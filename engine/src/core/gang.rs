@@ -113,6 +113,26 @@ pub fn place_job_within(
     place_members(placer, job, &is_allowed).ok_or_else(|| explain(placer, job, &pool_ok))
 }
 
+/// Where a job of one member and no required topology group would go, without taking
+/// it: the placer is left as it was, so a caller that may turn the placement down (the
+/// quota check) need not commit and give it back. `None` for other shapes, which
+/// [`place_job_within`] places member by member. Otherwise the same choice, or reason.
+pub fn choose_single(
+    placer: &mut Placer<'_>,
+    job: &JobShape,
+    within: &dyn Fn(usize) -> bool,
+) -> Option<Result<Vec<Choice>, Unplaced>> {
+    if job.members != 1 || grouping(job.topology_required).is_some() {
+        return None;
+    }
+    let pool_ok = placer.in_pools(&job.pools);
+    let is_allowed = |i: usize| pool_ok(i) && within(i);
+    Some(match placer.choose(&job.member, &is_allowed) {
+        Some(c) => Ok(vec![c]),
+        None => Err(explain(placer, job, &pool_ok)),
+    })
+}
+
 /// Places every member with `allowed`, or undoes what it placed and returns `None`.
 fn place_members(
     placer: &mut Placer<'_>,
@@ -224,20 +244,17 @@ fn never_fits(
     let ctx = placer.context();
     let fleet = placer.fleet();
     let r = &job.member;
-    let nodes: Vec<(usize, &Node)> = fleet
-        .nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| allowed(*i))
-        .collect();
+    // Each check stops at the first node that passes it: a shape that can fit is judged
+    // by a few nodes, not every node of the fleet (a cycle judges every shape it sees).
+    let nodes = || fleet.nodes.iter().enumerate().filter(|(i, _)| allowed(*i));
     let pools = pools_text(job);
-    if nodes.is_empty() {
+    if nodes().next().is_none() {
         return Some(Unplaced {
             code: UnplacedCode::NoSuchModel,
             message: format!("no node{pools}"),
         });
     }
-    if r.num_gpu > 0 && !nodes.iter().any(|(_, n)| r.accepts_node(n)) {
+    if r.num_gpu > 0 && !nodes().any(|(_, n)| r.accepts_node(n)) {
         return Some(Unplaced {
             code: UnplacedCode::NoSuchModel,
             message: format!("no node{pools} has model {}", r.models.join(" or ")),
@@ -249,7 +266,7 @@ fn never_fits(
                 .iter()
                 .any(|g| g.mig.is_some() && ctx.mig.profile(&g.model, profile).is_some())
         };
-        if !nodes.iter().any(|(_, n)| offers(n)) {
+        if !nodes().any(|(_, n)| offers(n)) {
             return Some(Unplaced {
                 code: UnplacedCode::NoSuchModel,
                 message: format!("no node{pools} has a MIG-mode GPU offering profile {profile}"),
@@ -263,9 +280,8 @@ fn never_fits(
             .get(i)
             .map_or(0, |f| member_slots(&ctx, n, f, r))
     };
-    if !nodes.iter().any(|(i, n)| empty_slots(*i, n) > 0) {
-        let most = nodes
-            .iter()
+    if !nodes().any(|(i, n)| empty_slots(i, n) > 0) {
+        let most = nodes()
             .filter(|(_, n)| r.accepts_node(n))
             .map(|(_, n)| {
                 n.gpus
@@ -276,9 +292,7 @@ fn never_fits(
             .max()
             .unwrap_or(0);
         let mig_note = if r.mig_profile.is_none()
-            && nodes
-                .iter()
-                .any(|(_, n)| n.gpus.iter().any(|g| g.mig.is_some()))
+            && nodes().any(|(_, n)| n.gpus.iter().any(|g| g.mig.is_some()))
         {
             "; GPUs in MIG mode take MIG instances only"
         } else {
@@ -304,8 +318,27 @@ fn never_fits(
         });
     }
     if let Some(level) = grouping(job.topology_required) {
-        let all = allowed_groups(placer, level, allowed);
-        if all.is_empty() {
+        // Members a group holds when empty; `None` for a group with no allowed node.
+        let room = |group: &[usize]| {
+            let mut any = false;
+            let mut slots = 0u64;
+            for &i in group.iter().filter(|i| allowed(**i)) {
+                any = true;
+                if let Some(n) = fleet.nodes.get(i) {
+                    slots = slots.saturating_add(empty_slots(i, n));
+                }
+            }
+            any.then_some(slots)
+        };
+        let members = u64::from(job.members);
+        let groups = placer.groups(level);
+        if groups
+            .iter()
+            .any(|(_, g)| room(g).is_some_and(|slots| slots >= members))
+        {
+            return None;
+        }
+        let Some(best_empty) = groups.iter().filter_map(|(_, g)| room(g)).max() else {
             return Some(Unplaced {
                 code: UnplacedCode::TopologyUnsatisfiable,
                 message: format!(
@@ -315,27 +348,16 @@ fn never_fits(
                     level_name(level)
                 ),
             });
-        }
-        let best_empty = all
-            .iter()
-            .map(|g| {
-                g.iter()
-                    .filter_map(|i| Some(empty_slots(*i, fleet.nodes.get(*i)?)))
-                    .fold(0u64, u64::saturating_add)
-            })
-            .max()
-            .unwrap_or(0);
-        if best_empty < u64::from(job.members) {
-            return Some(Unplaced {
-                code: UnplacedCode::TopologyUnsatisfiable,
-                message: format!(
-                    "{} members must share one {}; no {}{pools} can hold more than {best_empty}",
-                    job.members,
-                    level_name(level),
-                    level_name(level)
-                ),
-            });
-        }
+        };
+        return Some(Unplaced {
+            code: UnplacedCode::TopologyUnsatisfiable,
+            message: format!(
+                "{} members must share one {}; no {}{pools} can hold more than {best_empty}",
+                job.members,
+                level_name(level),
+                level_name(level)
+            ),
+        });
     }
     None
 }
@@ -440,23 +462,4 @@ fn pools_text(job: &JobShape) -> String {
     } else {
         format!(" in pool {}", job.pools.join(" or "))
     }
-}
-
-/// The non-empty groups at `level`, each cut down to its allowed nodes.
-fn allowed_groups(
-    placer: &Placer<'_>,
-    level: TopologyLevel,
-    allowed: &dyn Fn(usize) -> bool,
-) -> Vec<Vec<usize>> {
-    placer
-        .groups(level)
-        .iter()
-        .map(|(_, g)| {
-            g.iter()
-                .copied()
-                .filter(|i| allowed(*i))
-                .collect::<Vec<usize>>()
-        })
-        .filter(|g| !g.is_empty())
-        .collect()
 }

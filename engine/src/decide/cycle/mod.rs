@@ -877,19 +877,32 @@ impl<'a> Cycle<'a> {
         }
         let mut last: Option<Blocked> = None;
         for s in &tries {
-            match gang::place_job_within(&mut self.placer, s, within) {
+            // A single member is chosen without being taken: most placements the quota
+            // turns down are of one member, and taking and giving back cost more than
+            // the choice.
+            let (placed, committed) = match gang::choose_single(&mut self.placer, s, within) {
+                Some(chosen) => (chosen, false),
+                None => (gang::place_job_within(&mut self.placer, s, within), true),
+            };
+            match placed {
                 Ok(choices) => match self.quota_allows(js, &choices) {
                     Ok(borrowing) => {
-                        for c in &choices {
-                            if !keep {
-                                self.placer.release(&s.member, c);
+                        if committed != keep {
+                            for c in &choices {
+                                if keep {
+                                    self.placer.commit(&s.member, c);
+                                } else {
+                                    self.placer.release(&s.member, c);
+                                }
                             }
                         }
                         return Ok((choices, borrowing));
                     }
                     Err(q) => {
-                        for c in &choices {
-                            self.placer.release(&s.member, c);
+                        if committed {
+                            for c in &choices {
+                                self.placer.release(&s.member, c);
+                            }
                         }
                         last = Some(Blocked::Quota(q));
                     }
