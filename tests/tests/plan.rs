@@ -270,6 +270,30 @@ fn quota_and_gang_timeout_reasons() {
     assert!(decision(&p, "arriving")["reason"]["gang_timeout_exceeded"].is_null());
 }
 
+/// The cycle tells a gang that must share one group how many of its members the freest
+/// group holds now (from its own room index; debug builds check it against a scan).
+#[test]
+fn a_gang_that_must_share_a_group_is_told_the_freest_groups_room() {
+    let p = plan("topology_gang_waits");
+    for (job, text) in [
+        (
+            "three-on-one-node",
+            "3 members must share one node; the freest node has room for 2 now",
+        ),
+        (
+            "four-in-one-domain",
+            "4 members must share one nvlink_domain; the freest nvlink_domain has room for 3 now",
+        ),
+        (
+            "five-in-one-rack",
+            "5 members must share one rack; the freest rack has room for 4 now",
+        ),
+    ] {
+        assert_eq!(code(&p, job), "no_capacity", "{job}");
+        assert_eq!(decision(&p, job)["reason"]["message"], text, "{job}");
+    }
+}
+
 #[test]
 fn mig_instances_count_for_their_share_of_a_gpu_in_quotas() {
     let p = plan("mig_quota");

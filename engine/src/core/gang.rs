@@ -362,13 +362,43 @@ fn never_fits(
     None
 }
 
+/// [`not_now`] by the placer's own scan, for checking a caller's index against it.
+#[cfg(debug_assertions)]
+pub fn not_now_by_scan(placer: &Placer<'_>, job: &JobShape) -> Unplaced {
+    not_now(placer, job, &placer.in_pools(&job.pools))
+}
+
+/// The topology group a job's members must share, if it names a real grouping.
+pub fn required_grouping(job: &JobShape) -> Option<TopologyLevel> {
+    grouping(job.topology_required)
+}
+
+/// Why a job whose members must share one group at `level` does not fit now, when the
+/// freest such group holds `best_now` of its members.
+pub fn group_short(job: &JobShape, level: TopologyLevel, best_now: u64) -> Unplaced {
+    Unplaced {
+        code: UnplacedCode::NoCapacity,
+        message: format!(
+            "{} members must share one {}; the freest {} has room for {best_now} now",
+            job.members,
+            level_name(level),
+            level_name(level)
+        ),
+    }
+}
+
 /// Why `job`, which fits the empty fleet, does not fit what is free now.
 fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool) -> Unplaced {
     let ctx = placer.context();
     let fleet = placer.fleet();
     let r = &job.member;
-    let pools = pools_text(job);
     if let Some(level) = grouping(job.topology_required) {
+        if placer.group_room_elsewhere {
+            return Unplaced {
+                code: UnplacedCode::NoCapacity,
+                message: String::new(),
+            };
+        }
         // The freest group's room: groups in order of their bound, until no bound beats it.
         // A heap, not a sort: the walk below mostly stops after the first group or two.
         let mut bounded: std::collections::BinaryHeap<(u64, usize)> = placer
@@ -399,16 +429,9 @@ fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool)
                 .fold(0u64, u64::saturating_add);
             best_now = best_now.max(room);
         }
-        return Unplaced {
-            code: UnplacedCode::NoCapacity,
-            message: format!(
-                "{} members must share one {}; the freest {} has room for {best_now} now",
-                job.members,
-                level_name(level),
-                level_name(level)
-            ),
-        };
+        return group_short(job, level, best_now);
     }
+    let pools = pools_text(job);
     if job.members == 1 {
         return Unplaced {
             code: UnplacedCode::NoCapacity,

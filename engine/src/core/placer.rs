@@ -48,6 +48,10 @@ pub struct Placer<'a> {
     /// Trial placements whose failure nobody reads: a job that does not fit now is not
     /// explained (what can never fit still is, memoised).
     pub quiet: bool,
+    /// The caller works out the freest group's room itself (from an index it keeps): a
+    /// job that must share one topology group and does not fit now gets an empty reason,
+    /// which the caller completes with [`super::gang::group_short`].
+    pub group_room_elsewhere: bool,
     /// Distinct requests seen, numbered, so class memos are indexed, not hashed.
     request_ids: HashMap<Request, usize>,
     /// Each node's pool as a number, and the numbers by pool name: a pool-restricted job
@@ -251,6 +255,7 @@ impl<'a> Placer<'a> {
             mig_table: mig,
             verdicts: HashMap::default(),
             quiet: false,
+            group_room_elsewhere: false,
             request_ids: HashMap::default(),
             pool_of,
             pool_ids,

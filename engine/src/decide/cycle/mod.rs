@@ -880,10 +880,13 @@ impl<'a> Cycle<'a> {
             // A single member is chosen without being taken: most placements the quota
             // turns down are of one member, and taking and giving back cost more than
             // the choice.
+            // The freest group's room comes from the cycle's room index, not a scan.
+            self.placer.group_room_elsewhere = true;
             let (placed, committed) = match gang::choose_single(&mut self.placer, s, within) {
                 Some(chosen) => (chosen, false),
                 None => (gang::place_job_within(&mut self.placer, s, within), true),
             };
+            self.placer.group_room_elsewhere = false;
             match placed {
                 Ok(choices) => match self.quota_allows(js, &choices) {
                     Ok(borrowing) => {
@@ -907,7 +910,15 @@ impl<'a> Cycle<'a> {
                         last = Some(Blocked::Quota(q));
                     }
                 },
-                Err(u) => {
+                Err(mut u) => {
+                    if let Some(level) = gang::required_grouping(s)
+                        .filter(|_| u.code == UnplacedCode::NoCapacity && !self.placer.quiet)
+                    {
+                        u = gang::group_short(s, level, self.freest_group_room(s, level));
+                        // Tests check the index against the placer's scan at every reason.
+                        #[cfg(debug_assertions)]
+                        debug_assert_eq!(u, gang::not_now_by_scan(&self.placer, s));
+                    }
                     if last.is_none() || u.code != UnplacedCode::NoCapacity {
                         last = Some(Blocked::Capacity(u));
                     }

@@ -237,18 +237,7 @@ impl Cycle<'_> {
         runtime: Option<i64>,
     ) -> Option<(i64, Vec<Landing>)> {
         self.index_ends();
-        let key: RoomKey = (
-            shape.member.clone(),
-            shape.pools.clone(),
-            shape
-                .topology_required
-                .filter(|l| !matches!(l, TopologyLevel::Any | TopologyLevel::NvlinkIsland)),
-        );
-        let mut index = match self.room_cache.remove(&key) {
-            Some(index) => index,
-            None => self.room_index(&key),
-        };
-        self.catch_up(&mut index, &key.0);
+        let (key, index) = self.current_room(shape, gang::required_grouping(shape));
         let members = u64::from(shape.members);
         let now_free = &self.placer.state().nodes;
         let flat = key.0.mig_profile.is_none() && self.end_gives.flat();
@@ -276,6 +265,31 @@ impl Cycle<'_> {
         }
         self.room_cache.insert(key, index);
         found
+    }
+
+    /// The room index of `shape`'s member and pools per group at `level`, up to date (the
+    /// caller puts it back in `room_cache`).
+    fn current_room(
+        &mut self,
+        shape: &JobShape,
+        level: Option<TopologyLevel>,
+    ) -> (RoomKey, RoomIndex) {
+        let key: RoomKey = (shape.member.clone(), shape.pools.clone(), level);
+        let mut index = match self.room_cache.remove(&key) {
+            Some(index) => index,
+            None => self.room_index(&key),
+        };
+        self.catch_up(&mut index, &key.0);
+        (key, index)
+    }
+
+    /// How many of `shape`'s members the freest group at `level` holds now: what a
+    /// gang that must share one group and does not fit is told.
+    pub(super) fn freest_group_room(&mut self, shape: &JobShape, level: TopologyLevel) -> u64 {
+        let (key, index) = self.current_room(shape, Some(level));
+        let best = index.room.iter().copied().max().unwrap_or(0);
+        self.room_cache.insert(key, index);
+        best
     }
 
     /// [`Cycle::walk_ends`] over `NodeFree` copies (any request).
