@@ -132,6 +132,48 @@ fn in_bucket(per_pool: bool, pool: Option<&str>, bucket: &Bucket) -> bool {
     }
 }
 
+/// When every charge goes to one bucket of `b`: a pool of it and the charges' sum.
+fn one_bucket<'p>(b: &Book, charges: &[(Option<&'p str>, u64)]) -> Option<(Option<&'p str>, u64)> {
+    let (first, _) = charges.first()?;
+    let same = |p: &Option<&str>| !b.per_pool || p == first;
+    charges
+        .iter()
+        .all(|(p, _)| same(p))
+        .then(|| (*first, charges.iter().map(|c| c.1).sum()))
+}
+
+/// [`Ledger::within_guarantee`] by a merge of the book's buckets with the charges.
+fn within_by_merge(b: &Book, charges: &[(Option<&str>, u64)]) -> bool {
+    // Usage per bucket after the charges, without copying the book: buckets the
+    // charges touch get them added, the others are as they are.
+    let added = |bucket: &Bucket| -> u64 {
+        charges
+            .iter()
+            .filter(|(pool, _)| in_bucket(b.per_pool, *pool, bucket))
+            .map(|(_, m)| *m)
+            .sum()
+    };
+    // Both maps are sorted by bucket: one merge, no lookups.
+    let mut guaranteed = b.guaranteed.iter().peekable();
+    let used_ok = b.used.iter().all(|(k, u)| {
+        while guaranteed.next_if(|(g, _)| *g < k).is_some() {}
+        let g = guaranteed.next_if(|(g, _)| *g == k).map_or(0, |(_, g)| *g);
+        u + added(k) <= g
+    });
+    // A charge to a bucket not used yet: the charges to it against its guarantee.
+    let new_ok = charges.iter().all(|(pool, _)| {
+        b.entry_of(&b.used, *pool).is_some() || {
+            let to_it: u64 = charges
+                .iter()
+                .filter(|(other, _)| !b.per_pool || other == pool)
+                .map(|(_, m)| *m)
+                .sum();
+            to_it <= b.entry_of(&b.guaranteed, *pool).copied().unwrap_or(0)
+        }
+    });
+    used_ok && new_ok
+}
+
 /// A quota a charge breaks: the team's burst, or the fleet's capacity for borrowing
 /// (with the excess borrowing then).
 enum Break {
@@ -147,6 +189,9 @@ pub struct Ledger {
     cohorts: usize,
     /// Fleet GPUs no team is guaranteed, in milli-GPUs.
     unguaranteed: u64,
+    /// No batch charge waits for [`Ledger::settle`]: every book's derived figures are
+    /// current.
+    settled: bool,
 }
 
 /// Why a charge does not fit the quotas.
@@ -231,6 +276,7 @@ impl Ledger {
             books,
             cohorts: cohorts.len(),
             unguaranteed: fleet_gpu_milli.saturating_sub(guaranteed),
+            settled: true,
         }
     }
 
@@ -260,6 +306,7 @@ impl Ledger {
     /// in between.
     pub fn charge_unsettled(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
+            self.settled = false;
             if b.per_pool {
                 b.add(pool, milli);
             } else {
@@ -277,6 +324,7 @@ impl Ledger {
             }
             b.recache();
         }
+        self.settled = true;
     }
 
     pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
@@ -303,34 +351,17 @@ impl Ledger {
         let Some(b) = self.book(team) else {
             return false;
         };
-        // Usage per bucket after the charges, without copying the book: buckets the
-        // charges touch get them added, the others are as they are.
-        let added = |bucket: &Bucket| -> u64 {
-            charges
-                .iter()
-                .filter(|(pool, _)| in_bucket(b.per_pool, *pool, bucket))
-                .map(|(_, m)| *m)
-                .sum()
-        };
-        // Both maps are sorted by bucket: one merge, no lookups.
-        let mut guaranteed = b.guaranteed.iter().peekable();
-        let used_ok = b.used.iter().all(|(k, u)| {
-            while guaranteed.next_if(|(g, _)| *g < k).is_some() {}
-            let g = guaranteed.next_if(|(g, _)| *g == k).map_or(0, |(_, g)| *g);
-            u + added(k) <= g
-        });
-        // A charge to a bucket not used yet: the charges to it against its guarantee.
-        let new_ok = charges.iter().all(|(pool, _)| {
-            b.entry_of(&b.used, *pool).is_some() || {
-                let to_it: u64 = charges
-                    .iter()
-                    .filter(|(other, _)| !b.per_pool || other == pool)
-                    .map(|(_, m)| *m)
-                    .sum();
-                to_it <= b.entry_of(&b.guaranteed, *pool).copied().unwrap_or(0)
-            }
-        });
-        used_ok && new_ok
+        // Charges to one bucket (nearly every call: a job's members share a pool) need
+        // no merge: no bucket may be over its guarantee already (nothing is borrowed),
+        // and that bucket's room must hold them.
+        if let Some((pool, milli)) = self.settled.then(|| one_bucket(b, charges)).flatten() {
+            let used = b.entry_of(&b.used, pool).copied().unwrap_or(0);
+            let guaranteed = b.entry_of(&b.guaranteed, pool).copied().unwrap_or(0);
+            let within = b.cached.0 == 0 && used + milli <= guaranteed;
+            debug_assert_eq!(within, within_by_merge(b, charges));
+            return within;
+        }
+        within_by_merge(b, charges)
     }
 
     /// Whether adding `charges` to `team` keeps every quota; if not, why and what would
@@ -606,5 +637,56 @@ mod tests {
         assert_eq!(gpus(2_500), "2.5 gpu");
         assert_eq!(gpus(3_000), "3 gpu");
         assert_eq!(gpus(1), "0.001 gpu");
+    }
+
+    /// The one-bucket shortcut of `within_guarantee` answers what the merge does, for
+    /// books counted per pool and overall, over many usages (a team over its guarantee
+    /// in one pool is not within it in another).
+    #[test]
+    fn within_guarantee_by_one_bucket_matches_the_merge() {
+        let checked = lang::check(&[(
+            "p.gantry".to_string(),
+            "use std.nodes.{dgx_h100}\nuse std.tiers\n\
+             pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+             pool b { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+             team per_pool { guaranteed = [8 gpu in a, 4 gpu in b] }\n\
+             team overall { guaranteed = 12 gpu }\n"
+                .to_string(),
+        )]);
+        let program = checked.program.unwrap_or_default();
+        assert_eq!(program.teams.len(), 2, "the test policy checks");
+        let mut ledger = Ledger::new(&program, 64_000);
+        let pools = [Some("a"), Some("b"), Some("c"), None];
+        let (mut within, mut outside) = (0, 0);
+        for step in 0..400u64 {
+            let team = Some((step % 2) as usize);
+            let pool = pools.get((step / 2 % 4) as usize).copied().flatten();
+            // Charges grow and shrink so that usage crosses the guarantees both ways.
+            if step % 7 < 4 {
+                ledger.charge(team, pool, 1_000 + step % 3 * 500);
+            } else {
+                ledger.uncharge(team, pool, 2_000);
+            }
+            for (t, book) in ledger.books.iter().enumerate() {
+                let t = Some(t);
+                for p in pools {
+                    for milli in [0, 500, 1_000, 4_000] {
+                        for charges in [vec![(p, milli)], vec![(p, milli), (p, milli)]] {
+                            let fast = ledger.within_guarantee(t, &charges);
+                            assert_eq!(fast, within_by_merge(book, &charges), "{charges:?}");
+                            if fast {
+                                within += 1;
+                            } else {
+                                outside += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(
+            within > 100 && outside > 100,
+            "{within} within, {outside} outside"
+        );
     }
 }

@@ -12,6 +12,7 @@ mod names;
 mod preempt;
 mod queue_order;
 mod quota_gate;
+mod quota_victims;
 mod reserve;
 mod shape_memo;
 mod story;
@@ -74,6 +75,8 @@ struct Cycle<'a> {
     ends: BTreeSet<(i64, usize)>,
     /// Running jobs (preemption candidates) by team ([`Cycle::team_slot`]).
     holders_of: holder_lists::HolderLists,
+    /// The same, each team's sorted for quota victim searches (on first use).
+    quota_order: quota_victims::QuotaOrder,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
     /// While the running jobs are held in one batch: the ledger's derived figures and the
@@ -288,6 +291,7 @@ fn decide_cycle(
         any_protected: false,
         ends: BTreeSet::new(),
         holders_of,
+        quota_order: quota_victims::QuotaOrder::default(),
         team_ends: BTreeMap::new(),
         holding_batch: true,
         ends_built: false,

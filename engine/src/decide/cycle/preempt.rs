@@ -14,7 +14,6 @@
 //!    suffices), then the least lost work (GPUs × seconds since the last checkpoint), then
 //!    the fewest victims. (Each node's cheapest set by this rule: `victim_cost.rs`.)
 
-use super::quota_gate::Limits;
 use super::victim_cost::{Cost, CostIndex};
 use super::{Blocked, Cycle, Outcome};
 use crate::core::gang::{JobShape, UnplacedCode};
@@ -77,7 +76,7 @@ pub(super) struct Asker {
     pub team: Option<usize>,
     pub priority: i64,
     /// Borrowing teams of the asker's cohort, when the asker is inside its guarantee.
-    reclaimable: Vec<usize>,
+    pub reclaimable: Vec<usize>,
     /// Borrowing teams left out of rule 3's priority case for this job, because victims
     /// on several nodes together took them below their guarantee.
     spared: Vec<usize>,
@@ -85,11 +84,6 @@ pub(super) struct Asker {
 
 /// An asker team no running job belongs to (see `Cycle::own_victims_team`).
 pub(super) const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
-
-/// Placements tried per quota victim search once the team's own limits pass.
-const QUOTA_PLACEMENT_TRIES: usize = 4;
-/// At most this many victims, cheapest first, are released while looking for quota room.
-const QUOTA_VICTIMS: usize = 64;
 
 /// One holder as a candidate: (GPUs it alone takes below a guarantee, lost work,
 /// priority, holder).
@@ -652,88 +646,6 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// Victims when the team's quota holds the job: borrowers in the cohort when its
-    /// guarantee is lent out, or its own team's lower tiers when it is at its burst (or,
-    /// for a never-preempted tier, its guarantee); cheapest first (rule 4), until the job
-    /// is placed.
-    #[allow(clippy::type_complexity)]
-    fn victims_for_quota(
-        &mut self,
-        js: &'a JobState,
-        shape: &JobShape,
-        within: &dyn Fn(usize) -> bool,
-        asker: &Asker,
-    ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
-        let teams = std::iter::once(asker.team).chain(asker.reclaimable.iter().map(|t| Some(*t)));
-        let candidates: Vec<usize> = teams.flat_map(|t| self.holders_of(t)).copied().collect();
-        let mut ranked: Vec<Rank> = candidates
-            .into_iter()
-            .filter_map(|h| match self.victim_rank(h, asker) {
-                Some((r, Cause::Reclaim | Cause::OwnTeam)) => Some(r),
-                _ => None,
-            })
-            .collect();
-        // Only the cheapest 64 are tried: those are sorted, the rest only counted.
-        let considered = ranked.len();
-        if ranked.len() > QUOTA_VICTIMS {
-            ranked.select_nth_unstable(QUOTA_VICTIMS);
-            ranked.truncate(QUOTA_VICTIMS);
-        }
-        ranked.sort_unstable();
-        self.tell(js, |c| {
-            let names: Vec<String> = ranked
-                .iter()
-                .take(8)
-                .filter_map(|(_, _, _, h)| c.holders.get(*h).map(|x| x.id().to_string()))
-                .collect();
-            format!(
-                "preemption for quota: {} candidate(s) of its own lower tiers or borrowing teams, cheapest first: {}",
-                considered,
-                names.join(", ")
-            )
-        });
-        let mark = self.changed.len();
-        let mut taken = Vec::new();
-        // The team's own limits read only the ledger: victims leave the placer only once
-        // the limits pass (`taken[..in_placer]`), as most searches that fail never get
-        // that far, and giving GPUs back and taking them again is most of their cost.
-        let mut in_placer = 0;
-        let mut placed = None;
-        let mut tries = 0;
-        for (_, _, _, h) in ranked {
-            self.move_in_ledger(h, false);
-            taken.push(h);
-            // The team's own limits first: no placement is tried until they pass. Past
-            // them, a few more victims at most: room for the job is the node-by-node
-            // search's work, not this one's.
-            if self.own_limits(js, shape) != Limits::Pass {
-                continue;
-            }
-            for t in taken.get(in_placer..).unwrap_or(&[]) {
-                self.move_in_placer(*t, false);
-            }
-            in_placer = taken.len();
-            if tries == QUOTA_PLACEMENT_TRIES {
-                break;
-            }
-            tries += 1;
-            if let Some(done) = self.try_place_near(js, shape, within, &taken) {
-                placed = Some(done);
-                break;
-            }
-        }
-        let Some(placed) = placed else {
-            let (moved, charged_only) = taken.split_at(in_placer.min(taken.len()));
-            for h in charged_only.iter().rev() {
-                self.move_in_ledger(*h, true);
-            }
-            self.restore_all(moved);
-            self.rewind(mark);
-            return None;
-        };
-        Some(self.spare(js, shape, within, taken, placed))
-    }
-
     /// After a trial whose victims were all put back, forgets the node changes it logged
     /// since `mark`: the state is as it was, so indexes need not look at those nodes
     /// again. Only when nothing has read the log past `mark` meanwhile.
@@ -748,7 +660,7 @@ impl<'a> Cycle<'a> {
 
     /// A placement once `victims` are released: a single member first on a node they
     /// freed (where the room is), then anywhere.
-    fn try_place_near(
+    pub(super) fn try_place_near(
         &mut self,
         js: &JobState,
         shape: &JobShape,

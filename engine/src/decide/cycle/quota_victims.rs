@@ -1,0 +1,206 @@
+//! Victims for a job its team's quota holds back (rules 2 and 3 of `preempt.rs` for one
+//! team's limits): the cheapest candidates by rule 4, released until the limits pass and
+//! the job is placed.
+//!
+//! The candidates of a team are its running jobs, which do not change within a cycle;
+//! only whether each is evicted, and each team's standing, do. So each team's candidates
+//! are sorted once per cycle by what rule 4 weighs after the guarantee floor (lost work,
+//! priority, holder): the cheapest that take nobody below a guarantee are the first
+//! eligible ones in that order, and a search reads a few dozen holders, not all of them.
+
+use super::preempt::{Asker, Cause, Rank};
+use super::quota_gate::Limits;
+use super::Cycle;
+use crate::core::gang::JobShape;
+use crate::core::placer::Choice;
+use crate::decide::snapshot::JobState;
+
+/// Placements tried per quota victim search once the team's own limits pass.
+const QUOTA_PLACEMENT_TRIES: usize = 4;
+/// At most this many victims, cheapest first, are released while looking for quota room.
+const QUOTA_VICTIMS: usize = 64;
+
+/// Each team slot's victim candidates (holders that rule 1 lets go) by (lost work,
+/// priority, holder), sorted on first use in a cycle.
+#[derive(Debug, Default)]
+pub(super) struct QuotaOrder {
+    by_slot: Vec<Option<Vec<usize>>>,
+}
+
+impl<'a> Cycle<'a> {
+    /// The teams whose jobs may make way for `asker`'s quota: its own (rule 2), then the
+    /// borrowers it reclaims from (rule 3).
+    fn quota_victim_teams(asker: &Asker) -> impl Iterator<Item = Option<usize>> + '_ {
+        std::iter::once(asker.team).chain(asker.reclaimable.iter().map(|t| Some(*t)))
+    }
+
+    /// Every candidate ranked, the cheapest [`QUOTA_VICTIMS`] of them sorted, and how
+    /// many there were.
+    fn quota_candidates_by_scan(&self, asker: &Asker) -> (Vec<Rank>, usize) {
+        let mut ranked: Vec<Rank> = Self::quota_victim_teams(asker)
+            .flat_map(|t| self.holders_of(t))
+            .filter_map(|h| match self.victim_rank(*h, asker) {
+                Some((r, Cause::Reclaim | Cause::OwnTeam)) => Some(r),
+                _ => None,
+            })
+            .collect();
+        let considered = ranked.len();
+        if ranked.len() > QUOTA_VICTIMS {
+            ranked.select_nth_unstable(QUOTA_VICTIMS);
+            ranked.truncate(QUOTA_VICTIMS);
+        }
+        ranked.sort_unstable();
+        (ranked, considered)
+    }
+
+    /// [`Cycle::quota_candidates_by_scan`]'s list from each team's sorted candidates,
+    /// when at least [`QUOTA_VICTIMS`] of them take nobody below a guarantee (a rank of
+    /// breach 0 sorts before every other, and among those the team order is rule 4's);
+    /// `None` when fewer do, and the costlier ones must be ranked too.
+    fn quota_candidates_by_order(&mut self, asker: &Asker) -> Option<Vec<Rank>> {
+        let mut found: Vec<Rank> = Vec::with_capacity(QUOTA_VICTIMS);
+        for team in Self::quota_victim_teams(asker) {
+            let Some(slot) = self.team_slot(team) else {
+                continue;
+            };
+            self.sort_quota_candidates(slot);
+            let order = self
+                .quota_order
+                .by_slot
+                .get(slot)
+                .and_then(Option::as_ref)
+                .map_or(&[][..], Vec::as_slice);
+            let mut taken = 0;
+            for h in order {
+                if taken == QUOTA_VICTIMS {
+                    break;
+                }
+                if let Some((r @ (0, ..), Cause::Reclaim | Cause::OwnTeam)) =
+                    self.victim_rank(*h, asker)
+                {
+                    found.push(r);
+                    taken += 1;
+                }
+            }
+        }
+        if found.len() < QUOTA_VICTIMS {
+            return None;
+        }
+        found.sort_unstable();
+        found.truncate(QUOTA_VICTIMS);
+        Some(found)
+    }
+
+    /// Sorts a team slot's victim candidates for [`Cycle::quota_candidates_by_order`],
+    /// once per cycle.
+    fn sort_quota_candidates(&mut self, slot: usize) {
+        let slots = self.holders_of.len();
+        if self.quota_order.by_slot.len() < slots {
+            self.quota_order.by_slot.resize(slots, None);
+        }
+        if self
+            .quota_order
+            .by_slot
+            .get(slot)
+            .is_none_or(Option::is_some)
+        {
+            return;
+        }
+        let mut order: Vec<(i64, i64, usize)> = self
+            .holders_of
+            .get(slot)
+            .iter()
+            .filter_map(|h| {
+                let v = self.holders.get(*h)?.victim()?;
+                Some((v.lost, v.priority, *h))
+            })
+            .collect();
+        order.sort_unstable();
+        if let Some(s) = self.quota_order.by_slot.get_mut(slot) {
+            *s = Some(order.into_iter().map(|(_, _, h)| h).collect());
+        }
+    }
+
+    /// Victims when the team's quota holds the job: borrowers in the cohort when its
+    /// guarantee is lent out, or its own team's lower tiers when it is at its burst (or,
+    /// for a never-preempted tier, its guarantee); cheapest first (rule 4), until the job
+    /// is placed.
+    #[allow(clippy::type_complexity)]
+    pub(super) fn victims_for_quota(
+        &mut self,
+        js: &'a JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+    ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
+        // Only the cheapest 64 are tried. The story counts every candidate.
+        let ranked = if self.telling(js) {
+            None
+        } else {
+            self.quota_candidates_by_order(asker)
+        };
+        #[cfg(debug_assertions)]
+        if let Some(r) = &ranked {
+            debug_assert_eq!(*r, self.quota_candidates_by_scan(asker).0);
+        }
+        let ranked = match ranked {
+            Some(r) => r,
+            None => {
+                let (ranked, considered) = self.quota_candidates_by_scan(asker);
+                self.tell(js, |c| {
+                    let names: Vec<String> = ranked
+                        .iter()
+                        .take(8)
+                        .filter_map(|(_, _, _, h)| c.holders.get(*h).map(|x| x.id().to_string()))
+                        .collect();
+                    format!(
+                        "preemption for quota: {} candidate(s) of its own lower tiers or borrowing teams, cheapest first: {}",
+                        considered,
+                        names.join(", ")
+                    )
+                });
+                ranked
+            }
+        };
+        let mark = self.changed.len();
+        let mut taken = Vec::new();
+        // The team's own limits read only the ledger: victims leave the placer only once
+        // the limits pass (`taken[..in_placer]`), as most searches that fail never get
+        // that far, and giving GPUs back and taking them again is most of their cost.
+        let mut in_placer = 0;
+        let mut placed = None;
+        let mut tries = 0;
+        for (_, _, _, h) in ranked {
+            self.move_in_ledger(h, false);
+            taken.push(h);
+            // The team's own limits first: no placement is tried until they pass. Past
+            // them, a few more victims at most: room for the job is the node-by-node
+            // search's work, not this one's.
+            if self.own_limits(js, shape) != Limits::Pass {
+                continue;
+            }
+            for t in taken.get(in_placer..).unwrap_or(&[]) {
+                self.move_in_placer(*t, false);
+            }
+            in_placer = taken.len();
+            if tries == QUOTA_PLACEMENT_TRIES {
+                break;
+            }
+            tries += 1;
+            if let Some(done) = self.try_place_near(js, shape, within, &taken) {
+                placed = Some(done);
+                break;
+            }
+        }
+        let Some(placed) = placed else {
+            let (moved, charged_only) = taken.split_at(in_placer.min(taken.len()));
+            for h in charged_only.iter().rev() {
+                self.move_in_ledger(*h, true);
+            }
+            self.restore_all(moved);
+            self.rewind(mark);
+            return None;
+        };
+        Some(self.spare(js, shape, within, taken, placed))
+    }
+}
