@@ -156,6 +156,15 @@ fn decide(program: &lang::ir::Program, fleet: Fleet, jobs: Vec<Job>, now: i64) -
     let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
     let snapshot = Snapshot::build(fleet, jobs, Vec::new(), &mig).unwrap();
     let plan = engine::decide::decide(program, &snapshot, now);
+    // Holder records are written when first read; written at once, every plan is the same.
+    engine::decide::record_holders_at_once(true);
+    let at_once = engine::decide::decide(program, &snapshot, now);
+    engine::decide::record_holders_at_once(false);
+    assert_eq!(
+        serde_json::to_string(&at_once).unwrap(),
+        serde_json::to_string(&plan).unwrap(),
+        "holder records written at once change the plan"
+    );
     (snapshot, plan)
 }
 

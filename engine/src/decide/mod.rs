@@ -11,6 +11,8 @@ pub mod plan;
 pub mod quota;
 pub mod snapshot;
 
+#[doc(hidden)]
+pub use cycle::record_holders_at_once;
 pub use cycle::{
     apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job, Decider,
 };

@@ -16,6 +16,8 @@ pub(super) struct Buffers {
     pub holders_on: HolderLists,
     pub protected_on: HolderLists,
     pub holders_of: HolderLists,
+    /// Running jobs' teams and tiers until their holder records are written.
+    pub unrecorded: Vec<(Option<usize>, Option<&'static lang::ir::Tier>)>,
 }
 
 /// An empty vector with `v`'s room, for items of another type of the same size and

@@ -2,10 +2,12 @@
 //! settled once after it) and each placement, in placer, quota and fair share; a holder's
 //! record, and giving a victim's GPUs up or back while preemption searches.
 
-use super::{preempt, Cycle, Standing};
+use super::{buffers, preempt, Cycle, Standing};
 use crate::core::alloc::Request;
 use crate::core::placer::Choice;
 use crate::decide::snapshot::JobState;
+use lang::ir::Tier;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 /// A job holding GPUs during the cycle: running at the start, or placed in this cycle.
@@ -69,6 +71,62 @@ impl<'a> Holder<'a> {
     }
 }
 
+/// Holder records the cycle has not written yet: the running jobs' (each cycle writes
+/// one per running job, and most replay cycles place their arrivals without reading
+/// any) and the placements made before the first read. [`Cycle::record_holders`] writes
+/// them in the order they would have been written at once, so indexes are the same.
+#[derive(Debug, Default)]
+pub(super) struct Unrecorded<'a> {
+    /// Each running job's team index and tier, in snapshot order (a kept buffer: see
+    /// [`Unrecorded::new`]).
+    running: Vec<(Option<usize>, Option<&'a Tier>)>,
+    /// Placements so far, in order.
+    placed: Vec<Placed<'a>>,
+}
+
+thread_local! {
+    /// Tests' switch: write every holder record as soon as the running jobs are held (see
+    /// [`record_holders_at_once`]).
+    static AT_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// For tests, on this thread: write holder records at once instead of on first read, to
+/// check that when they are written changes no plan.
+#[doc(hidden)]
+pub fn record_holders_at_once(on: bool) {
+    AT_ONCE.with(|c| c.set(on));
+}
+
+/// Whether this thread's tests asked for [`record_holders_at_once`].
+pub(super) fn at_once() -> bool {
+    AT_ONCE.with(std::cell::Cell::get)
+}
+
+impl<'a> Unrecorded<'a> {
+    /// Starts with `running`'s room (a buffer of the last cycle's; grown afresh each
+    /// cycle, it was reallocated a dozen times).
+    pub(super) fn new(running: Vec<(Option<usize>, Option<&'a Tier>)>) -> Self {
+        Unrecorded {
+            running,
+            placed: Vec::new(),
+        }
+    }
+
+    /// The running buffer, emptied, for the next cycle.
+    pub(super) fn into_buffer(self) -> Vec<(Option<usize>, Option<&'a Tier>)> {
+        let mut running = self.running;
+        running.clear();
+        running
+    }
+}
+
+type Placed<'a> = (
+    &'a JobState,
+    Option<usize>,
+    Option<&'a Tier>,
+    Cow<'a, [Choice]>,
+);
+
 impl<'a> Cycle<'a> {
     /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
     pub(super) fn hold(&mut self, js: &'a JobState, choices: Vec<Choice>) {
@@ -79,23 +137,84 @@ impl<'a> Cycle<'a> {
     }
 
     /// [`Cycle::hold`] for a placement already committed in the placer.
-    pub(super) fn hold_committed(
-        &mut self,
-        js: &'a JobState,
-        choices: std::borrow::Cow<'a, [Choice]>,
-    ) {
-        let member = &js.job.shape.member;
+    pub(super) fn hold_committed(&mut self, js: &'a JobState, choices: Cow<'a, [Choice]>) {
         let (team_ix, tier) = self.resolve(js);
+        self.charge_holder(js, team_ix, &choices);
+        match &mut self.unrecorded {
+            Some(u) => u.placed.push((js, team_ix, tier, choices)),
+            None => self.record_holder(js, team_ix, tier, choices),
+        }
+    }
+
+    /// Holds a running job at the start of the cycle, in the running batch: its charges
+    /// now, its holder record when first read ([`Cycle::record_holders`]).
+    pub(super) fn hold_running(&mut self, js: &'a JobState, members: &'a [Choice]) {
+        debug_assert!(
+            self.holding_batch,
+            "running jobs are held before any placement"
+        );
+        let (team_ix, tier) = self.resolve(js);
+        self.charge_holder(js, team_ix, members);
+        // Records are first written after the batch, so every running one waits here.
+        self.unrecorded
+            .get_or_insert_with(Unrecorded::default)
+            .running
+            .push((team_ix, tier));
+    }
+
+    /// Writes the holder records not written yet, and lays out the running jobs' lists;
+    /// called before anything reads them (preemption, explanations, the end index).
+    pub(super) fn record_holders(&mut self) {
+        let Some(u) = self.unrecorded.take() else {
+            return;
+        };
+        let snapshot = self.snapshot;
+        let running = snapshot
+            .jobs
+            .iter()
+            .filter_map(|js| Some((js, js.running.as_ref()?.members.as_slice())));
+        for ((js, members), (team_ix, tier)) in running.zip(u.running.iter().copied()) {
+            self.record_holder(js, team_ix, tier, Cow::Borrowed(members));
+        }
+        self.holders_on.lay_out();
+        self.protected_on.lay_out();
+        self.holders_of.lay_out();
+        let mut u = u;
+        for (js, team_ix, tier, choices) in std::mem::take(&mut u.placed) {
+            self.record_holder(js, team_ix, tier, choices);
+        }
+        self.unrecorded_buffer = buffers::recycle(u.into_buffer());
+    }
+
+    /// Whether every holder record is written (debug builds check it where they are
+    /// read).
+    pub(super) fn holders_recorded(&self) -> bool {
+        self.unrecorded.is_none()
+    }
+
+    /// A holder's charges: quota, fair share, the team's standing and the change log.
+    fn charge_holder(&mut self, js: &JobState, team_ix: Option<usize>, choices: &[Choice]) {
+        let member = &js.job.shape.member;
         // Only guarantees per pool read the pool (reading it cost a look at the node).
         let per_pool = self.ledger.is_per_pool(team_ix);
         if self.holding_batch && !per_pool {
             // One bucket takes every member, and no index reads the change log before the
-            // batch is settled: the members themselves need not be read here.
+            // batch is settled: the members themselves need not be read here, and a
+            // policy team's charges are summed and made once when the batch is settled.
             let members = choices.len() as u64;
-            self.ledger
-                .charge_unsettled(team_ix, None, js.member_milli.saturating_mul(members));
+            let milli = js.member_milli.saturating_mul(members);
+            let resources = Self::resources(member, js.member_milli, choices.len());
+            if let Some(sum) = team_ix.and_then(|i| self.batch_sums.get_mut(i)) {
+                let (m, r) = sum.get_or_insert((0, [0.0; 3]));
+                *m += milli;
+                for (a, b) in r.iter_mut().zip(resources) {
+                    *a += b;
+                }
+                return;
+            }
+            self.ledger.charge_unsettled(team_ix, None, milli);
         } else {
-            for c in choices.iter() {
+            for c in choices {
                 let pool = if per_pool { self.pool_of(c.node) } else { None };
                 if self.holding_batch {
                     self.ledger.charge_unsettled(team_ix, pool, js.member_milli);
@@ -109,6 +228,25 @@ impl<'a> Cycle<'a> {
             team_ix,
             Self::resources(member, js.member_milli, choices.len()),
         );
+        // The running jobs, held in one batch, note each of their teams' usage once after.
+        if self.holding_batch {
+            if let Some(seen) = team_ix.and_then(|i| self.usage_deferred.get_mut(i)) {
+                *seen = true;
+            }
+        } else {
+            self.note_usage(team_ix);
+        }
+    }
+
+    /// A holder's record: whether it may be preempted or is protected, its lists, its
+    /// expected end.
+    fn record_holder(
+        &mut self,
+        js: &'a JobState,
+        team_ix: Option<usize>,
+        tier: Option<&'a Tier>,
+        choices: Cow<'a, [Choice]>,
+    ) {
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
         let stand = match &js.running {
             Some(r) => match self.victim_facts(tier, js, r) {
@@ -119,14 +257,6 @@ impl<'a> Cycle<'a> {
             },
             None => Stand::Neither,
         };
-        // The running jobs, held in one batch, note each of their teams' usage once after.
-        if self.holding_batch {
-            if let Some(seen) = team_ix.and_then(|i| self.usage_deferred.get_mut(i)) {
-                *seen = true;
-            }
-        } else {
-            self.note_usage(team_ix);
-        }
         let h = self.holders.len();
         // Each node of the job once (a gang may put several members on one).
         let nodes = choices
@@ -187,9 +317,17 @@ impl<'a> Cycle<'a> {
     /// in one batch: the ledger's derived figures and the teams' standing.
     pub(super) fn settle_running(&mut self) {
         self.holding_batch = false;
-        self.holders_on.lay_out();
-        self.protected_on.lay_out();
-        self.holders_of.lay_out();
+        // The lists are laid out with the records (`record_holders`).
+        // Fair share sums from zero, so a team's sum added at once is the same number.
+        for (ix, sum) in self.batch_sums.iter_mut().enumerate() {
+            if let Some((milli, resources)) = sum.take() {
+                self.ledger.charge_unsettled(Some(ix), None, milli);
+                self.shares.hold_team(Some(ix), resources);
+                if let Some(seen) = self.usage_deferred.get_mut(ix) {
+                    *seen = true;
+                }
+            }
+        }
         self.ledger.settle();
         for ix in 0..self.usage_deferred.len() {
             if self.usage_deferred.get(ix).copied().unwrap_or(false) {
@@ -205,6 +343,7 @@ impl<'a> Cycle<'a> {
         if self.ends_built {
             return;
         }
+        self.record_holders();
         self.ends_built = true;
         self.ends = self
             .holders

@@ -20,6 +20,8 @@ mod victim_cost;
 mod walk_free;
 
 pub use decider::Decider;
+#[doc(hidden)]
+pub use holding::record_holders_at_once;
 pub use intake::{default_job, invalid_job, unassigned_job};
 pub use story::job_story;
 
@@ -55,6 +57,10 @@ struct Cycle<'a> {
     ledger: Ledger,
     shares: FairShares,
     holders: Vec<Holder<'a>>,
+    /// Holder records not written yet (`Some` until [`Cycle::record_holders`]).
+    unrecorded: Option<holding::Unrecorded<'a>>,
+    /// Its running list's room once written, kept for the next cycle.
+    unrecorded_buffer: Vec<(Option<usize>, Option<&'static Tier>)>,
     reservation: Option<Reserved>,
     /// Conservative backfill's reservations (`reservation_depth` > 1), shared with the
     /// node checks of the job being placed.
@@ -86,6 +92,9 @@ struct Cycle<'a> {
     /// ([`Cycle::index_ends`]), as most replay cycles never read them.
     ends_built: bool,
     usage_deferred: Vec<bool>,
+    /// While the running jobs are held in one batch: each policy team's charges to one
+    /// bucket (milli-GPUs, fair-share resources), made once when it is settled.
+    batch_sums: Vec<Option<(u64, crate::decide::fairshare::Resources)>>,
     /// Each policy team's index, by name.
     team_index: names::NameIndex<'a, usize>,
     /// Each policy tier by name (read for every running job).
@@ -266,6 +275,7 @@ fn decide_cycle(
         mut holders_on,
         mut protected_on,
         mut holders_of,
+        unrecorded,
     } = buffers;
     let mut holders = buffers::recycle(holders);
     holders.reserve(snapshot.jobs.len());
@@ -280,6 +290,8 @@ fn decide_cycle(
         ledger: Ledger::new(program, capacity.gpu_milli),
         shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
         holders,
+        unrecorded: Some(holding::Unrecorded::new(buffers::recycle(unrecorded))),
+        unrecorded_buffer: Vec::new(),
         reservation: None,
         bookings: std::rc::Rc::default(),
         starving_booked: 0,
@@ -296,6 +308,7 @@ fn decide_cycle(
         holding_batch: true,
         ends_built: false,
         usage_deferred: vec![false; program.teams.len()],
+        batch_sums: vec![None; program.teams.len()],
         team_index: names::NameIndex::positions(program.teams.iter().map(|t| t.name.as_str())),
         tier_index: names::NameIndex::positions(program.tiers.iter().map(|t| t.name.as_str())),
         standing: vec![Standing::default(); program.teams.len()],
@@ -330,6 +343,10 @@ fn decide_cycle(
         holders_on: std::mem::take(&mut cycle.holders_on),
         protected_on: std::mem::take(&mut cycle.protected_on),
         holders_of: std::mem::take(&mut cycle.holders_of),
+        unrecorded: match cycle.unrecorded.take() {
+            Some(u) => buffers::recycle(u.into_buffer()),
+            None => std::mem::take(&mut cycle.unrecorded_buffer),
+        },
     };
     let kept = cycle.placer.into_kept().map(|placer| Carried {
         placer,
@@ -366,23 +383,28 @@ impl<'a> Cycle<'a> {
         // once (the members lie on the heap; a second pass read them from memory again).
         let mut running = std::mem::take(&mut self.running);
         running.reserve(members_hint(snapshot));
+        let mut running_jobs = 0;
         for js in &snapshot.jobs {
             if let Some(r) = &js.running {
                 for (i, c) in r.members.iter().enumerate() {
                     let tag = js.revision.map(|rev| (rev, i as u32));
                     running.push((tag, &js.job.shape.member, c));
                 }
-                self.hold_committed(js, std::borrow::Cow::Borrowed(&r.members));
+                self.hold_running(js, &r.members);
+                running_jobs += 1;
             }
         }
         self.placer.take_running(&running);
         running.clear();
         self.running = running;
         self.settle_running();
+        if holding::at_once() {
+            self.record_holders();
+        }
         let mut denied = Vec::new();
         let mut incomplete = Vec::new();
         // Sized up front: its entries are large, and growing it copied them again.
-        let waiting = snapshot.jobs.len().saturating_sub(self.holders.len());
+        let waiting = snapshot.jobs.len().saturating_sub(running_jobs);
         let mut queue: Vec<(usize, Admission, JobShape)> = Vec::with_capacity(waiting);
         for (k, js) in snapshot.jobs.iter().enumerate() {
             if js.running.is_some() {
@@ -734,6 +756,7 @@ impl<'a> Cycle<'a> {
 
     /// The running holders the victim rules may pick from, of one team index.
     fn holders_of(&self, team: Option<usize>) -> &[usize] {
+        debug_assert!(self.holders_recorded());
         self.team_slot(team)
             .map_or(&[], |slot| self.holders_of.get(slot))
     }
@@ -818,6 +841,9 @@ impl<'a> Cycle<'a> {
                 }
             }
         };
+        // Preemption and explanations read the holders; a placement that fits at once
+        // does not.
+        self.record_holders();
         if let Some(done) = self.preempt(js, shape, &blocked, &|i| respects(&reservation, i)) {
             return done;
         }
