@@ -21,10 +21,7 @@ pub(super) type EtaKey = (Option<(i64, Option<i64>)>, Option<(usize, Option<i64>
 impl Cycle<'_> {
     /// The reason for a job that stays blocked, with its ETA and what would unblock it.
     pub(super) fn explain(&mut self, js: &JobState, shape: &JobShape, blocked: Blocked) -> Reason {
-        debug_assert!(
-            self.holders_recorded(),
-            "holder records read before they were written"
-        );
+        self.expect_records();
         match blocked {
             Blocked::Capacity(u) => {
                 let code = match u.code {

@@ -2,7 +2,7 @@
 //! settled once after it) and each placement, in placer, quota and fair share; a holder's
 //! record, and giving a victim's GPUs up or back while preemption searches.
 
-use super::{buffers, preempt, Cycle, Standing};
+use super::{preempt, Cycle, Standing};
 use crate::core::alloc::Request;
 use crate::core::placer::Choice;
 use crate::decide::snapshot::JobState;
@@ -77,12 +77,31 @@ impl<'a> Holder<'a> {
 /// them in the order they would have been written at once, so indexes are the same.
 #[derive(Debug, Default)]
 pub(super) struct Unrecorded<'a> {
-    /// Each running job's team index and tier, in snapshot order (a kept buffer: see
-    /// [`Unrecorded::new`]).
+    /// Whether the records are written (then the lists below stay empty).
+    written: bool,
+    /// Each running job's team index and tier, in snapshot order (a buffer a `Decider`
+    /// keeps: grown afresh each cycle, it was reallocated a dozen times).
     running: Vec<(Option<usize>, Option<&'a Tier>)>,
     /// Placements so far, in order.
     placed: Vec<Placed<'a>>,
 }
+
+impl<'a> Unrecorded<'a> {
+    /// None written yet, with `running`'s room.
+    pub(super) fn new(running: Vec<(Option<usize>, Option<&'a Tier>)>) -> Self {
+        Unrecorded {
+            running,
+            ..Unrecorded::default()
+        }
+    }
+}
+
+type Placed<'a> = (
+    &'a JobState,
+    Option<usize>,
+    Option<&'a Tier>,
+    Cow<'a, [Choice]>,
+);
 
 thread_local! {
     /// Tests' switch: write every holder record as soon as the running jobs are held (see
@@ -102,31 +121,6 @@ pub(super) fn at_once() -> bool {
     AT_ONCE.with(std::cell::Cell::get)
 }
 
-impl<'a> Unrecorded<'a> {
-    /// Starts with `running`'s room (a buffer of the last cycle's; grown afresh each
-    /// cycle, it was reallocated a dozen times).
-    pub(super) fn new(running: Vec<(Option<usize>, Option<&'a Tier>)>) -> Self {
-        Unrecorded {
-            running,
-            placed: Vec::new(),
-        }
-    }
-
-    /// The running buffer, emptied, for the next cycle.
-    pub(super) fn into_buffer(self) -> Vec<(Option<usize>, Option<&'a Tier>)> {
-        let mut running = self.running;
-        running.clear();
-        running
-    }
-}
-
-type Placed<'a> = (
-    &'a JobState,
-    Option<usize>,
-    Option<&'a Tier>,
-    Cow<'a, [Choice]>,
-);
-
 impl<'a> Cycle<'a> {
     /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
     pub(super) fn hold(&mut self, js: &'a JobState, choices: Vec<Choice>) {
@@ -140,9 +134,10 @@ impl<'a> Cycle<'a> {
     pub(super) fn hold_committed(&mut self, js: &'a JobState, choices: Cow<'a, [Choice]>) {
         let (team_ix, tier) = self.resolve(js);
         self.charge_holder(js, team_ix, &choices);
-        match &mut self.unrecorded {
-            Some(u) => u.placed.push((js, team_ix, tier, choices)),
-            None => self.record_holder(js, team_ix, tier, choices),
+        if self.unrecorded.written {
+            self.record_holder(js, team_ix, tier, choices);
+        } else {
+            self.unrecorded.placed.push((js, team_ix, tier, choices));
         }
     }
 
@@ -156,54 +151,60 @@ impl<'a> Cycle<'a> {
         let (team_ix, tier) = self.resolve(js);
         self.charge_holder(js, team_ix, members);
         // Records are first written after the batch, so every running one waits here.
-        self.unrecorded
-            .get_or_insert_with(Unrecorded::default)
-            .running
-            .push((team_ix, tier));
+        self.unrecorded.running.push((team_ix, tier));
     }
 
     /// Writes the holder records not written yet, and lays out the running jobs' lists;
     /// called before anything reads them (preemption, explanations, the end index).
     pub(super) fn record_holders(&mut self) {
-        let Some(u) = self.unrecorded.take() else {
+        if self.unrecorded.written {
             return;
-        };
+        }
+        self.unrecorded.written = true;
+        let running = std::mem::take(&mut self.unrecorded.running);
         let snapshot = self.snapshot;
-        let running = snapshot
+        let running_jobs = snapshot
             .jobs
             .iter()
             .filter_map(|js| Some((js, js.running.as_ref()?.members.as_slice())));
-        for ((js, members), (team_ix, tier)) in running.zip(u.running.iter().copied()) {
+        for ((js, members), &(team_ix, tier)) in running_jobs.zip(&running) {
             self.record_holder(js, team_ix, tier, Cow::Borrowed(members));
         }
+        self.unrecorded.running = running;
+        self.unrecorded.running.clear();
         self.holders_on.lay_out();
         self.protected_on.lay_out();
         self.holders_of.lay_out();
-        let mut u = u;
-        for (js, team_ix, tier, choices) in std::mem::take(&mut u.placed) {
+        for (js, team_ix, tier, choices) in std::mem::take(&mut self.unrecorded.placed) {
             self.record_holder(js, team_ix, tier, choices);
         }
-        self.unrecorded_buffer = buffers::recycle(u.into_buffer());
     }
 
-    /// Whether every holder record is written (debug builds check it where they are
-    /// read).
-    pub(super) fn holders_recorded(&self) -> bool {
-        self.unrecorded.is_none()
+    /// The running list with its room, for the next cycle (`buffers::recycle` empties
+    /// it).
+    pub(super) fn take_unrecorded_room(&mut self) -> Vec<(Option<usize>, Option<&'a Tier>)> {
+        std::mem::take(&mut self.unrecorded.running)
+    }
+
+    /// Debug builds check, where holder records start being read, that they are written.
+    #[track_caller]
+    pub(super) fn expect_records(&self) {
+        debug_assert!(
+            self.unrecorded.written,
+            "holder records read before they were written"
+        );
     }
 
     /// A holder's charges: quota, fair share, the team's standing and the change log.
     fn charge_holder(&mut self, js: &JobState, team_ix: Option<usize>, choices: &[Choice]) {
-        let member = &js.job.shape.member;
+        let resources = Self::resources(&js.job.shape.member, js.member_milli, choices.len());
         // Only guarantees per pool read the pool (reading it cost a look at the node).
         let per_pool = self.ledger.is_per_pool(team_ix);
         if self.holding_batch && !per_pool {
             // One bucket takes every member, and no index reads the change log before the
             // batch is settled: the members themselves need not be read here, and a
             // policy team's charges are summed and made once when the batch is settled.
-            let members = choices.len() as u64;
-            let milli = js.member_milli.saturating_mul(members);
-            let resources = Self::resources(member, js.member_milli, choices.len());
+            let milli = js.member_milli.saturating_mul(choices.len() as u64);
             if let Some(sum) = team_ix.and_then(|i| self.batch_sums.get_mut(i)) {
                 let (m, r) = sum.get_or_insert((0, [0.0; 3]));
                 *m += milli;
@@ -224,10 +225,7 @@ impl<'a> Cycle<'a> {
                 }
             }
         }
-        self.shares.hold_team(
-            team_ix,
-            Self::resources(member, js.member_milli, choices.len()),
-        );
+        self.shares.hold_team(team_ix, resources);
         // The running jobs, held in one batch, note each of their teams' usage once after.
         if self.holding_batch {
             if let Some(seen) = team_ix.and_then(|i| self.usage_deferred.get_mut(i)) {

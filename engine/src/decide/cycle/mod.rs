@@ -57,10 +57,8 @@ struct Cycle<'a> {
     ledger: Ledger,
     shares: FairShares,
     holders: Vec<Holder<'a>>,
-    /// Holder records not written yet (`Some` until [`Cycle::record_holders`]).
-    unrecorded: Option<holding::Unrecorded<'a>>,
-    /// Its running list's room once written, kept for the next cycle.
-    unrecorded_buffer: Vec<(Option<usize>, Option<&'static Tier>)>,
+    /// Holder records not written yet (until [`Cycle::record_holders`]).
+    unrecorded: holding::Unrecorded<'a>,
     reservation: Option<Reserved>,
     /// Conservative backfill's reservations (`reservation_depth` > 1), shared with the
     /// node checks of the job being placed.
@@ -290,8 +288,7 @@ fn decide_cycle(
         ledger: Ledger::new(program, capacity.gpu_milli),
         shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
         holders,
-        unrecorded: Some(holding::Unrecorded::new(buffers::recycle(unrecorded))),
-        unrecorded_buffer: Vec::new(),
+        unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),
         reservation: None,
         bookings: std::rc::Rc::default(),
         starving_booked: 0,
@@ -343,10 +340,7 @@ fn decide_cycle(
         holders_on: std::mem::take(&mut cycle.holders_on),
         protected_on: std::mem::take(&mut cycle.protected_on),
         holders_of: std::mem::take(&mut cycle.holders_of),
-        unrecorded: match cycle.unrecorded.take() {
-            Some(u) => buffers::recycle(u.into_buffer()),
-            None => std::mem::take(&mut cycle.unrecorded_buffer),
-        },
+        unrecorded: buffers::recycle(cycle.take_unrecorded_room()),
     };
     let kept = cycle.placer.into_kept().map(|placer| Carried {
         placer,
@@ -756,7 +750,7 @@ impl<'a> Cycle<'a> {
 
     /// The running holders the victim rules may pick from, of one team index.
     fn holders_of(&self, team: Option<usize>) -> &[usize] {
-        debug_assert!(self.holders_recorded());
+        self.expect_records();
         self.team_slot(team)
             .map_or(&[], |slot| self.holders_of.get(slot))
     }

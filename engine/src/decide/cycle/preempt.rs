@@ -256,10 +256,7 @@ impl<'a> Cycle<'a> {
         blocked: &Blocked,
         within: &dyn Fn(usize) -> bool,
     ) -> Option<Outcome> {
-        debug_assert!(
-            self.holders_recorded(),
-            "holder records read before they were written"
-        );
+        self.expect_records();
         match blocked {
             Blocked::Capacity(u) if u.code == UnplacedCode::NoCapacity => {}
             Blocked::Quota(_) => {}

@@ -133,10 +133,7 @@ impl<'a> Cycle<'a> {
         within: &dyn Fn(usize) -> bool,
         asker: &Asker,
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
-        debug_assert!(
-            self.holders_recorded(),
-            "holder records read before they were written"
-        );
+        self.expect_records();
         // Only the cheapest 64 are tried. The story counts every candidate.
         let ranked = if self.telling(js) {
             None

@@ -186,10 +186,7 @@ impl<'a> Cycle<'a> {
         usable: &dyn Fn(usize) -> bool,
         asker: &Asker,
     ) -> CostKey {
-        debug_assert!(
-            self.holders_recorded(),
-            "holder records read before they were written"
-        );
+        self.expect_records();
         let overlay = asker.team != NO_OWN_VICTIMS;
         let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
         let (mut index, nodes): (CostIndex, Vec<usize>) = match self.cost_cache.remove(&key) {
