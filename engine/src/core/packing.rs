@@ -152,6 +152,12 @@ fn default_gpus(node: &Node, free: &NodeFree, req: &Request) -> Vec<usize> {
 /// `n` of the `serving` GPUs, in as few NVLink islands as possible.
 pub fn island_gpus(node: &Node, serving: &[usize], n: usize) -> Vec<usize> {
     let island_of = |g: usize| node.gpus.get(g).and_then(|x| x.nvlink_island);
+    // All in one island (or none known): the first `n`, which the grouping below gives
+    // too, without building it (this runs for every node a placement scores).
+    let first = serving.first().map(|g| island_of(*g));
+    if serving.iter().all(|g| Some(island_of(*g)) == first) {
+        return serving.iter().copied().take(n).collect();
+    }
     let mut islands: Vec<(Option<u32>, Vec<usize>)> = Vec::new();
     for g in serving {
         match islands.iter_mut().find(|(k, _)| *k == island_of(*g)) {

@@ -430,6 +430,15 @@ impl<'a> Placer<'a> {
         self.fleet
     }
 
+    /// The fleet's pools, once each, in no set order (`None` when a node is in none).
+    pub fn pools(&self) -> impl Iterator<Item = Option<&str>> + '_ {
+        let outside = self.pool_of.iter().any(Option::is_none);
+        self.pool_ids
+            .keys()
+            .map(|p| Some(p.as_str()))
+            .chain(outside.then_some(None))
+    }
+
     /// Whether a node is in one of `pools` (any node when `pools` is empty), checked by
     /// pool number rather than by name. The predicate shares the placer's pool index, so
     /// it stays usable while the placer changes.

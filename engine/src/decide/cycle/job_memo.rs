@@ -10,6 +10,20 @@ use rustc_hash::FxHashMap as HashMap;
 /// tiers).
 pub(super) type Resolved = (Option<usize>, Option<usize>);
 
+/// [`Resolved`] as stored: two indexes, `u32::MAX` for none, so an entry is 16 bytes, not
+/// 40 (every running job's is read each cycle).
+type Packed = [u32; 2];
+
+fn pack((team, tier): Resolved) -> Packed {
+    let one = |i: Option<usize>| i.and_then(|i| u32::try_from(i).ok()).unwrap_or(u32::MAX);
+    [one(team), one(tier)]
+}
+
+fn unpack([team, tier]: Packed) -> Resolved {
+    let one = |i: u32| (i != u32::MAX).then_some(i as usize);
+    (one(team), one(tier))
+}
+
 #[derive(Debug, Default)]
 pub(super) struct JobMemo {
     /// The policy names the indexes were taken for.
@@ -17,14 +31,14 @@ pub(super) struct JobMemo {
     /// The last cycle's answers by revision, in the order it asked (snapshot order: a
     /// caller that keeps its states keeps their order, so this cycle asks in nearly the
     /// same order, and the answer is a few entries on from the last one).
-    last: Vec<(u64, Resolved)>,
+    last: Vec<(u64, Packed)>,
     /// Where in `last` the next answer is looked for first.
     cursor: usize,
     /// `last` by revision, built once this cycle has missed often (states reordered).
     index: Option<HashMap<u64, usize>>,
     misses: usize,
     /// This cycle's answers, in order (`last` of the next cycle).
-    this: Vec<(u64, Resolved)>,
+    this: Vec<(u64, Packed)>,
 }
 
 /// How far on from the last answer the next one is looked for: past states that went
@@ -89,6 +103,7 @@ impl JobMemo {
     }
 
     /// What `revision` resolved to last cycle (remembered for the next one).
+    #[inline]
     pub fn get(&mut self, revision: u64) -> Option<Resolved> {
         let ahead = self.last.get(self.cursor..).unwrap_or(&[]);
         let found = match ahead.iter().take(WINDOW).position(|e| e.0 == revision) {
@@ -96,10 +111,10 @@ impl JobMemo {
             None => self.look_up(revision),
         };
         let at = found?;
-        let (_, resolved) = *self.last.get(at)?;
+        let (_, packed) = *self.last.get(at)?;
         self.cursor = at + 1;
-        self.this.push((revision, resolved));
-        Some(resolved)
+        self.this.push((revision, packed));
+        Some(unpack(packed))
     }
 
     /// A revision not found next in order: new, or the states were reordered.
@@ -118,7 +133,7 @@ impl JobMemo {
     }
 
     pub fn insert(&mut self, revision: u64, resolved: Resolved) {
-        self.this.push((revision, resolved));
+        self.this.push((revision, pack(resolved)));
     }
 }
 

@@ -120,8 +120,6 @@ struct Cycle<'a> {
     /// The lowest tier priority among preemptible running jobs: a job at or below it
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
-    /// The fleet's pools, once each, in fleet order (listed on first use).
-    fleet_pools: std::cell::OnceCell<Vec<Option<String>>>,
     eta_memo: shape_memo::ShapeMemo<explain::EtaKey, Option<i64>>,
     /// Room per shape for earliest-start estimates, kept up to date node by node.
     room_cache: HashMap<reserve::RoomKey, reserve::RoomIndex>,
@@ -318,7 +316,6 @@ fn decide_cycle(
         released: 0,
         unfit: shape_memo::ShapeMemo::default(),
         guarantee_blocks: HashMap::default(),
-        fleet_pools: std::cell::OnceCell::new(),
         eta_memo: shape_memo::ShapeMemo::default(),
         room_cache: HashMap::default(),
         walk_scratch: walk_free::WalkScratch::default(),
@@ -587,19 +584,6 @@ impl<'a> Cycle<'a> {
 
     fn node_name(&self, i: usize) -> Option<String> {
         self.snapshot.fleet.nodes.get(i).map(|n| n.name.clone())
-    }
-
-    /// The fleet's pools, once each, in fleet order.
-    fn fleet_pools(&self) -> &[Option<String>] {
-        self.fleet_pools.get_or_init(|| {
-            let mut pools: Vec<Option<String>> = Vec::new();
-            for n in &self.snapshot.fleet.nodes {
-                if !pools.contains(&n.pool) {
-                    pools.push(n.pool.clone());
-                }
-            }
-            pools
-        })
     }
 
     fn pool_of(&self, node: usize) -> Option<&'a str> {

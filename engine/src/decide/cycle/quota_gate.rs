@@ -94,7 +94,7 @@ impl<'a> Cycle<'a> {
         if guarantee_only {
             let within = |pool: Option<&str>| self.ledger.within_guarantee(ix, &[(pool, need)]);
             let fits = if shape.pools.is_empty() {
-                self.fleet_pools().iter().any(|p| within(p.as_deref()))
+                self.placer.pools().any(within)
             } else {
                 shape.pools.iter().any(|p| within(Some(p)))
             };
