@@ -58,6 +58,8 @@ pub struct Placer<'a> {
     /// checks nodes by number, not by comparing names.
     pool_of: std::sync::Arc<[Option<u32>]>,
     pool_ids: HashMap<String, u32>,
+    /// Whether some node is in no pool.
+    outside_pools: bool,
     /// Free GPUs per topology group, for the levels a gang has asked about, kept in step
     /// with the state: a bound that lets a gang pass over groups that cannot hold it
     /// without visiting their nodes.
@@ -82,6 +84,8 @@ pub struct PlacerState {
     empty: std::cell::OnceCell<ClusterState>,
     pool_of: std::sync::Arc<[Option<u32>]>,
     pool_ids: HashMap<String, u32>,
+    /// Whether some node is in no pool.
+    outside_pools: bool,
     /// Kept in step like the classes: which levels are tracked changes no choice and no
     /// message (the bound only skips groups that cannot hold a gang).
     group_free: BTreeMap<TopologyLevel, GroupFree>,
@@ -175,6 +179,7 @@ impl PlacerState {
                 })
             })
             .collect();
+        let outside_pools = pool_of.iter().any(Option::is_none);
         let groups = [
             TopologyLevel::Node,
             TopologyLevel::NvlinkDomain,
@@ -196,6 +201,7 @@ impl PlacerState {
             empty: std::cell::OnceCell::new(),
             pool_of,
             pool_ids,
+            outside_pools,
             group_free: BTreeMap::new(),
             held: Vec::new(),
             scratch: Scratch::default(),
@@ -241,6 +247,7 @@ impl<'a> Placer<'a> {
             empty,
             pool_of,
             pool_ids,
+            outside_pools,
             group_free,
             held,
             scratch,
@@ -259,6 +266,7 @@ impl<'a> Placer<'a> {
             request_ids: HashMap::default(),
             pool_of,
             pool_ids,
+            outside_pools,
             group_free,
             groups,
             fleet,
@@ -420,6 +428,7 @@ impl<'a> Placer<'a> {
             empty: self.empty,
             pool_of: self.pool_of,
             pool_ids: self.pool_ids,
+            outside_pools: self.outside_pools,
             group_free: self.group_free,
             held: kept.held,
             scratch: kept.scratch,
@@ -432,11 +441,10 @@ impl<'a> Placer<'a> {
 
     /// The fleet's pools, once each, in no set order (`None` when a node is in none).
     pub fn pools(&self) -> impl Iterator<Item = Option<&str>> + '_ {
-        let outside = self.pool_of.iter().any(Option::is_none);
         self.pool_ids
             .keys()
             .map(|p| Some(p.as_str()))
-            .chain(outside.then_some(None))
+            .chain(self.outside_pools.then_some(None))
     }
 
     /// Whether a node is in one of `pools` (any node when `pools` is empty), checked by
