@@ -54,6 +54,120 @@ fn same_but_memory(a: &Request, b: &Request) -> bool {
         && *mig_profile == b.mig_profile
 }
 
+/// Pods counted by shape (all but memory), with their memory summed: what
+/// [`Workload::typical`] ranks. A shape keeps its number until [`ShapeTally::clear`], so
+/// a caller that remembers a pod's shape number counts it again without comparing it.
+#[derive(Debug, Clone, Default)]
+pub struct ShapeTally {
+    /// (shape with memory 0, pods, their memory summed), by number (first seen first).
+    counts: Vec<(Request, u64, u64)>,
+    /// Past [`ShapeTally::SCAN`] shapes, their numbers by shape.
+    index: BTreeMap<Request, usize>,
+    key: Request,
+}
+
+impl ShapeTally {
+    /// Few shapes are found by a scan of the list (no copy, no ordered compare); more, by
+    /// an ordered index.
+    const SCAN: usize = 16;
+
+    /// The number of `p`'s shape, added with no pods if it is new.
+    pub fn shape_of(&mut self, p: &Request) -> usize {
+        let found = if self.counts.len() <= Self::SCAN {
+            self.counts
+                .iter()
+                .position(|(s, _, _)| same_but_memory(s, p))
+        } else {
+            self.key.clone_from(p);
+            self.key.memory_mib = 0;
+            self.index.get(&self.key).copied()
+        };
+        if let Some(i) = found {
+            return i;
+        }
+        let shape = Request {
+            memory_mib: 0,
+            ..p.clone()
+        };
+        self.counts.push((shape, 0, 0));
+        if self.counts.len() > Self::SCAN {
+            if self.index.is_empty() {
+                self.index.extend(
+                    self.counts
+                        .iter()
+                        .enumerate()
+                        .map(|(i, c)| (c.0.clone(), i)),
+                );
+            } else if let Some((s, _, _)) = self.counts.last() {
+                self.index.insert(s.clone(), self.counts.len() - 1);
+            }
+        }
+        self.counts.len() - 1
+    }
+
+    /// Counts one pod of shape number `shape` asking for `memory_mib`.
+    #[inline]
+    pub fn count(&mut self, shape: usize, memory_mib: u64) {
+        if let Some((_, count, memory)) = self.counts.get_mut(shape) {
+            *count += 1;
+            *memory = memory.saturating_add(memory_mib);
+        }
+    }
+
+    /// Sets every count to zero; the shapes keep their numbers.
+    pub fn clear_counts(&mut self) {
+        for (_, count, memory) in &mut self.counts {
+            *count = 0;
+            *memory = 0;
+        }
+    }
+
+    /// Forgets every shape.
+    pub fn clear(&mut self) {
+        self.counts.clear();
+        self.index.clear();
+    }
+
+    /// How many shapes have a number.
+    pub fn shapes(&self) -> usize {
+        self.counts.len()
+    }
+
+    /// The typical shapes of the pods counted (see [`Workload::typical`]).
+    pub fn workload(&self) -> Workload {
+        let total: u64 = self.counts.iter().map(|(_, c, _)| c).sum();
+        let mut ranked: Vec<(&Request, (u64, u64))> = self
+            .counts
+            .iter()
+            .filter(|(_, c, _)| *c > 0)
+            .map(|(s, c, m)| (s, (*c, *m)))
+            .collect();
+        // Most frequent first; equal counts in shape order, so the choice is deterministic.
+        ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(b.0)));
+        let mut covered = 0u64;
+        let mut chosen = Vec::new();
+        for (shape, (count, memory)) in ranked {
+            if total > 0 && covered as f64 >= TYPICAL_SHARE * total as f64 {
+                break;
+            }
+            covered += count;
+            let mean_memory = memory / count.max(1);
+            chosen.push((
+                Request {
+                    memory_mib: mean_memory,
+                    ..shape.clone()
+                },
+                count,
+            ));
+        }
+        let shapes: Vec<(Request, f64)> = chosen
+            .into_iter()
+            .map(|(s, c)| (s, c as f64 / covered.max(1) as f64))
+            .collect();
+        Workload::from_shapes(shapes)
+    }
+}
+
 /// The target workload: typical pod shapes and their frequencies (summing to 1).
 #[derive(Debug, Clone, Default)]
 pub struct Workload {
@@ -74,67 +188,12 @@ impl Workload {
 
     /// [`Workload::typical`] over borrowed requests; only distinct shapes are copied.
     pub fn typical_of<'r>(pods: impl IntoIterator<Item = &'r Request>) -> Workload {
-        // (shape, pods, their memory summed). Few shapes are found by a scan of the list
-        // (no copy, no ordered compare); past `SCAN` shapes, by an ordered index.
-        const SCAN: usize = 16;
-        let mut counts: Vec<(Request, u64, u64)> = Vec::new();
-        let mut index: BTreeMap<Request, usize> = BTreeMap::new();
-        let mut key = Request::default();
+        let mut tally = ShapeTally::default();
         for p in pods {
-            let found = if counts.len() <= SCAN {
-                counts.iter().position(|(s, _, _)| same_but_memory(s, p))
-            } else {
-                key.clone_from(p);
-                key.memory_mib = 0;
-                index.get(&key).copied()
-            };
-            match found.and_then(|i| counts.get_mut(i)) {
-                Some((_, count, memory)) => {
-                    *count += 1;
-                    *memory = memory.saturating_add(p.memory_mib);
-                }
-                None => {
-                    let shape = Request {
-                        memory_mib: 0,
-                        ..p.clone()
-                    };
-                    counts.push((shape, 1, p.memory_mib));
-                    if counts.len() > SCAN {
-                        if index.is_empty() {
-                            index.extend(counts.iter().enumerate().map(|(i, c)| (c.0.clone(), i)));
-                        } else if let Some((s, _, _)) = counts.last() {
-                            index.insert(s.clone(), counts.len() - 1);
-                        }
-                    }
-                }
-            }
+            let shape = tally.shape_of(p);
+            tally.count(shape, p.memory_mib);
         }
-        let total: u64 = counts.iter().map(|(_, c, _)| c).sum();
-        let mut ranked: Vec<(Request, (u64, u64))> =
-            counts.into_iter().map(|(s, c, m)| (s, (c, m))).collect();
-        // Most frequent first; equal counts in shape order, so the choice is deterministic.
-        ranked.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
-        let mut covered = 0u64;
-        let mut chosen = Vec::new();
-        for (shape, (count, memory)) in ranked {
-            if total > 0 && covered as f64 >= TYPICAL_SHARE * total as f64 {
-                break;
-            }
-            covered += count;
-            let mean_memory = memory / count.max(1);
-            chosen.push((
-                Request {
-                    memory_mib: mean_memory,
-                    ..shape
-                },
-                count,
-            ));
-        }
-        let shapes: Vec<(Request, f64)> = chosen
-            .into_iter()
-            .map(|(s, c)| (s, c as f64 / covered.max(1) as f64))
-            .collect();
-        Workload::from_shapes(shapes)
+        tally.workload()
     }
 
     pub fn from_shapes(shapes: Vec<(Request, f64)>) -> Workload {

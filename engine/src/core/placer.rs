@@ -89,7 +89,7 @@ pub struct PlacerState {
     /// Kept in step like the classes: which levels are tracked changes no choice and no
     /// message (the bound only skips groups that cannot hold a gang).
     group_free: BTreeMap<TopologyLevel, GroupFree>,
-    held: Vec<Vec<HeldMember>>,
+    held: Vec<HeldNode>,
     scratch: Scratch,
 }
 
@@ -97,8 +97,14 @@ pub struct PlacerState {
 /// one revision is one job and placement) and which member it is.
 pub type MemberTag = (u64, u32);
 
-/// A running member as a kept placer last took it.
-type HeldMember = (Option<MemberTag>, Request, OnNode);
+/// One node's running members as a kept placer last took them, in snapshot order. The
+/// tags lie apart from the members: each cycle matches every member's tag, and a member
+/// is read only when its tag does not match.
+#[derive(Debug, Default)]
+struct HeldNode {
+    tags: Vec<Option<MemberTag>>,
+    members: Vec<(Request, OnNode)>,
+}
 
 /// A running member as [`Placer::take_running`] takes it: its tag, request and place.
 pub type RunningMember<'r> = (Option<MemberTag>, &'r Request, &'r Choice);
@@ -126,8 +132,8 @@ struct Scratch {
 /// A kept placer's bookkeeping during a cycle.
 #[derive(Debug, Default)]
 struct Kept {
-    /// Each node's running members as last taken, in snapshot order.
-    held: Vec<Vec<HeldMember>>,
+    /// Each node's running members as last taken.
+    held: Vec<HeldNode>,
     scratch: Scratch,
     /// Once [`Placer::take_running`] has run: each node's state before this cycle first
     /// changed it, for rewinding.
@@ -297,7 +303,7 @@ impl<'a> Placer<'a> {
             return;
         };
         let nodes = self.fleet.nodes.len();
-        kept.held.resize_with(nodes, Vec::new);
+        kept.held.resize_with(nodes, HeldNode::default);
         // Each node's members are matched in order against the last cycle's: a node
         // stays as it is while each next member agrees (one tag is one member as it was,
         // the caller's promise; without equal tags the members themselves are compared,
@@ -319,12 +325,16 @@ impl<'a> Placer<'a> {
                 continue;
             }
             *mark = Mark::Listed;
-            match old.get_mut(*at as usize) {
+            let i = *at as usize;
+            match old.tags.get_mut(i) {
+                Some(held) if held.is_some() && *held == *tag => *at += 1,
                 Some(held)
-                    if (held.0.is_some() && held.0 == *tag)
-                        || same_member(&held.1, &held.2, r, &c.on) =>
+                    if old
+                        .members
+                        .get(i)
+                        .is_some_and(|(r0, on0)| same_member(r0, on0, r, &c.on)) =>
                 {
-                    held.0 = *tag;
+                    *held = *tag;
                     *at += 1;
                 }
                 _ => *mark = Mark::Changed,
@@ -341,13 +351,13 @@ impl<'a> Placer<'a> {
             .enumerate()
         {
             match *mark {
-                Mark::Listed if *matched as usize == old.len() => {}
+                Mark::Listed if *matched as usize == old.tags.len() => {}
                 Mark::Listed | Mark::Changed => {
                     *mark = Mark::Changed;
                     any_changed = true;
                 }
                 Mark::Unlisted => {
-                    if !old.is_empty() {
+                    if !old.tags.is_empty() {
                         emptied.push(node);
                     }
                 }
@@ -369,16 +379,20 @@ impl<'a> Placer<'a> {
                 else {
                     continue;
                 };
-                *old = list
-                    .iter()
-                    .map(|(_, t, r, on)| (*t, (*r).clone(), (*on).clone()))
-                    .collect();
+                old.tags.clear();
+                old.tags.extend(list.iter().map(|m| m.1));
+                old.members.clear();
+                old.members.extend(
+                    list.iter()
+                        .map(|(_, _, r, on)| ((*r).clone(), (*on).clone())),
+                );
                 self.rebuild_node(node, list.iter().map(|(_, _, r, on)| (*r, *on)));
             }
         }
         for node in emptied {
             if let Some(old) = kept.held.get_mut(node) {
-                old.clear();
+                old.tags.clear();
+                old.members.clear();
             }
             self.rebuild_node(node, std::iter::empty());
         }

@@ -1,9 +1,10 @@
 //! [`Decider`]: `decide` for a caller that runs cycle after cycle over one fleet (the
 //! queue controller, the replay). It keeps the placer's indexes and the running jobs'
 //! allocation between cycles, keyed by the fleet and MIG table it was built for, and
-//! brings them up to date from the snapshot each cycle; it remembers each job's team and
-//! tier by the revision the caller gave the job's state (`JobState::revision`). The plan
-//! is the one `decide` makes of the same inputs, byte for byte.
+//! brings them up to date from the snapshot each cycle; it remembers each job's team,
+//! tier and shape (for the typical workload) by the revision the caller gave the job's
+//! state (`JobState::revision`). The plan is the one `decide` makes of the same inputs,
+//! byte for byte.
 
 use super::{decide_kept, Carried};
 use crate::core::fleet::Fleet;
@@ -44,14 +45,15 @@ impl Decider {
             }
             // Another fleet: the placer starts afresh; jobs' teams and tiers still hold.
             k => {
-                let (memo, buffers) = k
-                    .map(|k| (k.carried.memo, k.carried.buffers))
+                let (memo, typical, buffers) = k
+                    .map(|k| (k.carried.memo, k.carried.typical, k.carried.buffers))
                     .unwrap_or_default();
                 (
                     snapshot.mig.clone(),
                     Carried {
                         placer: PlacerState::new(&snapshot.fleet, &snapshot.mig),
                         memo,
+                        typical,
                         capacity: None,
                         buffers,
                     },

@@ -3,8 +3,8 @@
 //! policy. A cycle holds every running job again; reading each one's names cost more
 //! than anything else it did for the job (the strings lie all over the heap).
 
+use super::seq_memo::SeqMemo;
 use lang::ir::Program;
-use rustc_hash::FxHashMap as HashMap;
 
 /// A job's team (as `Cycle::team_ix` gives it) and tier (an index into the policy's
 /// tiers).
@@ -28,24 +28,8 @@ fn unpack([team, tier]: Packed) -> Resolved {
 pub(super) struct JobMemo {
     /// The policy names the indexes were taken for.
     names: Names,
-    /// The last cycle's answers by revision, in the order it asked (snapshot order: a
-    /// caller that keeps its states keeps their order, so this cycle asks in nearly the
-    /// same order, and the answer is a few entries on from the last one).
-    last: Vec<(u64, Packed)>,
-    /// Where in `last` the next answer is looked for first.
-    cursor: usize,
-    /// `last` by revision, built once this cycle has missed often (states reordered).
-    index: Option<HashMap<u64, usize>>,
-    misses: usize,
-    /// This cycle's answers, in order (`last` of the next cycle).
-    this: Vec<(u64, Packed)>,
+    resolved: SeqMemo<Packed>,
 }
-
-/// How far on from the last answer the next one is looked for: past states that went
-/// or changed since the last cycle.
-const WINDOW: usize = 8;
-/// Misses in one cycle before `last` is indexed.
-const MISSES_BEFORE_INDEX: usize = 16;
 
 /// The policy's team and tier names and its default ones: all a job's indexes depend on
 /// (defaults fill in jobs that name none before they are resolved).
@@ -89,51 +73,21 @@ impl JobMemo {
     /// Starts a cycle under `program`: forgets everything if its names changed.
     pub fn begin(&mut self, program: &Program) {
         if self.names.matches(program) {
-            // Swapped, so both lists keep their room from cycle to cycle.
-            std::mem::swap(&mut self.last, &mut self.this);
-            self.this.clear();
+            self.resolved.begin();
         } else {
             self.names = Names::of(program);
-            self.last.clear();
-            self.this.clear();
+            self.resolved.forget();
         }
-        self.cursor = 0;
-        self.index = None;
-        self.misses = 0;
     }
 
     /// What `revision` resolved to last cycle (remembered for the next one).
     #[inline]
     pub fn get(&mut self, revision: u64) -> Option<Resolved> {
-        let ahead = self.last.get(self.cursor..).unwrap_or(&[]);
-        let found = match ahead.iter().take(WINDOW).position(|e| e.0 == revision) {
-            Some(k) => Some(self.cursor + k),
-            None => self.look_up(revision),
-        };
-        let at = found?;
-        let (_, packed) = *self.last.get(at)?;
-        self.cursor = at + 1;
-        self.this.push((revision, packed));
-        Some(unpack(packed))
-    }
-
-    /// A revision not found next in order: new, or the states were reordered.
-    fn look_up(&mut self, revision: u64) -> Option<usize> {
-        self.misses += 1;
-        if self.index.is_none() && self.misses > MISSES_BEFORE_INDEX {
-            self.index = Some(
-                self.last
-                    .iter()
-                    .enumerate()
-                    .map(|(i, e)| (e.0, i))
-                    .collect(),
-            );
-        }
-        self.index.as_ref()?.get(&revision).copied()
+        self.resolved.get(revision).map(unpack)
     }
 
     pub fn insert(&mut self, revision: u64, resolved: Resolved) {
-        self.this.push((revision, pack(resolved)));
+        self.resolved.insert(revision, pack(resolved));
     }
 }
 
@@ -196,19 +150,24 @@ mod tests {
         // Backwards, the first few misses are left to the caller (it resolves them by
         // name); past them the rest are indexed and found.
         memo.begin(&a);
+        let mut first = None;
         for (k, r) in asked.iter().rev().enumerate() {
             let got = memo.get(*r);
+            if got.is_some() {
+                first = first.or(Some(*r));
+            }
             if *r >= 100 {
                 assert_eq!(got, None, "revision {r}");
-            } else if k > super::MISSES_BEFORE_INDEX {
+            } else if k > super::super::seq_memo::MISSES_BEFORE_INDEX {
                 assert_eq!(got, Some(resolved(*r)), "revision {r} backwards");
             }
         }
         // Only what was found this cycle is remembered for the next.
+        let kept = memo.resolved.remembered();
+        assert!(kept < 95 && kept > 95 - super::super::seq_memo::MISSES_BEFORE_INDEX);
         memo.begin(&a);
-        assert!(memo.last.len() < 95 && memo.last.len() > 95 - super::MISSES_BEFORE_INDEX);
         assert_eq!(memo.get(2), None);
-        let first = memo.last.first().map_or(0, |e| e.0);
+        let first = first.unwrap_or_default();
         assert_eq!(memo.get(first), Some(resolved(first)));
     }
 }

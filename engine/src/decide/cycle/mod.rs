@@ -14,8 +14,10 @@ mod queue_order;
 mod quota_gate;
 mod quota_victims;
 mod reserve;
+mod seq_memo;
 mod shape_memo;
 mod story;
+mod typical_memo;
 mod victim_cost;
 mod walk_free;
 
@@ -184,6 +186,7 @@ fn decide_with_story(
 struct Carried {
     placer: PlacerState,
     memo: job_memo::JobMemo,
+    typical: typical_memo::TypicalMemo,
     /// The fleet's totals, summed on first use (the placer's fleet is the cycle's).
     capacity: Option<Capacity>,
     buffers: buffers::Buffers,
@@ -241,12 +244,17 @@ fn decide_cycle(
     kept: Option<Carried>,
 ) -> (Plan, Option<story::Story>, Option<Carried>) {
     let fleet = &snapshot.fleet;
-    let workload = Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member));
+    let mut kept = kept;
+    let workload = match kept.as_mut() {
+        Some(k) => k.typical.workload(&snapshot.jobs),
+        None => Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member)),
+    };
     let strategy = Strategy::from_policy(program.placement.packing);
-    let (placer, memo, capacity, buffers) = match kept {
+    let (placer, memo, typical, capacity, buffers) = match kept {
         Some(Carried {
             placer,
             mut memo,
+            typical,
             capacity,
             buffers,
         }) => {
@@ -254,6 +262,7 @@ fn decide_cycle(
             (
                 Placer::resume(fleet, strategy, &workload, &snapshot.mig, 0, placer),
                 Some(memo),
+                typical,
                 capacity.unwrap_or_else(|| Capacity::of(fleet)),
                 buffers,
             )
@@ -261,6 +270,7 @@ fn decide_cycle(
         None => (
             Placer::new(fleet, strategy, &workload, &snapshot.mig, 0),
             None,
+            typical_memo::TypicalMemo::default(),
             Capacity::of(fleet),
             buffers::Buffers::default(),
         ),
@@ -342,6 +352,7 @@ fn decide_cycle(
     let kept = cycle.placer.into_kept().map(|placer| Carried {
         placer,
         memo: memo.unwrap_or_default(),
+        typical,
         capacity: Some(capacity),
         buffers,
     });

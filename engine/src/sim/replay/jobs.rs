@@ -512,3 +512,49 @@ pub(super) fn last_checkpoint(work_from: i64, every_s: Option<u64>, now: i64) ->
     let ran = now - work_from;
     (every > 0 && ran >= every).then(|| work_from + ran / every * every)
 }
+
+/// The first time after `now` at which [`last_checkpoint`] gives another answer
+/// (`i64::MAX`: never).
+pub(super) fn next_checkpoint(work_from: i64, every_s: Option<u64>, now: i64) -> i64 {
+    let Some(every) = every_s
+        .and_then(|e| i64::try_from(e).ok())
+        .filter(|&e| e > 0)
+    else {
+        return i64::MAX;
+    };
+    let ran = now.saturating_sub(work_from);
+    let done = if ran >= every { ran / every } else { 0 };
+    done.checked_add(1)
+        .and_then(|k| k.checked_mul(every))
+        .and_then(|d| work_from.checked_add(d))
+        .unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{last_checkpoint, next_checkpoint};
+
+    /// The last checkpoint holds from `now` until just before `next_checkpoint`, and moves
+    /// there.
+    #[test]
+    fn next_checkpoint_is_where_the_last_one_moves() {
+        for every in [None, Some(0), Some(1), Some(7), Some(3600)] {
+            for work_from in [-50, 0, 13, 1000] {
+                for now in -60..200 {
+                    let next = next_checkpoint(work_from, every, now);
+                    let at_now = last_checkpoint(work_from, every, now);
+                    if next == i64::MAX {
+                        assert!(every.is_none_or(|e| e == 0));
+                        assert_eq!(at_now, None);
+                        continue;
+                    }
+                    assert!(next > now);
+                    for t in now..next.min(now + 5000) {
+                        assert_eq!(last_checkpoint(work_from, every, t), at_now, "t {t}");
+                    }
+                    assert_ne!(last_checkpoint(work_from, every, next), at_now);
+                }
+            }
+        }
+    }
+}

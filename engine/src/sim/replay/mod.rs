@@ -125,9 +125,9 @@ struct Sim<'p> {
     fleet_dirty: bool,
     /// Bumped on each rebuild of the fleet (decision states name nodes by index).
     fleet_epoch: u64,
-    /// For each of `snapshot.jobs` (kept between cycles): its job, the job's revision and
-    /// the fleet epoch it was built at.
-    snapshot_tags: Vec<(usize, u64, u64)>,
+    /// For each of `snapshot.jobs` (kept between cycles): what it was built from and when
+    /// its last checkpoint next moves.
+    snapshot_tags: Vec<states::StateTag>,
     /// Decision states built so far: each new one is given the next number as its
     /// revision, so the decider can tell states apart without reading them.
     states_built: u64,

@@ -1,0 +1,96 @@
+//! [`SeqMemo`]: what a kept [`super::Decider`] worked out of job states given with a
+//! revision (`JobState::revision`), by revision. A caller that keeps its states keeps
+//! their order, so a cycle asks in nearly the order the last one did: each answer is
+//! looked for a few entries on from the last one found, not hashed.
+
+use rustc_hash::FxHashMap as HashMap;
+
+#[derive(Debug)]
+pub(super) struct SeqMemo<V> {
+    /// The last cycle's answers by revision, in the order it asked.
+    last: Vec<(u64, V)>,
+    /// Where in `last` the next answer is looked for first.
+    cursor: usize,
+    /// `last` by revision, built once this cycle has missed often (states reordered).
+    index: Option<HashMap<u64, usize>>,
+    misses: usize,
+    /// This cycle's answers, in order (`last` of the next cycle).
+    this: Vec<(u64, V)>,
+}
+
+impl<V> Default for SeqMemo<V> {
+    fn default() -> Self {
+        SeqMemo {
+            last: Vec::new(),
+            cursor: 0,
+            index: None,
+            misses: 0,
+            this: Vec::new(),
+        }
+    }
+}
+
+/// How far on from the last answer the next one is looked for: past states that went
+/// or changed since the last cycle.
+const WINDOW: usize = 8;
+/// Misses in one cycle before `last` is indexed.
+pub(super) const MISSES_BEFORE_INDEX: usize = 16;
+
+impl<V: Copy> SeqMemo<V> {
+    /// Starts a cycle: what the last one asked for and was told is what this one finds.
+    pub fn begin(&mut self) {
+        // Swapped, so both lists keep their room from cycle to cycle.
+        std::mem::swap(&mut self.last, &mut self.this);
+        self.this.clear();
+        self.cursor = 0;
+        self.index = None;
+        self.misses = 0;
+    }
+
+    /// Forgets every answer.
+    pub fn forget(&mut self) {
+        self.begin();
+        self.last.clear();
+    }
+
+    /// The answer for `revision` last cycle (remembered for the next one).
+    #[inline]
+    pub fn get(&mut self, revision: u64) -> Option<V> {
+        let ahead = self.last.get(self.cursor..).unwrap_or(&[]);
+        let found = match ahead.iter().take(WINDOW).position(|e| e.0 == revision) {
+            Some(k) => Some(self.cursor + k),
+            None => self.look_up(revision),
+        };
+        let at = found?;
+        let (_, value) = *self.last.get(at)?;
+        self.cursor = at + 1;
+        self.this.push((revision, value));
+        Some(value)
+    }
+
+    /// A revision not found next in order: new, or the states were reordered.
+    fn look_up(&mut self, revision: u64) -> Option<usize> {
+        self.misses += 1;
+        if self.index.is_none() && self.misses > MISSES_BEFORE_INDEX {
+            self.index = Some(
+                self.last
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (e.0, i))
+                    .collect(),
+            );
+        }
+        self.index.as_ref()?.get(&revision).copied()
+    }
+
+    /// Remembers `value` for `revision` for the next cycle.
+    pub fn insert(&mut self, revision: u64, value: V) {
+        self.this.push((revision, value));
+    }
+
+    /// How many answers the next cycle will find.
+    #[cfg(test)]
+    pub fn remembered(&self) -> usize {
+        self.this.len()
+    }
+}
