@@ -37,6 +37,8 @@ struct TeamSpec {
     burst: Option<u32>,
     lend: Option<u32>,
     cohort: bool,
+    /// The guarantee is written for the pool (`guaranteed = N gpu in gpu`).
+    per_pool: bool,
 }
 
 fn team_strategy() -> impl Strategy<Value = TeamSpec> {
@@ -45,12 +47,14 @@ fn team_strategy() -> impl Strategy<Value = TeamSpec> {
         prop::option::of(0u32..24),
         prop::option::of(0u32..8),
         any::<bool>(),
+        prop::bool::weighted(0.25),
     )
-        .prop_map(|(g, burst, lend, cohort)| TeamSpec {
+        .prop_map(|(g, burst, lend, cohort, per_pool)| TeamSpec {
             guaranteed: g,
             burst: burst.map(|b| b.max(g)),
             lend: lend.map(|l| l.min(g)),
             cohort,
+            per_pool,
         })
 }
 
@@ -64,7 +68,8 @@ fn policy_with(teams: &[TeamSpec], nodes: u32, backfill: &str) -> String {
         "use std.nodes.{{dgx_h100}}\nuse std.tiers\npool gpu {{ capacity = reserved; node = dgx_h100; nodes = {nodes} }}\nplacement {{ backfill = {backfill} }}\n"
     );
     let body = |name: &str, t: &TeamSpec| {
-        let mut s = format!("team {name} {{ guaranteed = {} gpu", t.guaranteed);
+        let in_pool = if t.per_pool { " in gpu" } else { "" };
+        let mut s = format!("team {name} {{ guaranteed = {} gpu{in_pool}", t.guaranteed);
         if let Some(b) = t.burst {
             s.push_str(&format!("; burst = {b} gpu"));
         }
@@ -519,6 +524,8 @@ fn replay(
 /// `snapshot` with each job state named by a digest of what it is (its job, and where and
 /// since when it runs), as a caller that keeps states names them: one revision is one
 /// job and placement, so the kept `Decider` reuses what it remembered of unchanged jobs.
+/// One state in seven is left unnamed, as a caller may: the Decider works those out
+/// afresh, beside the named ones.
 fn with_revisions(snapshot: &Snapshot) -> Snapshot {
     use std::hash::{Hash, Hasher};
     let mut tagged = snapshot.clone();
@@ -528,7 +535,7 @@ fn with_revisions(snapshot: &Snapshot) -> Snapshot {
         if let Some(r) = &js.running {
             format!("{:?}", (&r.members, r.started_at)).hash(&mut h);
         }
-        js.revision = Some(h.finish());
+        js.revision = Some(h.finish()).filter(|h| h % 7 != 0);
     }
     tagged
 }

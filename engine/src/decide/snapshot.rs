@@ -23,7 +23,7 @@ pub struct Running {
 /// A job as the cycle sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobState {
-    pub job: Job,
+    pub job: Box<Job>,
     pub running: Option<Running>,
     /// What one member counts for in quotas and fair share, in milli-GPUs: its GPUs ×
     /// share, or for MIG its instances' share of the GPU's compute slices.
@@ -176,7 +176,7 @@ impl Snapshot {
             };
             let member_milli = member_milli(&fleet, mig_table, &job.shape.member);
             states.push(JobState {
-                job,
+                job: Box::new(job),
                 running,
                 member_milli,
                 revision: None,

@@ -220,7 +220,7 @@ fn judge(
     crate::decide::default_job(ctx.program, &mut job);
     let js = JobState {
         member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
-        job,
+        job: Box::new(job),
         running: None,
         revision: None,
     };

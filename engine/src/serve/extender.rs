@@ -103,7 +103,7 @@ fn job_shape(ctx: &Ctx<'_>, pod: &Pod) -> Result<Option<(JobShape, Option<String
     crate::decide::default_job(ctx.program, &mut job);
     let js = JobState {
         member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
-        job,
+        job: Box::new(job),
         running: None,
         revision: None,
     };

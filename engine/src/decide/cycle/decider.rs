@@ -45,8 +45,11 @@ impl Decider {
             }
             // Another fleet: the placer starts afresh; jobs' teams and tiers still hold.
             k => {
-                let (memo, typical, buffers) = k
-                    .map(|k| (k.carried.memo, k.carried.typical, k.carried.buffers))
+                let (memo, typical, carry, buffers) = k
+                    .map(|k| {
+                        let c = k.carried;
+                        (c.memo, c.typical, c.carry, c.buffers)
+                    })
                     .unwrap_or_default();
                 (
                     snapshot.mig.clone(),
@@ -54,6 +57,7 @@ impl Decider {
                         placer: PlacerState::new(&snapshot.fleet, &snapshot.mig),
                         memo,
                         typical,
+                        carry,
                         capacity: None,
                         buffers,
                     },

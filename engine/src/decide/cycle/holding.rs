@@ -2,9 +2,11 @@
 //! settled once after it) and each placement, in placer, quota and fair share; a holder's
 //! record, and giving a victim's GPUs up or back while preemption searches.
 
+use super::running_carry::Charge;
 use super::{preempt, Cycle, Standing};
 use crate::core::alloc::Request;
 use crate::core::placer::Choice;
+use crate::decide::fairshare::Resources;
 use crate::decide::snapshot::JobState;
 use lang::ir::Tier;
 use std::borrow::Cow;
@@ -148,9 +150,34 @@ impl<'a> Cycle<'a> {
             self.holding_batch,
             "running jobs are held before any placement"
         );
-        let (team_ix, tier) = self.resolve(js);
-        self.charge_holder(js, team_ix, members);
+        // A job carried since the last cycle is charged already (`running_carry`).
+        let carry = self.carry.as_mut();
+        let known = js.revision.zip(carry).and_then(|(r, c)| c.known(r));
+        let (team_ix, tier) = match known {
+            Some(resolved) => resolved,
+            None => {
+                let resolved = self.resolve_ix(js);
+                let member = &js.job.shape.member;
+                let charge = || {
+                    Charge::of(
+                        js.member_milli,
+                        member.cpu_milli,
+                        member.memory_mib,
+                        members.len(),
+                    )
+                };
+                let carried = self
+                    .carry
+                    .as_mut()
+                    .is_some_and(|c| c.carry(js.revision, resolved, charge()));
+                if !carried {
+                    self.charge_holder(js, resolved.0, members);
+                }
+                resolved
+            }
+        };
         // Records are first written after the batch, so every running one waits here.
+        let tier = self.tier_at(tier);
         self.unrecorded.running.push((team_ix, tier));
     }
 
@@ -206,11 +233,7 @@ impl<'a> Cycle<'a> {
             // policy team's charges are summed and made once when the batch is settled.
             let milli = js.member_milli.saturating_mul(choices.len() as u64);
             if let Some(sum) = team_ix.and_then(|i| self.batch_sums.get_mut(i)) {
-                let (m, r) = sum.get_or_insert((0, [0.0; 3]));
-                *m += milli;
-                for (a, b) in r.iter_mut().zip(resources) {
-                    *a += b;
-                }
+                add_to_batch(sum, milli, resources);
                 return;
             }
             self.ledger.charge_unsettled(team_ix, None, milli);
@@ -314,6 +337,7 @@ impl<'a> Cycle<'a> {
     /// Settles what [`Cycle::hold_committed`] deferred while the running jobs were held
     /// in one batch: the ledger's derived figures and the teams' standing.
     pub(super) fn settle_running(&mut self) {
+        self.settle_carry();
         self.holding_batch = false;
         // The lists are laid out with the records (`record_holders`).
         // Fair share sums from zero, so a team's sum added at once is the same number.
@@ -331,6 +355,48 @@ impl<'a> Cycle<'a> {
             if self.usage_deferred.get(ix).copied().unwrap_or(false) {
                 self.note_usage(Some(ix));
             }
+        }
+    }
+
+    /// Puts the carried teams' sums in the batch's (`running_carry`): a team whose running
+    /// jobs were all carried takes its carried sums; one with a job that was not is summed
+    /// job by job, in snapshot order, as an uncarried batch sums it.
+    fn settle_carry(&mut self) {
+        let Some(carry) = self.carry.as_mut() else {
+            return;
+        };
+        carry.finish();
+        let mut mixed = Vec::new();
+        for (team, sum) in self.batch_sums.iter_mut().enumerate() {
+            if carry.is_mixed(team) {
+                *sum = None;
+                mixed.push(team);
+            } else if let Some(carried) = carry.team_sum(team) {
+                debug_assert!(sum.is_none(), "team {team} both carried and summed");
+                *sum = Some(carried);
+            }
+        }
+        if mixed.is_empty() {
+            return;
+        }
+        let running = self
+            .snapshot
+            .jobs
+            .iter()
+            .filter_map(|js| Some((js, js.running.as_ref()?.members.len())));
+        for ((js, members), &(team, _)) in running.zip(&self.unrecorded.running) {
+            let Some(sum) = team
+                .filter(|t| mixed.contains(t))
+                .and_then(|t| self.batch_sums.get_mut(t))
+            else {
+                continue;
+            };
+            let milli = js.member_milli.saturating_mul(members as u64);
+            add_to_batch(
+                sum,
+                milli,
+                Self::resources(&js.job.shape.member, js.member_milli, members),
+            );
         }
     }
 
@@ -423,5 +489,14 @@ impl<'a> Cycle<'a> {
         if let Some(slot) = ix.and_then(|i| self.standing.get_mut(i)) {
             *slot = standing;
         }
+    }
+}
+
+/// Adds one running job's charges to its team's batch sums.
+fn add_to_batch(sum: &mut Option<(u64, Resources)>, milli: u64, resources: Resources) {
+    let (m, r) = sum.get_or_insert((0, [0.0; 3]));
+    *m += milli;
+    for (a, b) in r.iter_mut().zip(resources) {
+        *a += b;
     }
 }

@@ -70,13 +70,16 @@ impl Names {
 }
 
 impl JobMemo {
-    /// Starts a cycle under `program`: forgets everything if its names changed.
-    pub fn begin(&mut self, program: &Program) {
+    /// Starts a cycle under `program`: forgets everything if its names changed. True
+    /// when they did not (the indexes mean what they meant last cycle).
+    pub fn begin(&mut self, program: &Program) -> bool {
         if self.names.matches(program) {
             self.resolved.begin();
+            true
         } else {
             self.names = Names::of(program);
             self.resolved.forget();
+            false
         }
     }
 

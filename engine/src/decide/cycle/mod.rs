@@ -14,6 +14,7 @@ mod queue_order;
 mod quota_gate;
 mod quota_victims;
 mod reserve;
+mod running_carry;
 mod seq_memo;
 mod shape_memo;
 mod story;
@@ -137,6 +138,8 @@ struct Cycle<'a> {
     story: Option<story::Story>,
     /// Jobs' teams and tiers by revision, kept by a [`Decider`].
     memo: Option<job_memo::JobMemo>,
+    /// The running batch's charges, kept by a [`Decider`].
+    carry: Option<running_carry::RunningCarry>,
     /// The running members for the placer (a buffer kept with the others in [`Carried`]).
     running: Vec<crate::core::placer::RunningMember<'a>>,
 }
@@ -187,6 +190,7 @@ struct Carried {
     placer: PlacerState,
     memo: job_memo::JobMemo,
     typical: typical_memo::TypicalMemo,
+    carry: running_carry::RunningCarry,
     /// The fleet's totals, summed on first use (the placer's fleet is the cycle's).
     capacity: Option<Capacity>,
     buffers: buffers::Buffers,
@@ -250,19 +254,21 @@ fn decide_cycle(
         None => Workload::typical_of(snapshot.jobs.iter().map(|j| &j.job.shape.member)),
     };
     let strategy = Strategy::from_policy(program.placement.packing);
-    let (placer, memo, typical, capacity, buffers) = match kept {
+    let (placer, memo, typical, carry, capacity, buffers) = match kept {
         Some(Carried {
             placer,
             mut memo,
             typical,
+            carry,
             capacity,
             buffers,
         }) => {
-            memo.begin(program);
+            let names_kept = memo.begin(program);
             (
                 Placer::resume(fleet, strategy, &workload, &snapshot.mig, 0, placer),
                 Some(memo),
                 typical,
+                Some((carry, names_kept)),
                 capacity.unwrap_or_else(|| Capacity::of(fleet)),
                 buffers,
             )
@@ -271,6 +277,7 @@ fn decide_cycle(
             Placer::new(fleet, strategy, &workload, &snapshot.mig, 0),
             None,
             typical_memo::TypicalMemo::default(),
+            None,
             Capacity::of(fleet),
             buffers::Buffers::default(),
         ),
@@ -336,11 +343,21 @@ fn decide_cycle(
         preemptions: stops,
         story,
         memo,
+        carry: None,
         running: buffers::recycle(running),
     };
+    cycle.carry = carry.map(|(mut carry, names_kept)| {
+        // Teams whose charges go to one bucket (guarantees not per pool) are carried.
+        let carried_teams = (0..program.teams.len())
+            .map(|t| !cycle.ledger.is_per_pool(Some(t)))
+            .collect();
+        carry.begin(carried_teams, names_kept);
+        carry
+    });
     let mut plan = cycle.run();
     let story = cycle.story.take();
     let memo = cycle.memo.take();
+    let carry = cycle.carry.take();
     let buffers = buffers::Buffers {
         holders: buffers::recycle(std::mem::take(&mut cycle.holders)),
         running: buffers::recycle(std::mem::take(&mut cycle.running)),
@@ -353,6 +370,7 @@ fn decide_cycle(
         placer,
         memo: memo.unwrap_or_default(),
         typical,
+        carry: carry.unwrap_or_default(),
         capacity: Some(capacity),
         buffers,
     });
@@ -617,17 +635,27 @@ impl<'a> Cycle<'a> {
     /// The job's team index and tier, remembered by revision when a [`Decider`] keeps
     /// them.
     fn resolve(&mut self, js: &JobState) -> (Option<usize>, Option<&'a Tier>) {
+        let (team, tier) = self.resolve_ix(js);
+        (team, self.tier_at(tier))
+    }
+
+    /// [`Cycle::resolve`] as indexes into the policy.
+    fn resolve_ix(&mut self, js: &JobState) -> (Option<usize>, Option<usize>) {
         let known = js
             .revision
             .and_then(|r| self.memo.as_mut().and_then(|m| m.get(r)));
-        let (team, tier) = known.unwrap_or_else(|| {
+        known.unwrap_or_else(|| {
             let resolved = (self.team_ix(js.job.team.as_deref()), self.tier_ix(js));
             if let (Some(r), Some(m)) = (js.revision, self.memo.as_mut()) {
                 m.insert(r, resolved);
             }
             resolved
-        });
-        (team, tier.and_then(|i| self.program.tiers.get(i)))
+        })
+    }
+
+    fn tier_at(&self, tier: Option<usize>) -> Option<&'a Tier> {
+        let program = self.program;
+        tier.and_then(|i| program.tiers.get(i))
     }
 
     fn priority(&self, js: &JobState) -> i64 {

@@ -9,6 +9,8 @@ use rustc_hash::FxHashMap as HashMap;
 pub(super) struct SeqMemo<V> {
     /// The last cycle's answers by revision, in the order it asked.
     last: Vec<(u64, V)>,
+    /// Which of `last` this cycle has found.
+    found: Vec<bool>,
     /// Where in `last` the next answer is looked for first.
     cursor: usize,
     /// `last` by revision, built once this cycle has missed often (states reordered).
@@ -22,6 +24,7 @@ impl<V> Default for SeqMemo<V> {
     fn default() -> Self {
         SeqMemo {
             last: Vec::new(),
+            found: Vec::new(),
             cursor: 0,
             index: None,
             misses: 0,
@@ -42,6 +45,8 @@ impl<V: Copy> SeqMemo<V> {
         // Swapped, so both lists keep their room from cycle to cycle.
         std::mem::swap(&mut self.last, &mut self.this);
         self.this.clear();
+        self.found.clear();
+        self.found.resize(self.last.len(), false);
         self.cursor = 0;
         self.index = None;
         self.misses = 0;
@@ -51,11 +56,24 @@ impl<V: Copy> SeqMemo<V> {
     pub fn forget(&mut self) {
         self.begin();
         self.last.clear();
+        self.found.clear();
     }
 
     /// The answer for `revision` last cycle (remembered for the next one).
     #[inline]
     pub fn get(&mut self, revision: u64) -> Option<V> {
+        self.find(revision, false)
+    }
+
+    /// [`SeqMemo::get`] of an answer this cycle has not found yet: one answer for each
+    /// time the last cycle asked (a caller that counts what each one stands for).
+    #[inline]
+    pub fn take(&mut self, revision: u64) -> Option<V> {
+        self.find(revision, true)
+    }
+
+    #[inline]
+    fn find(&mut self, revision: u64, once: bool) -> Option<V> {
         let ahead = self.last.get(self.cursor..).unwrap_or(&[]);
         let found = match ahead.iter().take(WINDOW).position(|e| e.0 == revision) {
             Some(k) => Some(self.cursor + k),
@@ -63,9 +81,23 @@ impl<V: Copy> SeqMemo<V> {
         };
         let at = found?;
         let (_, value) = *self.last.get(at)?;
+        let seen = self.found.get_mut(at)?;
+        if once && *seen {
+            return None;
+        }
+        *seen = true;
         self.cursor = at + 1;
         self.this.push((revision, value));
         Some(value)
+    }
+
+    /// The last cycle's answers this one has not found (so far).
+    pub fn unfound(&self) -> impl Iterator<Item = &V> {
+        self.last
+            .iter()
+            .zip(&self.found)
+            .filter(|(_, found)| !**found)
+            .map(|((_, v), _)| v)
     }
 
     /// A revision not found next in order: new, or the states were reordered.
@@ -92,5 +124,32 @@ impl<V: Copy> SeqMemo<V> {
     #[cfg(test)]
     pub fn remembered(&self) -> usize {
         self.this.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SeqMemo;
+
+    /// `take` finds each of the last cycle's answers at most once, even for a revision
+    /// asked twice, and `unfound` lists those not found.
+    #[test]
+    fn take_finds_each_answer_once_and_the_rest_are_unfound() {
+        let mut memo: SeqMemo<u64> = SeqMemo::default();
+        memo.begin();
+        for r in [1, 2, 2, 3, 4] {
+            memo.insert(r, r * 10);
+        }
+        memo.begin();
+        assert_eq!(memo.take(2), Some(20));
+        assert_eq!(memo.take(2), Some(20), "the second answer for 2");
+        assert_eq!(memo.take(2), None, "2 was asked twice");
+        assert_eq!(memo.take(4), Some(40));
+        assert_eq!(memo.take(4), None);
+        let unfound: Vec<u64> = memo.unfound().copied().collect();
+        assert_eq!(unfound, vec![10, 30]);
+        memo.forget();
+        assert_eq!(memo.unfound().count(), 0);
+        assert_eq!(memo.take(1), None);
     }
 }

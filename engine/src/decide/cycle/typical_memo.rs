@@ -58,7 +58,7 @@ mod tests {
         job.shape.member.num_gpu = num_gpu;
         job.shape.member.memory_mib = memory_mib;
         JobState {
-            job,
+            job: Box::new(job),
             running: None,
             member_milli: 0,
             revision: Some(revision),

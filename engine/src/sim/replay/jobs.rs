@@ -240,7 +240,7 @@ impl SimJob {
             }
             _ => return None,
         };
-        let mut job = self.job.clone();
+        let mut job = Box::new(self.job.clone());
         if let Phase::Running(run) = &self.phase {
             job.placement.clone_from(&run.members);
             job.started_at = Some(run.work_from);
