@@ -7,6 +7,7 @@ mod explain;
 mod holder_lists;
 mod holding;
 mod intake;
+mod job_lookup;
 mod job_memo;
 mod names;
 mod preempt;
@@ -43,7 +44,7 @@ use crate::core::frag::Workload;
 use crate::core::gang::{self, JobShape, Unplaced, UnplacedCode};
 use crate::core::packing::Strategy;
 use crate::core::placer::{Choice, Placer, PlacerState};
-use lang::ir::{Program, Tier};
+use lang::ir::Program;
 use quota_gate::Gate;
 use reserve::Reserved;
 use rustc_hash::FxHashMap as HashMap;
@@ -591,26 +592,6 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// The job's runtime estimate: its own, else its team's default, else its tier's.
-    fn runtime(&self, js: &JobState) -> Option<i64> {
-        self.runtime_of(js, self.team_ix(js.job.team.as_deref()), self.tier(js))
-    }
-
-    /// [`Cycle::runtime`] with the job's team and tier already looked up: its own
-    /// estimate, else its team's default, else its tier's.
-    fn runtime_of(
-        &self,
-        js: &JobState,
-        team_ix: Option<usize>,
-        tier: Option<&Tier>,
-    ) -> Option<i64> {
-        js.job
-            .runtime_s
-            .or_else(|| team_ix.and_then(|t| self.program.teams.get(t)?.default_runtime_s))
-            .or_else(|| tier?.default_runtime_s)
-            .map(|r| r as i64)
-    }
-
     fn node_name(&self, i: usize) -> Option<String> {
         self.snapshot.fleet.nodes.get(i).map(|n| n.name.clone())
     }
@@ -621,45 +602,6 @@ impl<'a> Cycle<'a> {
             .nodes
             .get(node)
             .and_then(|n| n.pool.as_deref())
-    }
-
-    fn tier(&self, js: &JobState) -> Option<&'a Tier> {
-        self.tier_ix(js).and_then(|i| self.program.tiers.get(i))
-    }
-
-    /// The job's tier as an index into the policy's tiers.
-    fn tier_ix(&self, js: &JobState) -> Option<usize> {
-        js.job.tier.as_deref().and_then(|t| self.tier_index.get(t))
-    }
-
-    /// The job's team index and tier, remembered by revision when a [`Decider`] keeps
-    /// them.
-    fn resolve(&mut self, js: &JobState) -> (Option<usize>, Option<&'a Tier>) {
-        let (team, tier) = self.resolve_ix(js);
-        (team, self.tier_at(tier))
-    }
-
-    /// [`Cycle::resolve`] as indexes into the policy.
-    fn resolve_ix(&mut self, js: &JobState) -> (Option<usize>, Option<usize>) {
-        let known = js
-            .revision
-            .and_then(|r| self.memo.as_mut().and_then(|m| m.get(r)));
-        known.unwrap_or_else(|| {
-            let resolved = (self.team_ix(js.job.team.as_deref()), self.tier_ix(js));
-            if let (Some(r), Some(m)) = (js.revision, self.memo.as_mut()) {
-                m.insert(r, resolved);
-            }
-            resolved
-        })
-    }
-
-    fn tier_at(&self, tier: Option<usize>) -> Option<&'a Tier> {
-        let program = self.program;
-        tier.and_then(|i| program.tiers.get(i))
-    }
-
-    fn priority(&self, js: &JobState) -> i64 {
-        self.tier(js).map_or(0, |t| t.priority)
     }
 
     fn decision(
@@ -752,23 +694,6 @@ impl<'a> Cycle<'a> {
             }
         }
         nodes
-    }
-
-    /// A team as an index into the policy's teams: `None` for no team, `usize::MAX` for
-    /// a name the policy does not define (it has no quota to protect).
-    fn team_ix(&self, team: Option<&str>) -> Option<usize> {
-        team.map(|t| self.team_index.get(t).unwrap_or(usize::MAX))
-    }
-
-    /// A team index's slot in `holders_of`: the policy's teams, then no team, then a
-    /// team the policy does not define; `None` for anything else (a sentinel).
-    fn team_slot(&self, team: Option<usize>) -> Option<usize> {
-        let teams = self.program.teams.len();
-        match team {
-            None => Some(teams),
-            Some(usize::MAX) => Some(teams + 1),
-            Some(i) => (i < teams).then_some(i),
-        }
     }
 
     /// The running holders the victim rules may pick from, of one team index.

@@ -1,0 +1,85 @@
+//! A job's team, tier, priority and runtime estimate as the policy reads them: teams and
+//! tiers as indexes into the policy, remembered by revision when a [`super::Decider`]
+//! keeps them.
+
+use super::Cycle;
+use crate::decide::snapshot::JobState;
+use lang::ir::Tier;
+
+impl<'a> Cycle<'a> {
+    pub(super) fn tier(&self, js: &JobState) -> Option<&'a Tier> {
+        self.tier_ix(js).and_then(|i| self.program.tiers.get(i))
+    }
+
+    /// The job's tier as an index into the policy's tiers.
+    pub(super) fn tier_ix(&self, js: &JobState) -> Option<usize> {
+        js.job.tier.as_deref().and_then(|t| self.tier_index.get(t))
+    }
+
+    /// The job's team index and tier, remembered by revision when a [`super::Decider`]
+    /// keeps them.
+    pub(super) fn resolve(&mut self, js: &JobState) -> (Option<usize>, Option<&'a Tier>) {
+        let (team, tier) = self.resolve_ix(js);
+        (team, self.tier_at(tier))
+    }
+
+    /// [`Cycle::resolve`] as indexes into the policy.
+    pub(super) fn resolve_ix(&mut self, js: &JobState) -> (Option<usize>, Option<usize>) {
+        let known = js
+            .revision
+            .and_then(|r| self.memo.as_mut().and_then(|m| m.get(r)));
+        known.unwrap_or_else(|| {
+            let resolved = (self.team_ix(js.job.team.as_deref()), self.tier_ix(js));
+            if let (Some(r), Some(m)) = (js.revision, self.memo.as_mut()) {
+                m.insert(r, resolved);
+            }
+            resolved
+        })
+    }
+
+    pub(super) fn tier_at(&self, tier: Option<usize>) -> Option<&'a Tier> {
+        let program = self.program;
+        tier.and_then(|i| program.tiers.get(i))
+    }
+
+    pub(super) fn priority(&self, js: &JobState) -> i64 {
+        self.tier(js).map_or(0, |t| t.priority)
+    }
+
+    /// A team as an index into the policy's teams: `None` for no team, `usize::MAX` for
+    /// a name the policy does not define (it has no quota to protect).
+    pub(super) fn team_ix(&self, team: Option<&str>) -> Option<usize> {
+        team.map(|t| self.team_index.get(t).unwrap_or(usize::MAX))
+    }
+
+    /// A team index's slot in `holders_of`: the policy's teams, then no team, then a
+    /// team the policy does not define; `None` for anything else (a sentinel).
+    pub(super) fn team_slot(&self, team: Option<usize>) -> Option<usize> {
+        let teams = self.program.teams.len();
+        match team {
+            None => Some(teams),
+            Some(usize::MAX) => Some(teams + 1),
+            Some(i) => (i < teams).then_some(i),
+        }
+    }
+
+    /// The job's runtime estimate: its own, else its team's default, else its tier's.
+    pub(super) fn runtime(&self, js: &JobState) -> Option<i64> {
+        self.runtime_of(js, self.team_ix(js.job.team.as_deref()), self.tier(js))
+    }
+
+    /// [`Cycle::runtime`] with the job's team and tier already looked up: its own
+    /// estimate, else its team's default, else its tier's.
+    pub(super) fn runtime_of(
+        &self,
+        js: &JobState,
+        team_ix: Option<usize>,
+        tier: Option<&Tier>,
+    ) -> Option<i64> {
+        js.job
+            .runtime_s
+            .or_else(|| team_ix.and_then(|t| self.program.teams.get(t)?.default_runtime_s))
+            .or_else(|| tier?.default_runtime_s)
+            .map(|r| r as i64)
+    }
+}
