@@ -158,18 +158,15 @@ impl<'a> Cycle<'a> {
             None => {
                 let resolved = self.resolve_ix(js);
                 let member = &js.job.shape.member;
-                let charge = || {
-                    Charge::of(
+                let carried = self.carry.as_mut().is_some_and(|c| {
+                    let charge = Charge::of(
                         js.member_milli,
                         member.cpu_milli,
                         member.memory_mib,
                         members.len(),
-                    )
-                };
-                let carried = self
-                    .carry
-                    .as_mut()
-                    .is_some_and(|c| c.carry(js.revision, resolved, charge()));
+                    );
+                    c.carry(js.revision, resolved, charge)
+                });
                 if !carried {
                     self.charge_holder(js, resolved.0, members);
                 }
@@ -495,7 +492,8 @@ impl<'a> Cycle<'a> {
 /// Adds one running job's charges to its team's batch sums.
 fn add_to_batch(sum: &mut Option<(u64, Resources)>, milli: u64, resources: Resources) {
     let (m, r) = sum.get_or_insert((0, [0.0; 3]));
-    *m += milli;
+    // Wrapping, as the carried sums do (`running_carry`).
+    *m = m.wrapping_add(milli);
     for (a, b) in r.iter_mut().zip(resources) {
         *a += b;
     }

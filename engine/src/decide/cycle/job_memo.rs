@@ -12,14 +12,14 @@ pub(super) type Resolved = (Option<usize>, Option<usize>);
 
 /// [`Resolved`] as stored: two indexes, `u32::MAX` for none, so an entry is 16 bytes, not
 /// 40 (every running job's is read each cycle).
-type Packed = [u32; 2];
+pub(super) type Packed = [u32; 2];
 
-fn pack((team, tier): Resolved) -> Packed {
+pub(super) fn pack((team, tier): Resolved) -> Packed {
     let one = |i: Option<usize>| i.and_then(|i| u32::try_from(i).ok()).unwrap_or(u32::MAX);
     [one(team), one(tier)]
 }
 
-fn unpack([team, tier]: Packed) -> Resolved {
+pub(super) fn unpack([team, tier]: Packed) -> Resolved {
     let one = |i: u32| (i != u32::MAX).then_some(i as usize);
     (one(team), one(tier))
 }

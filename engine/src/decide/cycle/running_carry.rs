@@ -8,6 +8,7 @@
 //! the same charges as `f64`s in snapshot order gives. A team with a running job that
 //! cannot be carried (no revision, a larger charge) is summed job by job that cycle.
 
+use super::job_memo::{pack, unpack, Packed, Resolved};
 use super::seq_memo::SeqMemo;
 
 /// What one running job charges its team: milli-GPUs, and the GPUs, CPU and memory
@@ -37,12 +38,10 @@ impl Charge {
     }
 }
 
-/// A carried job: its team and tier (indexes into the policy; `u32::MAX`: no tier) and
-/// charge.
+/// A carried job: its team and tier (packed as the job memo packs them) and charge.
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    team: u32,
-    tier: u32,
+    resolved: Packed,
     charge: Charge,
 }
 
@@ -57,7 +56,7 @@ struct TeamSum {
 impl TeamSum {
     fn add(&mut self, c: &Charge) {
         self.jobs += 1;
-        // Wrapping, as the batch's own sum does in a release build.
+        // Wrapping, as the batch's own sum does.
         self.milli = self.milli.wrapping_add(c.milli);
         for (s, r) in self.resources.iter_mut().zip(c.resources) {
             *s += r;
@@ -105,12 +104,8 @@ impl RunningCarry {
     /// A running job carried since the last cycle: its team and tier (its charge is in
     /// the sums already).
     #[inline]
-    pub fn known(&mut self, revision: u64) -> Option<(Option<usize>, Option<usize>)> {
-        let e = self.jobs.take(revision)?;
-        Some((
-            Some(e.team as usize),
-            (e.tier != u32::MAX).then_some(e.tier as usize),
-        ))
+    pub fn known(&mut self, revision: u64) -> Option<Resolved> {
+        self.jobs.take(revision).map(|e| unpack(e.resolved))
     }
 
     /// Carries a running job new to the carry, when its team's jobs are carried and it
@@ -118,18 +113,19 @@ impl RunningCarry {
     pub fn carry(
         &mut self,
         revision: Option<u64>,
-        (team, tier): (Option<usize>, Option<usize>),
+        resolved: Resolved,
         charge: Option<Charge>,
     ) -> bool {
-        let Some(t) = team.filter(|&t| self.carried_teams.get(t).copied().unwrap_or(false)) else {
+        let carried = |t: &usize| self.carried_teams.get(*t).copied().unwrap_or(false);
+        let Some(t) = resolved.0.filter(carried) else {
             return false;
         };
-        let entry = match (revision, charge, u32::try_from(t)) {
-            (Some(r), Some(charge), Ok(team)) if self.in_sums < MAX_JOBS => Some((
+        // Packing keeps the team (`carried_teams` is far shorter than `u32::MAX`).
+        let entry = match (revision, charge) {
+            (Some(r), Some(charge)) if self.in_sums < MAX_JOBS => Some((
                 r,
                 Entry {
-                    team,
-                    tier: tier.and_then(|i| u32::try_from(i).ok()).unwrap_or(u32::MAX),
+                    resolved: pack(resolved),
                     charge,
                 },
             )),
@@ -154,7 +150,8 @@ impl RunningCarry {
     /// Ends the batch: the charges of carried jobs not running now come off the sums.
     pub fn finish(&mut self) {
         for e in self.jobs.unfound() {
-            if let Some(sum) = self.sums.get_mut(e.team as usize) {
+            let team = unpack(e.resolved).0;
+            if let Some(sum) = team.and_then(|t| self.sums.get_mut(t)) {
                 sum.take(&e.charge);
                 self.in_sums -= 1;
             }
