@@ -5,7 +5,7 @@
 //! domain) — of 23 teams (three cohorts and two standalone teams), three tiers, a third of
 //! the jobs pinned to a pool. Seeded: the same N gives the same snapshot.
 //!
-//! `cargo bench -p engine --bench decide_scale [-- N... [--backfill MODE] [--pending-per-node F] [--digest]]`
+//! `cargo bench -p engine --bench decide_scale [-- N... [--backfill MODE] [--pending-per-node F] [--digest] [--once]]`
 //! prints, per N
 //! (with the policy's backfill MODE, `on` unless given), the time of one
 //! `decide` (best of three runs, with the allocator the binary ships), what it placed, the time
@@ -13,7 +13,8 @@
 //! through a `Decider` kept from this one when one job has arrived (checked to give
 //! `decide`'s plan; the states carry revisions, as the replay's do), and the peak RSS so
 //! far. `--digest` also prints, to stderr, a digest of each size's plan (as JSON), so two
-//! builds can be checked to decide the same.
+//! builds can be checked to decide the same. `--once` runs one `decide` per N and no kept
+//! cycle, for instruction counts under callgrind.
 
 #![allow(
     clippy::panic,
@@ -216,10 +217,12 @@ fn main() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5.0);
     let digest = args.iter().any(|a| a == "--digest");
+    // `--once`: one `decide` per N and no kept cycle (for instruction counts).
+    let once = args.iter().any(|a| a == "--once");
     let flag_values: Vec<usize> = args
         .iter()
         .enumerate()
-        .filter(|(_, a)| a.starts_with("--") && *a != "--digest")
+        .filter(|(_, a)| a.starts_with("--") && *a != "--digest" && *a != "--once")
         .map(|(i, _)| i + 1)
         .collect();
     let sizes: Vec<usize> = args
@@ -248,7 +251,7 @@ fn main() {
             .map(|j| j.gpu_milli() as f64 / 1000.0)
             .sum();
         let pending = snap.jobs.iter().filter(|j| j.running.is_none()).count();
-        let runs = 3;
+        let runs = if once { 1 } else { 3 };
         let mut best = f64::MAX;
         let mut placed = 0;
         let mut last = None;
@@ -270,15 +273,17 @@ fn main() {
             );
         }
         // A Decider kept from the cycle before, given the same cluster plus one arrival:
-        // what the queue controller pays per cycle in steady state.
-        let mut decider = engine::decide::Decider::new();
-        decider.decide(&program, &snap, NOW);
-        let mut kept = f64::MAX;
-        for _ in 0..runs {
-            let start = Instant::now();
-            let plan = decider.decide(&program, &next, NOW);
-            kept = kept.min(start.elapsed().as_secs_f64());
-            assert_eq!(plan, engine::decide::decide(&program, &next, NOW));
+        // what the queue controller pays per cycle in steady state (`NaN` with `--once`).
+        let mut kept = f64::NAN;
+        if !once {
+            let mut decider = engine::decide::Decider::new();
+            decider.decide(&program, &snap, NOW);
+            for _ in 0..runs {
+                let start = Instant::now();
+                let plan = decider.decide(&program, &next, NOW);
+                kept = kept.min(start.elapsed().as_secs_f64());
+                assert_eq!(plan, engine::decide::decide(&program, &next, NOW));
+            }
         }
         let nlogn = n as f64 * (n as f64).log2();
         println!(

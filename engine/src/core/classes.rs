@@ -156,4 +156,17 @@ impl ClassIndex {
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut Class> {
         self.slab.iter_mut().flatten()
     }
+
+    /// [`ClassIndex::iter_mut`] with each class's slot, for [`ClassIndex::slot`].
+    pub fn iter_mut_slots(&mut self) -> impl Iterator<Item = (usize, &mut Class)> {
+        self.slab
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, c)| Some((i, c.as_mut()?)))
+    }
+
+    /// The class in `slot`, if any.
+    pub fn slot(&self, slot: usize) -> Option<&Class> {
+        self.slab.get(slot).and_then(Option::as_ref)
+    }
 }

@@ -76,15 +76,19 @@ impl Node {
     /// The label naming this node's group at `level`: the node itself for `Node`, nothing
     /// for levels the node carries no label for.
     pub fn topology_key(&self, level: TopologyLevel) -> Option<String> {
+        self.topology_key_ref(level).map(str::to_string)
+    }
+
+    /// [`Node::topology_key`], borrowed.
+    pub fn topology_key_ref(&self, level: TopologyLevel) -> Option<&str> {
         let label = match level {
-            TopologyLevel::Node => return Some(self.name.clone()),
-            TopologyLevel::Any => return Some(String::new()),
-            TopologyLevel::NvlinkIsland => return Some(self.name.clone()),
+            TopologyLevel::Node | TopologyLevel::NvlinkIsland => return Some(&self.name),
+            TopologyLevel::Any => return Some(""),
             TopologyLevel::NvlinkDomain => "nvlink_domain",
             TopologyLevel::Rack => "rack",
             TopologyLevel::Leaf => "leaf",
         };
-        self.labels.get(label).cloned()
+        self.labels.get(label).map(String::as_str)
     }
 }
 

@@ -558,13 +558,24 @@ impl<'a> Placer<'a> {
             return &[];
         };
         cell.get_or_init(|| {
-            let mut by: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-            for (i, n) in self.fleet.nodes.iter().enumerate() {
-                if let Some(k) = n.topology_key(level) {
-                    by.entry(k).or_default().push(i);
+            // Keys borrowed and sorted, each group's name copied once: a map of owned
+            // names copied every node's label.
+            let mut keyed: Vec<(&str, usize)> = self
+                .fleet
+                .nodes
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| Some((n.topology_key_ref(level)?, i)))
+                .collect();
+            keyed.sort_unstable();
+            let mut groups: Vec<(String, Vec<usize>)> = Vec::new();
+            for (k, i) in keyed {
+                match groups.last_mut() {
+                    Some((name, nodes)) if name.as_str() == k => nodes.push(i),
+                    _ => groups.push((k.to_string(), vec![i])),
                 }
             }
-            by.into_iter().collect()
+            groups
         })
     }
 
@@ -613,14 +624,7 @@ impl<'a> Placer<'a> {
             return hit.clone();
         }
         let n = self.fleet.nodes.get(node)?;
-        let value = if packing::feasible(&ctx, n, &class.free, req) {
-            let before = *class
-                .before
-                .get_or_insert_with(|| packing::node_state(&ctx, n, &class.free));
-            Some(packing::score(&ctx, n, &class.free, req, before))
-        } else {
-            None
-        };
+        let value = evaluate_class(&ctx, n, class, req);
         class.put(id, value.clone());
         value
     }
@@ -661,40 +665,33 @@ impl<'a> Placer<'a> {
             return Some(Choice { node, on });
         }
         let id = self.request_id(req);
-        let mut best: Option<((Score, Reverse<usize>), Choice)> = None;
-        for class in self.classes.iter_mut() {
+        // The best rank and its class; its placement is copied once, at the end.
+        let mut best: Option<((Score, Reverse<usize>), usize)> = None;
+        for (slot, class) in self.classes.iter_mut_slots() {
             // Nodes of a class score the same: evaluated on any of them, and only a class
             // that fits is searched for its first allowed node (full classes are large).
             let Some(node) = class.nodes.first().and_then(|i| fleet.nodes.get(*i)) else {
                 continue;
             };
-            let evaluated = match class.get(id) {
-                Some(hit) => hit.clone(),
-                None => {
-                    let value = if packing::feasible(&ctx, node, &class.free, req) {
-                        let before = *class
-                            .before
-                            .get_or_insert_with(|| packing::node_state(&ctx, node, &class.free));
-                        Some(packing::score(&ctx, node, &class.free, req, before))
-                    } else {
-                        None
-                    };
-                    class.put(id, value.clone());
-                    value
-                }
-            };
-            let Some((score, on)) = evaluated else {
+            if class.get(id).is_none() {
+                let value = evaluate_class(&ctx, node, class, req);
+                class.put(id, value);
+            }
+            let Some(Some((score, _))) = class.get(id) else {
                 continue;
             };
+            let score = *score;
             let Some(first) = class.nodes.iter().copied().find(|i| allowed(*i)) else {
                 continue;
             };
             let rank = (score, Reverse(first));
             if best.as_ref().is_none_or(|(b, _)| rank > *b) {
-                best = Some((rank, Choice { node: first, on }));
+                best = Some((rank, slot));
             }
         }
-        best.map(|(_, c)| c)
+        let ((_, Reverse(node)), slot) = best?;
+        let on = self.classes.slot(slot)?.get(id)?.as_ref()?.1.clone();
+        Some(Choice { node, on })
     }
 
     /// [`Placer::commit`], returning the node's previous state for [`Placer::undo`].
@@ -801,6 +798,23 @@ pub fn take_on(ctx: &Context<'_>, node: &Node, free: &mut NodeFree, req: &Reques
             }
         }
     }
+}
+
+/// Where `req` would go on a node of `class` (any of them: they score the same) and its
+/// score, if it fits.
+fn evaluate_class(
+    ctx: &Context<'_>,
+    node: &Node,
+    class: &mut super::classes::Class,
+    req: &Request,
+) -> Option<(Score, OnNode)> {
+    if !packing::feasible(ctx, node, &class.free, req) {
+        return None;
+    }
+    let before = *class
+        .before
+        .get_or_insert_with(|| packing::node_state(ctx, node, &class.free));
+    Some(packing::score(ctx, node, &class.free, req, before))
 }
 
 /// Gives back what [`take_on`] took, never beyond `capacity` (the empty node).

@@ -38,6 +38,8 @@ struct Book {
     /// `borrowed()` and `lendable()` as of the last change to `used`: `excess()` runs
     /// for every placement tried and would otherwise walk every book's buckets.
     cached: (u64, u64),
+    /// The idle guarantee before `lend` caps it, as of the same change.
+    idle: u64,
 }
 
 impl Book {
@@ -81,8 +83,20 @@ impl Book {
             idle += g.saturating_sub(*used);
         }
         idle += guaranteed.map(|(_, g)| *g).sum::<u64>();
+        self.idle = idle;
         self.cached = (borrowed, self.lend.map_or(idle, |l| idle.min(l)));
         debug_assert_eq!(self.cached, (self.borrowed(), self.lendable()));
+    }
+    /// [`Book::cached`] as it would be with `milli` more used in `pool`'s bucket, without
+    /// changing the book.
+    fn cached_with(&self, pool: Option<&str>, milli: u64) -> (u64, u64) {
+        let used = self.entry_of(&self.used, pool).copied().unwrap_or(0);
+        let guaranteed = self.entry_of(&self.guaranteed, pool).copied().unwrap_or(0);
+        let borrowed = self.cached.0 - used.saturating_sub(guaranteed)
+            + (used + milli).saturating_sub(guaranteed);
+        let idle =
+            self.idle - guaranteed.saturating_sub(used) + guaranteed.saturating_sub(used + milli);
+        (borrowed, self.lend.map_or(idle, |l| idle.min(l)))
     }
     fn total_used(&self) -> u64 {
         self.used.values().sum()
@@ -211,7 +225,7 @@ impl QuotaBlock {
         let free = (used + need).saturating_sub(limit);
         QuotaBlock {
             message,
-            unblock: format!("fits when {team}'s running jobs free {}", gpus(free)),
+            unblock: format!("fits when {team}'s running jobs free {}", Gpus(free)),
             own_to_free: Some(free),
         }
     }
@@ -220,9 +234,9 @@ impl QuotaBlock {
         QuotaBlock::own_limit(
             format!(
                 "team {team} uses {} and may burst to {}; this job needs {} more",
-                gpus(used),
-                gpus(burst),
-                gpus(need)
+                Gpus(used),
+                Gpus(burst),
+                Gpus(need)
             ),
             team,
             used,
@@ -233,17 +247,29 @@ impl QuotaBlock {
 }
 
 pub fn gpus(milli: u64) -> String {
-    // In integers below 2^40 milli-GPUs (what f64 prints the same, far cheaper): quota
-    // messages are written for every blocked placement try.
-    if milli < 1 << 40 {
-        let (whole, frac) = (milli / 1000, milli % 1000);
-        if frac == 0 {
-            return format!("{whole} gpu");
+    Gpus(milli).to_string()
+}
+
+/// Milli-GPUs as [`gpus`] prints them, written straight into a message (no string of
+/// its own: quota messages are written for every blocked placement try).
+#[derive(Debug, Clone, Copy)]
+pub struct Gpus(pub u64);
+
+impl std::fmt::Display for Gpus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let milli = self.0;
+        // In integers below 2^40 milli-GPUs (what f64 prints the same, far cheaper).
+        if milli >= 1 << 40 {
+            return f.write_str(&gpus_by_float(milli));
         }
-        let digits = format!("{frac:03}");
-        return format!("{whole}.{} gpu", digits.trim_end_matches('0'));
+        let (whole, frac) = (milli / 1000, milli % 1000);
+        match frac {
+            0 => write!(f, "{whole} gpu"),
+            _ if frac % 100 == 0 => write!(f, "{whole}.{} gpu", frac / 100),
+            _ if frac % 10 == 0 => write!(f, "{whole}.{:02} gpu", frac / 10),
+            _ => write!(f, "{whole}.{frac:03} gpu"),
+        }
     }
-    gpus_by_float(milli)
 }
 
 fn gpus_by_float(milli: u64) -> String {
@@ -371,11 +397,38 @@ impl Ledger {
         team: Option<TeamIx>,
         charges: &[(Option<&str>, u64)],
     ) -> Result<(), QuotaBlock> {
+        if self.allows_quickly(team, charges) == Some(true) {
+            #[cfg(debug_assertions)]
+            debug_assert_eq!(
+                self.charged(team, charges, |l, t, before| l.breaks(t, before).is_none()),
+                Some(true),
+                "quick quota verdict for {charges:?}"
+            );
+            return Ok(());
+        }
         let need = charges.iter().map(|c| c.1).sum();
         self.charged(team, charges, |ledger, t, before| {
             ledger.verdict(t, need, before)
         })
         .unwrap_or(Ok(()))
+    }
+
+    /// [`Ledger::allows`] without charging the book, when every charge goes to one bucket
+    /// (nearly every call); `None` otherwise. Most placements tried pass: charging and
+    /// uncharging the book re-merged its maps twice for each.
+    fn allows_quickly(
+        &self,
+        team: Option<TeamIx>,
+        charges: &[(Option<&str>, u64)],
+    ) -> Option<bool> {
+        let t = team.filter(|t| *t < self.books.len())?;
+        let b = self.books.get(t)?;
+        let (pool, milli) = self.settled.then(|| one_bucket(b, charges)).flatten()?;
+        if b.burst.is_some_and(|burst| b.total_used() + milli > burst) {
+            return Some(false);
+        }
+        let (before, after) = self.excess_before_after(t, b.cached_with(pool, milli));
+        Some(!(after > self.unguaranteed && after > before))
     }
 
     /// `judge` on the ledger with `charges` added to team `team` (and the fleet's excess
@@ -414,7 +467,7 @@ impl Ledger {
             Some(Break::Short(excess)) => excess,
         };
         let short = excess - self.unguaranteed.max(excess_before);
-        let cohort = b.cohort.clone();
+        let cohort = b.cohort.as_deref();
         // A peer with idle guarantee it does not lend could cover the shortfall.
         let lender = b.cohort_ix.and_then(|c| {
             self.books
@@ -438,23 +491,23 @@ impl Ledger {
         let message = if within {
             format!(
                 "team {name} is within its guarantee, but its idle guarantee is lent out; {} short",
-                gpus(short)
+                Gpus(short)
             )
         } else {
             format!(
                 "team {name} is past its {} guarantee and {} has {} less idle capacity to lend than it needs",
-                gpus(b.total_guaranteed()),
-                cohort.as_deref().map_or_else(|| "the fleet".to_string(), |c| format!("cohort {c}")),
-                gpus(short)
+                Gpus(b.total_guaranteed()),
+                cohort.map_or_else(|| "the fleet".to_string(), |c| format!("cohort {c}")),
+                Gpus(short)
             )
         };
         let unblock = match lender {
-            Some((l, _)) => format!("fits if {l} lends {} more", gpus(short)),
-            None => match &cohort {
-                Some(c) => format!("fits when borrowers in cohort {c} free {}", gpus(short)),
+            Some((l, _)) => format!("fits if {l} lends {} more", Gpus(short)),
+            None => match cohort {
+                Some(c) => format!("fits when borrowers in cohort {c} free {}", Gpus(short)),
                 None => format!(
                     "fits when other teams free {} of unguaranteed capacity",
-                    gpus(short)
+                    Gpus(short)
                 ),
             },
         };
@@ -481,6 +534,15 @@ impl Ledger {
     /// [`Ledger::check`] without working out why not: for trial placements whose reason
     /// nobody reads.
     pub fn allows(&mut self, team: Option<TeamIx>, charges: &[(Option<&str>, u64)]) -> bool {
+        if let Some(quick) = self.allows_quickly(team, charges) {
+            #[cfg(debug_assertions)]
+            debug_assert_eq!(
+                Some(quick),
+                self.charged(team, charges, |l, t, before| l.breaks(t, before).is_none()),
+                "quick quota verdict for {charges:?}"
+            );
+            return quick;
+        }
         self.charged(team, charges, |ledger, t, before| {
             ledger.breaks(t, before).is_none()
         })
@@ -490,6 +552,12 @@ impl Ledger {
     /// Borrowing not covered by the lenders of the borrower's own cohort, summed over the
     /// fleet: it must fit in the unguaranteed capacity.
     fn excess(&self) -> u64 {
+        self.excess_before_after(usize::MAX, (0, 0)).0
+    }
+
+    /// [`Ledger::excess`] now, and with book `t`'s (borrowed, lendable) taken as `cached`
+    /// (only `t`'s cohort's term changes), in one pass over the books.
+    fn excess_before_after(&self, t: TeamIx, cached: (u64, u64)) -> (u64, u64) {
         // (borrowed, lent) per cohort; this runs for every placement tried, so small
         // policies count on the stack.
         let mut few = [(0u64, 0u64); 8];
@@ -512,11 +580,23 @@ impl Ledger {
                 None => alone += borrowed,
             }
         }
-        alone
+        let before = alone
             + by_cohort
                 .iter()
                 .map(|(borrowed, lent)| borrowed.saturating_sub(*lent))
-                .sum::<u64>()
+                .sum::<u64>();
+        let Some(b) = self.books.get(t) else {
+            return (before, before);
+        };
+        let (old, new) = (b.cached, cached);
+        let after = match b.cohort_ix.and_then(|c| by_cohort.get(c)) {
+            Some(&(borrowed, lent)) => {
+                let (borrowed_after, lent_after) = (borrowed - old.0 + new.0, lent - old.1 + new.1);
+                before - borrowed.saturating_sub(lent) + borrowed_after.saturating_sub(lent_after)
+            }
+            None => before - old.0 + new.0,
+        };
+        (before, after)
     }
 
     /// Milli-GPUs by which giving up `removed` (pool, milli) would take `team` further
@@ -612,6 +692,7 @@ fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
         used: BTreeMap::new(),
         unsettled: None,
         cached: (0, 0),
+        idle: 0,
     }
     .recached()
 }
@@ -637,6 +718,58 @@ mod tests {
         assert_eq!(gpus(2_500), "2.5 gpu");
         assert_eq!(gpus(3_000), "3 gpu");
         assert_eq!(gpus(1), "0.001 gpu");
+    }
+
+    /// The quick verdict (no charge to the book) is the charged one, for books counted
+    /// per pool and overall, with and without burst and lend, in and out of a cohort,
+    /// over usages that cross guarantees, lend caps and bursts both ways.
+    #[test]
+    fn quick_quota_verdict_matches_the_charged_one() {
+        let checked = lang::check(&[(
+            "p.gantry".to_string(),
+            "use std.nodes.{dgx_h100}\nuse std.tiers\n\
+             pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+             pool b { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+             cohort c {\n\
+               team per_pool { guaranteed = [8 gpu in a, 4 gpu in b]; burst = 20 gpu; lend = 3 gpu }\n\
+               team overall { guaranteed = 12 gpu; lend = 6 gpu }\n\
+             }\n\
+             team alone { guaranteed = 4 gpu; burst = 10 gpu }\n"
+                .to_string(),
+        )]);
+        let program = checked.program.unwrap_or_default();
+        assert_eq!(program.teams.len(), 3, "the test policy checks");
+        // Little capacity no team is guaranteed (2 GPUs): what the cohort lends decides.
+        let mut ledger = Ledger::new(&program, 30_000);
+        let pools = [Some("a"), Some("b"), Some("c"), None];
+        let (mut yes, mut no) = (0, 0);
+        for step in 0..600u64 {
+            let team = Some((step % 3) as usize);
+            let pool = pools.get((step / 3 % 4) as usize).copied().flatten();
+            if step % 9 < 5 {
+                ledger.charge(team, pool, 1_000 + step % 4 * 750);
+            } else {
+                ledger.uncharge(team, pool, 2_500);
+            }
+            for t in 0..3 {
+                let t = Some(t);
+                for p in pools {
+                    for milli in [0, 500, 1_000, 4_000, 16_000] {
+                        let charges = [(p, milli), (p, milli)];
+                        let quick = ledger.allows_quickly(t, &charges);
+                        let charged = ledger
+                            .charged(t, &charges, |l, t, before| l.breaks(t, before).is_none());
+                        assert_eq!(quick, charged, "step {step}, team {t:?}, {charges:?}");
+                        if quick == Some(true) {
+                            yes += 1;
+                        } else {
+                            no += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert!(yes > 500 && no > 500, "{yes} allowed, {no} not");
     }
 
     /// The one-bucket shortcut of `within_guarantee` answers what the merge does, for

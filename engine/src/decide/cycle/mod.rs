@@ -828,27 +828,30 @@ impl<'a> Cycle<'a> {
         keep: bool,
     ) -> Result<(Vec<Choice>, bool), Blocked> {
         let team = self.team_ix(js.job.team.as_deref());
-        let mut tries = vec![shape.clone()];
+        // The team's guaranteed pools it is still inside first, when the job names none.
+        let mut guaranteed_first = None;
         if shape.pools.is_empty() {
             if let Some(t) = team.and_then(|t| self.program.teams.get(t)) {
-                let mut pools: Vec<String> = t.guaranteed.per_pool_milli.keys().cloned().collect();
-                pools.retain(|p| {
-                    self.ledger
-                        .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
-                });
+                let pools: Vec<String> = t
+                    .guaranteed
+                    .per_pool_milli
+                    .keys()
+                    .filter(|p| {
+                        self.ledger
+                            .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                    })
+                    .cloned()
+                    .collect();
                 if !pools.is_empty() {
-                    tries.insert(
-                        0,
-                        JobShape {
-                            pools,
-                            ..shape.clone()
-                        },
-                    );
+                    guaranteed_first = Some(JobShape {
+                        pools,
+                        ..shape.clone()
+                    });
                 }
             }
         }
         let mut last: Option<Blocked> = None;
-        for s in &tries {
+        for s in guaranteed_first.iter().chain(std::iter::once(shape)) {
             // A single member is chosen without being taken: most placements the quota
             // turns down are of one member, and taking and giving back cost more than
             // the choice.

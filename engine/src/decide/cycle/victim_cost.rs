@@ -30,6 +30,9 @@ pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
 pub(super) struct CostIndex {
     /// Covered nodes; `None` when a covered node has no set that frees room.
     costs: FxHashMap<usize, Option<Cost>>,
+    /// The keys of `costs` as bits by node: a catch-up passes over hundreds of nodes
+    /// it does not cover for each it does.
+    covered: Vec<u64>,
     pub order: BTreeSet<((u64, i64, usize), usize)>,
     /// How much of `Cycle::changed` this index has caught up with.
     pub seen: usize,
@@ -50,16 +53,34 @@ impl CostIndex {
             self.order.insert((*c, node));
         }
         self.costs.insert(node, cost);
+        let (word, bit) = (node / 64, 1u64 << (node % 64));
+        if self.covered.len() <= word {
+            self.covered.resize(word + 1, 0);
+        }
+        if let Some(w) = self.covered.get_mut(word) {
+            *w |= bit;
+        }
     }
 
     pub(super) fn uncover(&mut self, node: usize) {
+        if !self.covers(node) {
+            return;
+        }
+        if let Some(w) = self.covered.get_mut(node / 64) {
+            *w &= !(1u64 << (node % 64));
+        }
         if let Some(Some((old, _))) = self.costs.remove(&node) {
             self.order.remove(&(old, node));
         }
     }
 
     pub(super) fn covers(&self, node: usize) -> bool {
-        self.costs.contains_key(&node)
+        let covered = self
+            .covered
+            .get(node / 64)
+            .is_some_and(|w| w & (1u64 << (node % 64)) != 0);
+        debug_assert_eq!(covered, self.costs.contains_key(&node));
+        covered
     }
 
     pub(super) fn cost(&self, node: usize) -> Option<&Cost> {
@@ -107,6 +128,60 @@ impl<'a> Cycle<'a> {
         asker: &Asker,
         scratch: &mut CostScratch,
     ) -> Option<Cost> {
+        // Most nodes of a catch-up fail the bound, before victims are ranked (a rank
+        // reads the ledger) and sets are costed.
+        if !self.room_with_every_victim(node, member, asker, scratch) {
+            // Tests check the bound against the ranked search at every node it rules out.
+            #[cfg(debug_assertions)]
+            debug_assert_eq!(self.ranked_node_cost(node, member, asker, scratch), None);
+            return None;
+        }
+        self.ranked_node_cost(node, member, asker, scratch)
+    }
+
+    /// Whether `member` would fit on `node` with every holder there that may make way for
+    /// `asker` gone. When not, no victim set of [`Cycle::ranked_node_cost`] frees room:
+    /// those are subsets, and fewer victims never free more.
+    fn room_with_every_victim(
+        &self,
+        node: usize,
+        member: &Request,
+        asker: &Asker,
+        scratch: &mut CostScratch,
+    ) -> bool {
+        let ctx = self.placer.context();
+        let (Some(n), Some(capacity), Some(current)) = (
+            self.snapshot.fleet.nodes.get(node),
+            self.placer.empty_state().nodes.get(node),
+            self.placer.state().nodes.get(node),
+        ) else {
+            return false;
+        };
+        let free = scratch_free(&mut scratch.free, current);
+        let mut any = false;
+        for h in self.holders_on.get(node) {
+            let Some(x) = self.holders.get(*h).filter(|x| !x.evicted) else {
+                continue;
+            };
+            if self.cause_of(*h, asker).is_none() {
+                continue;
+            }
+            any = true;
+            for c in x.choices.iter().filter(|c| c.node == node) {
+                give_on(&ctx, n, free, x.member(), &c.on, capacity);
+            }
+        }
+        any && crate::core::packing::feasible(&ctx, n, free, member)
+    }
+
+    /// [`Cycle::node_cost`] by ranking the eligible holders and trying them in order.
+    fn ranked_node_cost(
+        &self,
+        node: usize,
+        member: &Request,
+        asker: &Asker,
+        scratch: &mut CostScratch,
+    ) -> Option<Cost> {
         let CostScratch {
             ranked,
             free,
@@ -127,13 +202,7 @@ impl<'a> Cycle<'a> {
         let n = self.snapshot.fleet.nodes.get(node)?;
         let capacity = self.placer.empty_state().nodes.get(node)?;
         let current = self.placer.state().nodes.get(node)?;
-        let free = match free {
-            Some(f) => {
-                f.copy_from(current);
-                f
-            }
-            None => free.insert(current.clone()),
-        };
+        let free = scratch_free(free, current);
         chosen.clear();
         let on_node = |h: usize| {
             self.holders.get(h).into_iter().flat_map(move |x| {
@@ -176,6 +245,7 @@ impl<'a> Cycle<'a> {
         }
         None
     }
+
     /// Brings the cost index for `shape` and `asker` up to date and returns its key. For an
     /// asker with a team of its own (not [`NO_OWN_VICTIMS`]), it covers only the nodes
     /// where that team has jobs of a lower tier (the overlay over the shared index);
@@ -289,6 +359,20 @@ impl<'a> Cycle<'a> {
             lost / 1000,
             crate::decide::quota::gpus(breach)
         )
+    }
+}
+
+/// The scratch copy of a node's free state, set to `current` (allocated once).
+fn scratch_free<'s>(
+    slot: &'s mut Option<crate::core::alloc::NodeFree>,
+    current: &crate::core::alloc::NodeFree,
+) -> &'s mut crate::core::alloc::NodeFree {
+    match slot {
+        Some(f) => {
+            f.copy_from(current);
+            f
+        }
+        None => slot.insert(current.clone()),
     }
 }
 

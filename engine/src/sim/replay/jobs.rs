@@ -254,7 +254,8 @@ impl SimJob {
     }
 
     /// The running job's last checkpoint at `now` (what a reused decision state must be
-    /// brought up to).
+    /// brought up to); read by debug checks only.
+    #[cfg(debug_assertions)]
     pub fn checkpoint_at(&self, now: i64) -> Option<i64> {
         match &self.phase {
             Phase::Running(run) => self.last_checkpoint(run, now),
