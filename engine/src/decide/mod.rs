@@ -5,6 +5,7 @@
 //! blocked job's reservation. Every job that is not placed gets a reason.
 
 pub mod admission;
+mod bucket_map;
 mod cycle;
 pub mod fairshare;
 pub mod plan;

@@ -10,8 +10,8 @@
 //! Teams are named by their index in the policy's teams (`TeamIx`): the ledger is read
 //! for every placement tried, and an index beats a lookup by name there.
 
+use super::bucket_map::BucketMap;
 use lang::ir::{Program, Team};
-use std::collections::BTreeMap;
 
 /// Which guarantee a placement counts against: a pool the team has a per-pool guarantee
 /// in, or its overall guarantee (`None`).
@@ -27,11 +27,11 @@ struct Book {
     cohort: Option<String>,
     /// The cohort as an index into the policy's cohort names, in order of appearance.
     cohort_ix: Option<usize>,
-    guaranteed: BTreeMap<Bucket, u64>,
+    guaranteed: BucketMap<Bucket>,
     per_pool: bool,
     burst: Option<u64>,
     lend: Option<u64>,
-    used: BTreeMap<Bucket, u64>,
+    used: BucketMap<Bucket>,
     /// Charged in a batch and not yet in `used` (books without guarantees per pool: one
     /// bucket takes it all at [`Ledger::settle`]); `None`: no charge.
     unsettled: Option<u64>,
@@ -72,7 +72,7 @@ impl Book {
     fn recache(&mut self) {
         let (mut borrowed, mut idle) = (0u64, 0u64);
         let mut guaranteed = self.guaranteed.iter().peekable();
-        for (bucket, used) in &self.used {
+        for (bucket, used) in self.used.iter() {
             while let Some((_, g)) = guaranteed.next_if(|(k, _)| *k < bucket) {
                 idle += g;
             }
@@ -128,7 +128,7 @@ impl Book {
         }
     }
     /// `map`'s entry for `pool`'s bucket.
-    fn entry_of<'m>(&self, map: &'m BTreeMap<Bucket, u64>, pool: Option<&str>) -> Option<&'m u64> {
+    fn entry_of<'m>(&self, map: &'m BucketMap<Bucket>, pool: Option<&str>) -> Option<&'m u64> {
         let per_pool = self.per_pool;
         map.iter()
             .find(|(k, _)| in_bucket(per_pool, pool, k))
@@ -670,7 +670,7 @@ impl Ledger {
 
 fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
     let per_pool = t.guaranteed.total_milli.is_none() && !t.guaranteed.per_pool_milli.is_empty();
-    let guaranteed: BTreeMap<Bucket, u64> = if per_pool {
+    let guaranteed: BucketMap<Bucket> = if per_pool {
         t.guaranteed
             .per_pool_milli
             .iter()
@@ -689,7 +689,7 @@ fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
         per_pool,
         burst: t.burst.as_ref().map(|q| q.effective_total_milli()),
         lend: t.lend.as_ref().map(|q| q.effective_total_milli()),
-        used: BTreeMap::new(),
+        used: BucketMap::default(),
         unsettled: None,
         cached: (0, 0),
         idle: 0,

@@ -157,8 +157,9 @@ impl<'a> Cycle<'a> {
         ) else {
             return false;
         };
-        let free = scratch_free(&mut scratch.free, current);
-        let mut any = false;
+        // The node's state is copied at the first holder that may make way (most nodes
+        // have none).
+        let mut copied = false;
         for h in self.holders_on.get(node) {
             let Some(x) = self.holders.get(*h).filter(|x| !x.evicted) else {
                 continue;
@@ -166,12 +167,24 @@ impl<'a> Cycle<'a> {
             if self.cause_of(*h, asker).is_none() {
                 continue;
             }
-            any = true;
+            let free = if copied {
+                match scratch.free.as_mut() {
+                    Some(f) => f,
+                    None => return false,
+                }
+            } else {
+                copied = true;
+                scratch_free(&mut scratch.free, current)
+            };
             for c in x.choices.iter().filter(|c| c.node == node) {
                 give_on(&ctx, n, free, x.member(), &c.on, capacity);
             }
         }
-        any && crate::core::packing::feasible(&ctx, n, free, member)
+        copied
+            && scratch
+                .free
+                .as_ref()
+                .is_some_and(|f| crate::core::packing::feasible(&ctx, n, f, member))
     }
 
     /// [`Cycle::node_cost`] by ranking the eligible holders and trying them in order.
@@ -285,7 +298,8 @@ impl<'a> Cycle<'a> {
         }
         let mut scratch = std::mem::take(&mut self.cost_scratch);
         for node in nodes {
-            if !usable(node) || (overlay && !self.has_own_victims(node, asker)) {
+            // The overlay's bit check first: most changed nodes hold none of its team's jobs.
+            if (overlay && !self.has_own_victims(node, asker)) || !usable(node) {
                 index.uncover(node);
                 continue;
             }
