@@ -620,13 +620,8 @@ impl<'a> Placer<'a> {
         let id = self.request_id(req);
         let ctx = self.ctx;
         let class = self.classes.of_mut(node)?;
-        if let Some(hit) = class.get(id) {
-            return hit.clone();
-        }
         let n = self.fleet.nodes.get(node)?;
-        let value = evaluate_class(&ctx, n, class, req);
-        class.put(id, value.clone());
-        value
+        evaluated(&ctx, n, class, id, req).cloned()
     }
 
     /// The best of a few given nodes (a topology group) for `req`; ties to the first.
@@ -673,14 +668,9 @@ impl<'a> Placer<'a> {
             let Some(node) = class.nodes.first().and_then(|i| fleet.nodes.get(*i)) else {
                 continue;
             };
-            if class.get(id).is_none() {
-                let value = evaluate_class(&ctx, node, class, req);
-                class.put(id, value);
-            }
-            let Some(Some((score, _))) = class.get(id) else {
+            let Some(&(score, _)) = evaluated(&ctx, node, class, id, req) else {
                 continue;
             };
-            let score = *score;
             let Some(first) = class.nodes.iter().copied().find(|i| allowed(*i)) else {
                 continue;
             };
@@ -800,21 +790,27 @@ pub fn take_on(ctx: &Context<'_>, node: &Node, free: &mut NodeFree, req: &Reques
     }
 }
 
-/// Where `req` would go on a node of `class` (any of them: they score the same) and its
-/// score, if it fits.
-fn evaluate_class(
+/// Where `req` (request `id`) would go on a node of `class` (any of them: they score the
+/// same) and its score, if it fits; worked out once per class and kept in its memo.
+/// Inlined: `choose` asks it for every class, and nearly always finds the memo filled.
+#[inline(always)]
+fn evaluated<'c>(
     ctx: &Context<'_>,
     node: &Node,
-    class: &mut super::classes::Class,
+    class: &'c mut super::classes::Class,
+    id: usize,
     req: &Request,
-) -> Option<(Score, OnNode)> {
-    if !packing::feasible(ctx, node, &class.free, req) {
-        return None;
+) -> Option<&'c (Score, OnNode)> {
+    if class.get(id).is_none() {
+        let value = packing::feasible(ctx, node, &class.free, req).then(|| {
+            let before = *class
+                .before
+                .get_or_insert_with(|| packing::node_state(ctx, node, &class.free));
+            packing::score(ctx, node, &class.free, req, before)
+        });
+        class.put(id, value);
     }
-    let before = *class
-        .before
-        .get_or_insert_with(|| packing::node_state(ctx, node, &class.free));
-    Some(packing::score(ctx, node, &class.free, req, before))
+    class.get(id).and_then(Option::as_ref)
 }
 
 /// Gives back what [`take_on`] took, never beyond `capacity` (the empty node).

@@ -397,13 +397,7 @@ impl Ledger {
         team: Option<TeamIx>,
         charges: &[(Option<&str>, u64)],
     ) -> Result<(), QuotaBlock> {
-        if self.allows_quickly(team, charges) == Some(true) {
-            #[cfg(debug_assertions)]
-            debug_assert_eq!(
-                self.charged(team, charges, |l, t, before| l.breaks(t, before).is_none()),
-                Some(true),
-                "quick quota verdict for {charges:?}"
-            );
+        if self.allows_checked(team, charges) == Some(true) {
             return Ok(());
         }
         let need = charges.iter().map(|c| c.1).sum();
@@ -429,6 +423,21 @@ impl Ledger {
         }
         let (before, after) = self.excess_before_after(t, b.cached_with(pool, milli));
         Some(!(after > self.unguaranteed && after > before))
+    }
+
+    /// [`Ledger::allows_quickly`]; debug builds compare it with the charged verdict.
+    fn allows_checked(
+        &mut self,
+        team: Option<TeamIx>,
+        charges: &[(Option<&str>, u64)],
+    ) -> Option<bool> {
+        let quick = self.allows_quickly(team, charges)?;
+        debug_assert_eq!(
+            Some(quick),
+            self.charged(team, charges, |l, t, before| l.breaks(t, before).is_none()),
+            "quick quota verdict for {charges:?}"
+        );
+        Some(quick)
     }
 
     /// `judge` on the ledger with `charges` added to team `team` (and the fleet's excess
@@ -534,13 +543,7 @@ impl Ledger {
     /// [`Ledger::check`] without working out why not: for trial placements whose reason
     /// nobody reads.
     pub fn allows(&mut self, team: Option<TeamIx>, charges: &[(Option<&str>, u64)]) -> bool {
-        if let Some(quick) = self.allows_quickly(team, charges) {
-            #[cfg(debug_assertions)]
-            debug_assert_eq!(
-                Some(quick),
-                self.charged(team, charges, |l, t, before| l.breaks(t, before).is_none()),
-                "quick quota verdict for {charges:?}"
-            );
+        if let Some(quick) = self.allows_checked(team, charges) {
             return quick;
         }
         self.charged(team, charges, |ledger, t, before| {

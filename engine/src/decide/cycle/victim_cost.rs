@@ -157,34 +157,27 @@ impl<'a> Cycle<'a> {
         ) else {
             return false;
         };
-        // The node's state is copied at the first holder that may make way (most nodes
-        // have none).
-        let mut copied = false;
-        for h in self.holders_on.get(node) {
-            let Some(x) = self.holders.get(*h).filter(|x| !x.evicted) else {
-                continue;
-            };
-            if self.cause_of(*h, asker).is_none() {
-                continue;
-            }
-            let free = if copied {
-                match scratch.free.as_mut() {
-                    Some(f) => f,
-                    None => return false,
-                }
-            } else {
-                copied = true;
-                scratch_free(&mut scratch.free, current)
-            };
+        let mut victims = self
+            .holders_on
+            .get(node)
+            .iter()
+            .filter_map(|h| {
+                self.holders
+                    .get(*h)
+                    .filter(|x| !x.evicted && self.cause_of(*h, asker).is_some())
+            })
+            .peekable();
+        // Most nodes have none: their state is not copied.
+        if victims.peek().is_none() {
+            return false;
+        }
+        let free = scratch_free(&mut scratch.free, current);
+        for x in victims {
             for c in x.choices.iter().filter(|c| c.node == node) {
                 give_on(&ctx, n, free, x.member(), &c.on, capacity);
             }
         }
-        copied
-            && scratch
-                .free
-                .as_ref()
-                .is_some_and(|f| crate::core::packing::feasible(&ctx, n, f, member))
+        crate::core::packing::feasible(&ctx, n, free, member)
     }
 
     /// [`Cycle::node_cost`] by ranking the eligible holders and trying them in order.
