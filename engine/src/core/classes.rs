@@ -14,12 +14,26 @@ pub(crate) struct Class {
     pub kind: u32,
     pub free: NodeFree,
     pub nodes: BTreeSet<usize>,
+    /// The lowest of `nodes` (`usize::MAX` while empty), kept beside the set: `choose`
+    /// reads it for every class and the set's first entry costs a walk down its tree.
+    first: usize,
     pub before: Option<(f64, f64)>,
     /// By request id: `None` not evaluated yet; `Some(None)` does not fit.
     pub memo: Vec<Option<Option<(Score, OnNode)>>>,
 }
 
 impl Class {
+    /// The class's lowest node (`usize::MAX` for an empty class).
+    #[inline]
+    pub fn first(&self) -> usize {
+        debug_assert_eq!(
+            self.first,
+            self.nodes.first().copied().unwrap_or(usize::MAX),
+            "a class's lowest node out of step"
+        );
+        self.first
+    }
+
     pub fn get(&self, id: usize) -> Option<&Option<(Score, OnNode)>> {
         self.memo.get(id).and_then(Option::as_ref)
     }
@@ -90,6 +104,7 @@ impl ClassIndex {
                     kind,
                     free: free.clone(),
                     nodes: BTreeSet::new(),
+                    first: usize::MAX,
                     before: None,
                     memo: Vec::new(),
                 };
@@ -111,6 +126,7 @@ impl ClassIndex {
         };
         if let Some(c) = self.slab.get_mut(id).and_then(Option::as_mut) {
             c.nodes.insert(node);
+            c.first = c.first.min(node);
         }
         if let Some(slot) = self.class_of.get_mut(node) {
             *slot = Some(id);
@@ -129,7 +145,10 @@ impl ClassIndex {
             return;
         };
         class.nodes.remove(&node);
-        if !class.nodes.is_empty() {
+        if let Some(first) = class.nodes.first() {
+            if node == class.first {
+                class.first = *first;
+            }
             return;
         }
         let hash = key_hash(class.kind, &class.free);

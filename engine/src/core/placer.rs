@@ -665,14 +665,26 @@ impl<'a> Placer<'a> {
         for (slot, class) in self.classes.iter_mut_slots() {
             // Nodes of a class score the same: evaluated on any of them, and only a class
             // that fits is searched for its first allowed node (full classes are large).
-            let Some(node) = class.nodes.first().and_then(|i| fleet.nodes.get(*i)) else {
+            let lowest = class.first();
+            let Some(node) = fleet.nodes.get(lowest) else {
                 continue;
             };
             let Some(&(score, _)) = evaluated(&ctx, node, class, id, req) else {
                 continue;
             };
-            let Some(first) = class.nodes.iter().copied().find(|i| allowed(*i)) else {
-                continue;
+            // The class's first allowed node: mostly its lowest, read without its set.
+            let first = if allowed(lowest) {
+                lowest
+            } else {
+                match class
+                    .nodes
+                    .range(lowest.saturating_add(1)..)
+                    .copied()
+                    .find(|i| allowed(*i))
+                {
+                    Some(first) => first,
+                    None => continue,
+                }
             };
             let rank = (score, Reverse(first));
             if best.as_ref().is_none_or(|(b, _)| rank > *b) {

@@ -124,6 +124,38 @@ pub(super) fn at_once() -> bool {
 }
 
 impl<'a> Cycle<'a> {
+    /// Counts a victim candidate of team slot `slot` at tier `priority` in or out (see
+    /// `victim_tiers`).
+    pub(super) fn count_victim_tier(&mut self, slot: usize, priority: i64, add: bool) {
+        if self.victim_tiers.len() <= slot {
+            self.victim_tiers.resize_with(slot + 1, Vec::new);
+        }
+        let Some(tiers) = self.victim_tiers.get_mut(slot) else {
+            return;
+        };
+        let at = match tiers.iter().position(|(p, _)| *p == priority) {
+            Some(at) => at,
+            None => {
+                tiers.push((priority, 0));
+                tiers.len() - 1
+            }
+        };
+        if let Some((_, count)) = tiers.get_mut(at) {
+            *count = if add {
+                *count + 1
+            } else {
+                count.saturating_sub(1)
+            };
+        }
+    }
+
+    /// Whether team slot `slot` has a victim candidate not evicted below `priority`.
+    pub(super) fn has_victim_below(&self, slot: usize, priority: i64) -> bool {
+        self.victim_tiers
+            .get(slot)
+            .is_some_and(|tiers| tiers.iter().any(|(p, c)| *p < priority && *c > 0))
+    }
+
     /// Takes a job's GPUs for the rest of the cycle (placer, quota, fair share).
     pub(super) fn hold(&mut self, js: &'a JobState, choices: Vec<Choice>) {
         for c in &choices {
@@ -289,6 +321,7 @@ impl<'a> Cycle<'a> {
                 }
                 if let Some(slot) = self.team_slot(team_ix) {
                     self.holders_of.push(slot, h);
+                    self.count_victim_tier(slot, v.priority, true);
                 }
                 self.lowest_victim_priority = Some(
                     self.lowest_victim_priority

@@ -85,6 +85,9 @@ struct Cycle<'a> {
     holders_of: holder_lists::HolderLists,
     /// The same, each team's sorted for quota victim searches (on first use).
     quota_order: quota_victims::QuotaOrder,
+    /// Per team slot, its victim candidates not evicted, counted by tier priority: whether
+    /// a team has one below a priority, without reading its holders.
+    victim_tiers: Vec<Vec<(i64, u32)>>,
     /// Every holder by team index, by expected end (`i64::MAX`: no runtime estimate).
     team_ends: BTreeMap<Option<usize>, BTreeSet<(i64, usize)>>,
     /// While the running jobs are held in one batch: the ledger's derived figures and the
@@ -317,6 +320,7 @@ fn decide_cycle(
         ends: BTreeSet::new(),
         holders_of,
         quota_order: quota_victims::QuotaOrder::default(),
+        victim_tiers: Vec::new(),
         team_ends: BTreeMap::new(),
         holding_batch: true,
         ends_built: false,

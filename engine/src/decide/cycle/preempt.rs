@@ -344,11 +344,19 @@ impl<'a> Cycle<'a> {
     /// their victim indexes.
     fn own_victims_team(&self, js: &JobState, priority: i64) -> Option<usize> {
         let team = self.team_ix(js.job.team.as_deref());
-        let lower = self.holders_of(team).iter().any(|h| {
-            self.holders
-                .get(*h)
-                .is_some_and(|x| !x.evicted && x.victim().is_some_and(|v| v.priority < priority))
-        });
+        let lower = self
+            .team_slot(team)
+            .is_some_and(|slot| self.has_victim_below(slot, priority));
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(
+            lower,
+            self.holders_of(team).iter().any(|h| {
+                self.holders.get(*h).is_some_and(|x| {
+                    !x.evicted && x.victim().is_some_and(|v| v.priority < priority)
+                })
+            }),
+            "victim tiers counted out of step"
+        );
         if lower {
             team
         } else {
@@ -423,8 +431,16 @@ impl<'a> Cycle<'a> {
             let Some(holder) = self.holders.get_mut(*h) else {
                 continue;
             };
+            let was_candidate = !holder.evicted;
             holder.evicted = true;
             let holder = holder.clone();
+            if let (true, Some(v), Some(slot)) = (
+                was_candidate,
+                holder.victim(),
+                self.team_slot(holder.team_ix),
+            ) {
+                self.count_victim_tier(slot, v.priority, false);
+            }
             self.end_gives.evict(*h);
             let (grace_s, lost) = holder.victim().map_or((0, 0), |v| (v.grace_s, v.lost));
             self.shares.hold_team(

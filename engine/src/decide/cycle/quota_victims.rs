@@ -19,6 +19,8 @@ use crate::decide::snapshot::JobState;
 const QUOTA_PLACEMENT_TRIES: usize = 4;
 /// At most this many victims, cheapest first, are released while looking for quota room.
 const QUOTA_VICTIMS: usize = 64;
+/// Evicted holders a search steps over in one team's order before the order drops them.
+const PRUNE_EVICTED: usize = 8;
 
 /// Each team slot's victim candidates (holders that rule 1 lets go) by (lost work,
 /// priority, holder), sorted on first use in a cycle.
@@ -64,23 +66,36 @@ impl<'a> Cycle<'a> {
                 continue;
             };
             self.sort_quota_candidates(slot);
-            let order = self
+            let Some(mut order) = self
                 .quota_order
                 .by_slot
-                .get(slot)
-                .and_then(Option::as_ref)
-                .map_or(&[][..], Vec::as_slice);
-            let mut taken = 0;
-            for h in order {
+                .get_mut(slot)
+                .and_then(Option::take)
+            else {
+                continue;
+            };
+            let (mut taken, mut evicted) = (0, 0);
+            for h in &order {
                 if taken == QUOTA_VICTIMS {
                     break;
                 }
-                if let Some((r @ (0, ..), Cause::Reclaim | Cause::OwnTeam)) =
-                    self.victim_rank(*h, asker)
-                {
-                    found.push(r);
-                    taken += 1;
+                match self.victim_rank(*h, asker) {
+                    Some((r @ (0, ..), Cause::Reclaim | Cause::OwnTeam)) => {
+                        found.push(r);
+                        taken += 1;
+                    }
+                    None if self.holders.get(*h).is_some_and(|x| x.evicted) => evicted += 1,
+                    _ => {}
                 }
+            }
+            // The cheapest go first, so evicted holders gather at the head of the order
+            // and later searches would step over them again: they are dropped (an
+            // evicted holder is never a candidate again) once enough are seen.
+            if evicted >= PRUNE_EVICTED {
+                order.retain(|h| !self.holders.get(*h).is_some_and(|x| x.evicted));
+            }
+            if let Some(s) = self.quota_order.by_slot.get_mut(slot) {
+                *s = Some(order);
             }
         }
         if found.len() < QUOTA_VICTIMS {
