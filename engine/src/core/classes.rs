@@ -56,7 +56,16 @@ pub(crate) struct ClassIndex {
     vacant: Vec<usize>,
     by_hash: HashMap<u64, Vec<usize>>,
     class_of: Vec<Option<usize>>,
+    /// Classes that emptied, by key hash, with their evaluations: a trial placement moves
+    /// a node out of a class of its own and back, and nearly every class made in a cycle
+    /// had been made before (15,169 of 15,675 at 12,500 nodes). A class made again takes
+    /// its memo back instead of evaluating every request anew.
+    emptied: HashMap<u64, Vec<Class>>,
+    emptied_count: usize,
 }
+
+/// Emptied classes kept at most; past it they are all dropped.
+const EMPTIED_KEPT: usize = 4096;
 
 /// FxHash-style mixing of a class key: deterministic and cheap; collisions are resolved by
 /// comparing keys.
@@ -100,13 +109,25 @@ impl ClassIndex {
         let id = match found {
             Some(id) => id,
             None => {
-                let class = Class {
-                    kind,
-                    free: free.clone(),
-                    nodes: BTreeSet::new(),
-                    first: usize::MAX,
-                    before: None,
-                    memo: Vec::new(),
+                let again = self.emptied.get_mut(&hash).and_then(|list| {
+                    let at = list
+                        .iter()
+                        .position(|c| c.kind == kind && c.free == *free)?;
+                    Some(list.swap_remove(at))
+                });
+                let class = match again {
+                    Some(class) => {
+                        self.emptied_count -= 1;
+                        class
+                    }
+                    None => Class {
+                        kind,
+                        free: free.clone(),
+                        nodes: BTreeSet::new(),
+                        first: usize::MAX,
+                        before: None,
+                        memo: Vec::new(),
+                    },
                 };
                 let id = match self.vacant.pop() {
                     Some(id) => {
@@ -152,7 +173,7 @@ impl ClassIndex {
             return;
         }
         let hash = key_hash(class.kind, &class.free);
-        *slot = None;
+        let emptied = slot.take();
         self.vacant.push(id);
         if let Some(chain) = self.by_hash.get_mut(&hash) {
             chain.retain(|c| *c != id);
@@ -160,6 +181,20 @@ impl ClassIndex {
                 self.by_hash.remove(&hash);
             }
         }
+        if let Some(mut class) = emptied {
+            if self.emptied_count >= EMPTIED_KEPT {
+                self.forget_emptied();
+            }
+            class.first = usize::MAX;
+            self.emptied.entry(hash).or_default().push(class);
+            self.emptied_count += 1;
+        }
+    }
+
+    /// Drops the emptied classes (their evaluations are for this cycle's workload).
+    pub fn forget_emptied(&mut self) {
+        self.emptied.clear();
+        self.emptied_count = 0;
     }
 
     /// The class `node` is in.

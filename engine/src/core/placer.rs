@@ -263,6 +263,7 @@ impl<'a> Placer<'a> {
             class.memo.clear();
             class.before = None;
         }
+        classes.forget_emptied();
         Placer {
             empty,
             mig_table: mig,
