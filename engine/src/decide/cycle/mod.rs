@@ -22,6 +22,7 @@ mod story;
 mod typical_memo;
 mod victim_cost;
 mod walk_free;
+mod walk_memo;
 
 pub use decider::Decider;
 #[doc(hidden)]

@@ -6,6 +6,7 @@
 
 use super::bookings::{booked_gpus, Booking, NodeBooking};
 use super::walk_free::{FlatWalk, NodeFreeWalk, WalkFree};
+use super::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::{Blocked, Cycle};
 use crate::core::alloc::Request;
 use crate::core::gang::{self, JobShape};
@@ -35,7 +36,12 @@ pub(super) struct RoomIndex {
     accepts: Vec<bool>,
     /// How much of `Cycle::changed` this index has caught up with.
     pub seen: usize,
+    /// The last walks over this index, and the groups changed since.
+    memo: WalkMemo,
 }
+
+/// The groups a walk looks at (`None`: all) and the event it stops before.
+type Only<'m> = Option<(&'m [bool], Option<EventKey>)>;
 
 /// Where an earliest start puts members: how many on the node, and its whole free GPUs
 /// then.
@@ -237,10 +243,55 @@ impl Cycle<'_> {
         runtime: Option<i64>,
     ) -> Option<(i64, Vec<Landing>)> {
         self.index_ends();
-        let (key, index) = self.current_room(shape, gang::required_grouping(shape));
+        let (key, mut index) = self.current_room(shape, gang::required_grouping(shape));
         let members = u64::from(shape.members);
+        // Bookings bring events and caps of their own: such walks are neither reused nor
+        // kept.
+        let walk_key: Option<WalkKey> = self
+            .bookings
+            .is_empty()
+            .then(|| (members, held.map(|(nodes, until)| (nodes.clone(), until))));
+        let reuse = match &walk_key {
+            Some(k) => index.memo.reuse(k),
+            None => Reuse::Afresh,
+        };
+        let walked = match reuse {
+            Reuse::Afresh => self.walk(&index, &key.0, members, held, runtime, None),
+            Reuse::Same(k) => index.memo.walked(k).cloned(),
+            Reuse::Changed(k) => {
+                let last = index.memo.walked(k);
+                let cut = last.map(|w| w.key);
+                let only = Some((index.memo.mask(), cut));
+                match self.walk(&index, &key.0, members, held, runtime, only) {
+                    Some(w) if cut.is_none_or(|c| w.key < c) => Some(w),
+                    _ => last.cloned(),
+                }
+            }
+        };
+        // Tests check every walk reused or over the changed groups against a full one.
+        #[cfg(debug_assertions)]
+        if !matches!(reuse, Reuse::Afresh) {
+            let full = self.walk(&index, &key.0, members, held, runtime, None);
+            debug_assert_eq!(walked, full, "a kept walk differs from a full one");
+        }
+        index.memo.remember(walk_key, walked.clone());
+        self.room_cache.insert(key, index);
+        walked.map(|w| (w.start, w.landing))
+    }
+
+    /// One walk over `index` (all groups, or `only` some up to an event), over flat
+    /// copies of the nodes when the request allows.
+    fn walk(
+        &mut self,
+        index: &RoomIndex,
+        member: &Request,
+        members: u64,
+        held: Option<(&BTreeSet<usize>, i64)>,
+        runtime: Option<i64>,
+        only: Only<'_>,
+    ) -> Option<Walked> {
         let now_free = &self.placer.state().nodes;
-        let flat = key.0.mig_profile.is_none() && self.end_gives.flat();
+        let flat = member.mig_profile.is_none() && self.end_gives.flat();
         let found = if flat {
             let mut flat = std::mem::take(&mut self.flat_free);
             flat.lay_out(&self.placer.empty_state().nodes);
@@ -248,22 +299,21 @@ impl Cycle<'_> {
                 flat: &mut flat,
                 gives: &self.end_gives,
                 now_free,
-                member: &key.0,
+                member,
                 accepts: &index.accepts,
             };
-            let found = self.walk_ends(&index, &key.0, members, held, runtime, &mut walk);
+            let found = self.walk_ends(index, member, members, held, runtime, only, &mut walk);
             self.flat_free = flat;
             found
         } else {
-            self.walk_general(&index, &key.0, members, held, runtime)
+            self.walk_general(index, member, members, held, runtime, only)
         };
         // Tests check the flat walk against the general one at every walk.
         #[cfg(debug_assertions)]
         if flat {
-            let general = self.walk_general(&index, &key.0, members, held, runtime);
+            let general = self.walk_general(index, member, members, held, runtime, only);
             debug_assert_eq!(found, general, "flat and general walks differ");
         }
-        self.room_cache.insert(key, index);
         found
     }
 
@@ -300,7 +350,8 @@ impl Cycle<'_> {
         members: u64,
         held: Option<(&BTreeSet<usize>, i64)>,
         runtime: Option<i64>,
-    ) -> Option<(i64, Vec<Landing>)> {
+        only: Only<'_>,
+    ) -> Option<Walked> {
         let mut scratch = std::mem::take(&mut self.walk_scratch);
         let mut walk = NodeFreeWalk {
             scratch: &mut scratch,
@@ -311,7 +362,7 @@ impl Cycle<'_> {
             empty: &self.placer.empty_state().nodes,
             member,
         };
-        let found = self.walk_ends(index, member, members, held, runtime, &mut walk);
+        let found = self.walk_ends(index, member, members, held, runtime, only, &mut walk);
         self.walk_scratch = scratch;
         found
     }
@@ -372,6 +423,7 @@ impl Cycle<'_> {
             roomy,
             accepts,
             seen: self.changed.len(),
+            memo: WalkMemo::new(groups),
         }
     }
 
@@ -390,6 +442,7 @@ impl Cycle<'_> {
                 continue;
             };
             let s = gang::member_slots(&ctx, node, f, member);
+            index.memo.touch(g);
             if let (Some(slot), Some(r), Some(set)) = (
                 index.slots.get_mut(n),
                 index.room.get_mut(g),
@@ -410,7 +463,8 @@ impl Cycle<'_> {
     /// The walk over expected ends from the current room in `index`. With conservative
     /// backfill's bookings, a booked node counts only the members its spare GPUs hold for
     /// a job of `runtime` starting then; that changes where a booking starts or stops
-    /// overlapping the job, so those times are events too.
+    /// overlapping the job, so those times are events too. With `only`, the other
+    /// groups are passed over and the walk ends before the given event.
     #[allow(clippy::too_many_arguments)]
     fn walk_ends<F: WalkFree>(
         &self,
@@ -419,10 +473,24 @@ impl Cycle<'_> {
         members: u64,
         held: Option<(&BTreeSet<usize>, i64)>,
         runtime: Option<i64>,
+        only: Only<'_>,
         free: &mut F,
-    ) -> Option<(i64, Vec<Landing>)> {
+    ) -> Option<Walked> {
         self.snapshot.fleet.nodes.first()?;
-        let group_of = &index.group_of;
+        let (mask, cut) = match only {
+            Some((mask, cut)) => (Some(mask), cut),
+            None => (None, None),
+        };
+        let looked_at = |g: usize| mask.is_none_or(|m| m.get(g).copied().unwrap_or(false));
+        // The node's group, if the walk looks at it.
+        let group_of = |n: usize| {
+            index
+                .group_of
+                .get(n)
+                .copied()
+                .flatten()
+                .filter(|g| looked_at(*g))
+        };
         let bookings = &self.bookings;
         let gives = &self.end_gives;
         // Nodes whose jobs ended so far (most nodes are never touched), with their
@@ -451,7 +519,7 @@ impl Cycle<'_> {
         let mut room = index.room.clone();
         // Adds to the node's group; whether that group now holds every member.
         let add = |room: &mut Vec<u64>, node: usize, grown: u64, shrunk: u64| -> Option<usize> {
-            let g = group_of.get(node).copied().flatten()?;
+            let g = group_of(node)?;
             let r = room.get_mut(g)?;
             *r = (*r + grown).saturating_sub(shrunk);
             (*r >= members).then_some(g)
@@ -459,7 +527,7 @@ impl Cycle<'_> {
         // Booked nodes count what their spare holds for a start now.
         let mut counted: BTreeMap<usize, u64> = BTreeMap::new();
         for n in bookings.booked_nodes() {
-            if group_of.get(n).copied().flatten().is_none() {
+            if group_of(n).is_none() {
                 continue;
             }
             let c = capped(free, n, self.now);
@@ -475,7 +543,11 @@ impl Cycle<'_> {
                 }
             }
         }
-        let winner = |room: &[u64]| room.iter().position(|r| *r >= members);
+        let winner = |room: &[u64]| {
+            room.iter()
+                .enumerate()
+                .position(|(g, r)| *r >= members && looked_at(g))
+        };
         // The held nodes come free at `held_until` (`usize::MAX` marks that event).
         let held_event = held
             .map(|(_, until)| (until, usize::MAX))
@@ -509,7 +581,9 @@ impl Cycle<'_> {
                 (None, None) => None,
             }
         });
-        let mut found = winner(&room).map(|g| (self.now, g));
+        // (start, group, event) of the first group to hold every member.
+        let mut found: Option<(i64, usize, EventKey)> =
+            winner(&room).map(|g| (self.now, g, (i64::MIN, 0, g)));
         for event in events {
             if found.is_some() {
                 break;
@@ -517,21 +591,25 @@ impl Cycle<'_> {
             let (end, h) = match event {
                 Ok(e) => e,
                 Err((at, booking)) => {
-                    for n in bookings.nodes_of(booking) {
+                    for (i, n) in bookings.nodes_of(booking).enumerate() {
                         let Some(before) = counted.get(&n).copied() else {
                             continue;
                         };
                         let after = capped(free, n, at);
                         counted.insert(n, after);
                         if let Some(g) = add(&mut room, n, after, before) {
-                            found = found.or(Some((at, g)));
+                            found = found.or(Some((at, g, (at, usize::MAX - 1, i))));
                         }
                     }
                     continue;
                 }
             };
+            // Past the event the walk stops before, nothing found can win.
+            if cut.is_some_and(|(t, c, _)| (end, h) > (t, c)) {
+                break;
+            }
             if h == usize::MAX {
-                for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
+                for (i, n) in held.iter().flat_map(|(nodes, _)| nodes.iter()).enumerate() {
                     // A booked node comes free only as far as its bookings leave room.
                     let grown = match counted.get(n).copied() {
                         Some(before) => {
@@ -542,12 +620,12 @@ impl Cycle<'_> {
                         None => add(&mut room, *n, slots(free, *n, end), 0),
                     };
                     if let Some(g) = grown {
-                        found = found.or(Some((end, g)));
+                        found = found.or(Some((end, g, (end, h, i))));
                     }
                 }
             }
             for (m, (k, node)) in gives.members(h).enumerate() {
-                if group_of.get(node).copied().flatten().is_none() {
+                if group_of(node).is_none() {
                     continue;
                 }
                 let before = match counted.get(&node) {
@@ -564,11 +642,11 @@ impl Cycle<'_> {
                 };
                 if let Some(g) = add(&mut room, node, after, before) {
                     // Members of one event may grow several groups: the first wins.
-                    found = found.or(Some((end, g)));
+                    found = found.or(Some((end, g, (end, h, m))));
                 }
             }
         }
-        let (start, g) = found?;
+        let (start, g, key) = found.filter(|f| cut.is_none_or(|c| f.2 < c))?;
         // The nodes that hold the members, roomiest first. Only a node with a slot now,
         // one the walk touched, or a booked one can have room.
         let mut candidates: Vec<usize> = index
@@ -579,7 +657,7 @@ impl Cycle<'_> {
             .chain(free.touched())
             .chain(counted.keys())
             .copied()
-            .filter(|n| group_of.get(*n).copied().flatten() == Some(g))
+            .filter(|n| group_of(*n) == Some(g))
             .collect();
         candidates.sort_unstable();
         candidates.dedup();
@@ -605,6 +683,11 @@ impl Cycle<'_> {
             });
             need = need.saturating_sub(s);
         }
-        Some((start, chosen))
+        Some(Walked {
+            start,
+            landing: chosen,
+            group: g,
+            key,
+        })
     }
 }
