@@ -62,10 +62,15 @@ pub(crate) struct ClassIndex {
     /// its memo back instead of evaluating every request anew.
     emptied: HashMap<u64, Vec<Class>>,
     emptied_count: usize,
+    /// Evaluation slots (`Class::memo` entries) the emptied classes hold.
+    emptied_slots: usize,
 }
 
 /// Emptied classes kept at most; past it they are all dropped.
 const EMPTIED_KEPT: usize = 4096;
+/// Evaluation slots they may hold together (a memo is as long as the highest request id
+/// evaluated on the class, ~80 bytes a slot): about 20 MB.
+const EMPTIED_SLOTS: usize = 1 << 18;
 
 /// FxHash-style mixing of a class key: deterministic and cheap; collisions are resolved by
 /// comparing keys.
@@ -118,6 +123,7 @@ impl ClassIndex {
                 let class = match again {
                     Some(class) => {
                         self.emptied_count -= 1;
+                        self.emptied_slots -= class.memo.len();
                         class
                     }
                     None => Class {
@@ -182,12 +188,17 @@ impl ClassIndex {
             }
         }
         if let Some(mut class) = emptied {
-            if self.emptied_count >= EMPTIED_KEPT {
+            let slots = class.memo.len();
+            if slots > EMPTIED_SLOTS {
+                return;
+            }
+            if self.emptied_count >= EMPTIED_KEPT || self.emptied_slots + slots > EMPTIED_SLOTS {
                 self.forget_emptied();
             }
             class.first = usize::MAX;
             self.emptied.entry(hash).or_default().push(class);
             self.emptied_count += 1;
+            self.emptied_slots += slots;
         }
     }
 
@@ -195,6 +206,7 @@ impl ClassIndex {
     pub fn forget_emptied(&mut self) {
         self.emptied.clear();
         self.emptied_count = 0;
+        self.emptied_slots = 0;
     }
 
     /// The class `node` is in.
@@ -222,5 +234,68 @@ impl ClassIndex {
     /// The class in `slot`, if any.
     pub fn slot(&self, slot: usize) -> Option<&Class> {
         self.slab.get(slot).and_then(Option::as_ref)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "test code")]
+mod tests {
+    use super::*;
+
+    fn free(milli: u32) -> NodeFree {
+        NodeFree {
+            cpu_milli: 64_000,
+            memory_mib: 512_000,
+            gpu_milli: vec![milli; 8],
+            mig: vec![None; 8],
+            vram_mib: vec![81_920; 8],
+        }
+    }
+
+    #[test]
+    fn a_class_made_again_takes_its_evaluations_back() {
+        let mut ix = ClassIndex::new(4);
+        ix.enter(2, 0, &free(1000));
+        ix.enter(0, 0, &free(1000));
+        ix.of_mut(0).unwrap().put(3, None);
+        assert_eq!(ix.of_mut(2).unwrap().first(), 0);
+        ix.leave(0);
+        assert_eq!(ix.of_mut(2).unwrap().first(), 2);
+        ix.leave(2);
+        // The same key again: the evaluation is back, the nodes are the new ones.
+        ix.enter(1, 0, &free(1000));
+        let again = ix.of_mut(1).unwrap();
+        assert_eq!(again.get(3), Some(&None));
+        assert_eq!((again.first(), again.nodes.len()), (1, 1));
+        // Another key (or kind) starts without evaluations.
+        ix.enter(2, 0, &free(500));
+        ix.enter(3, 1, &free(1000));
+        assert_eq!(ix.of_mut(2).unwrap().get(3), None);
+        assert_eq!(ix.of_mut(3).unwrap().get(3), None);
+        // Dropped when a kept placer resumes.
+        ix.leave(1);
+        ix.forget_emptied();
+        ix.enter(1, 0, &free(1000));
+        assert_eq!(ix.of_mut(1).unwrap().get(3), None);
+    }
+
+    #[test]
+    fn emptied_classes_hold_a_bounded_number_of_evaluations() {
+        let mut ix = ClassIndex::new(1);
+        for m in 0..2_000u32 {
+            ix.enter(0, 0, &free(m));
+            // A late request id makes a long memo.
+            ix.of_mut(0).unwrap().put(999, None);
+            ix.leave(0);
+            assert!(ix.emptied_slots <= EMPTIED_SLOTS);
+            assert!(ix.emptied_count <= EMPTIED_KEPT);
+        }
+        assert!(ix.emptied_count > 0);
+        // A memo longer than the bound is not kept at all.
+        ix.enter(0, 0, &free(5_000));
+        ix.of_mut(0).unwrap().put(EMPTIED_SLOTS, None);
+        ix.leave(0);
+        ix.enter(0, 0, &free(5_000));
+        assert_eq!(ix.of_mut(0).unwrap().get(EMPTIED_SLOTS), None);
     }
 }
