@@ -114,6 +114,8 @@ impl ClassIndex {
         let id = match found {
             Some(id) => id,
             None => {
+                // A list left empty stays: its key tends to empty again, and its room is
+                // reused then (dropping it cost an allocation per class made again).
                 let again = self.emptied.get_mut(&hash).and_then(|list| {
                     let at = list
                         .iter()
