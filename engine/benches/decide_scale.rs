@@ -23,7 +23,8 @@
     reason = "benchmark setup: a broken fixture should stop the run"
 )]
 
-// The allocator `gantry` ships with (engine/gantry/src/main.rs).
+// The allocator `gantry` ships with (engine/gantry/src/main.rs), with transparent huge
+// pages as `gantry plan` and `serve` keep them (.cargo/config.toml, engine/src/pages.rs).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -109,6 +109,8 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() {
+    // As `gantry simulate` runs: without transparent huge pages (engine/src/pages.rs).
+    engine::pages::small_pages_only();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let write = args
         .iter()

@@ -6,6 +6,7 @@ pub mod core;
 pub mod decide;
 pub mod inventory;
 pub mod lsp;
+pub mod pages;
 pub mod scale;
 pub mod serve;
 pub mod sim;

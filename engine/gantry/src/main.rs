@@ -12,6 +12,11 @@ fn main() -> std::process::ExitCode {
     // setting is refused the allocator works as before, so the error is ignored.
     #[cfg(all(unix, not(target_env = "musl")))]
     let _ = tikv_jemalloc_ctl::background_thread::write(true);
+    // Huge pages pay for the decision cycles of `plan` and `serve`, not for the rest
+    // (engine/src/pages.rs).
+    if !engine::pages::wants_huge_pages(std::env::args_os().nth(1).as_deref()) {
+        engine::pages::small_pages_only();
+    }
     // Standard output is buffered, not locked: `lsp` speaks JSON-RPC on it from other
     // threads, and `serve` logs to standard error from other threads.
     let stdout = std::io::BufWriter::new(std::io::stdout());
