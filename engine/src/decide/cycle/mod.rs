@@ -10,6 +10,7 @@ mod intake;
 mod job_lookup;
 mod job_memo;
 mod names;
+mod node_bits;
 mod preempt;
 mod queue_order;
 mod quota_gate;
@@ -65,6 +66,11 @@ struct Cycle<'a> {
     /// Holder records not written yet (until [`Cycle::record_holders`]).
     unrecorded: holding::Unrecorded<'a>,
     reservation: Option<Reserved>,
+    /// The reservation's start and nodes as bits, for the node check of every placement
+    /// (set with `reservation`).
+    held: Option<(i64, std::rc::Rc<node_bits::NodeBits>)>,
+    /// Nodes that take no new jobs (closed or interrupted), as bits.
+    takes_none: std::rc::Rc<node_bits::NodeBits>,
     /// Conservative backfill's reservations (`reservation_depth` > 1), shared with the
     /// node checks of the job being placed.
     bookings: std::rc::Rc<bookings::Bookings>,
@@ -310,6 +316,10 @@ fn decide_cycle(
         holders,
         unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),
         reservation: None,
+        held: None,
+        takes_none: std::rc::Rc::new(node_bits::NodeBits::of(
+            snapshot.closed.iter().chain(&snapshot.interrupted).copied(),
+        )),
         bookings: std::rc::Rc::default(),
         starving_booked: 0,
         running_submits: None,
@@ -712,19 +722,30 @@ impl<'a> Cycle<'a> {
     /// (with a reason).
     fn place(&mut self, js: &'a JobState, shape: &JobShape) -> Outcome {
         let ends_at = self.runtime(js).map(|r| self.now + r);
-        let reservation = self.reservation.clone();
+        let held = self.held.clone();
+        let takes_none = std::rc::Rc::clone(&self.takes_none);
         let bookings = std::rc::Rc::clone(&self.bookings);
         let (now, member) = (self.now, &shape.member);
-        let snapshot = self.snapshot;
-        let respects = |r: &Option<Reserved>, node: usize| {
-            snapshot.takes_new(node)
-                && match r {
-                    Some(res) => {
-                        !res.nodes.contains(&node) || ends_at.is_some_and(|e| e <= res.start_at)
-                    }
-                    None => true,
-                }
-                && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at))
+        #[cfg(debug_assertions)]
+        let (reservation, snapshot) = (self.reservation.clone(), self.snapshot);
+        let respects = |node: usize| {
+            let fast = !takes_none.has(node)
+                && held.as_ref().is_none_or(|(start_at, nodes)| {
+                    !nodes.has(node) || ends_at.is_some_and(|e| e <= *start_at)
+                })
+                && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at));
+            // The sets as the snapshot and the reservation have them.
+            #[cfg(debug_assertions)]
+            debug_assert_eq!(
+                fast,
+                snapshot.takes_new(node)
+                    && reservation.as_ref().is_none_or(|r| {
+                        !r.nodes.contains(&node) || ends_at.is_some_and(|e| e <= r.start_at)
+                    })
+                    && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at)),
+                "node check of node {node}"
+            );
+            fast
         };
         self.tell_quota(js);
         let blocked = match self.quota_gate(js, shape) {
@@ -742,9 +763,8 @@ impl<'a> Cycle<'a> {
                 // Free capacity only grows when a running job is released; until then a
                 // shape that did not fit still does not.
                 let memo_key = (
-                    reservation
-                        .as_ref()
-                        .map(|r| (r.start_at, ends_at.is_some_and(|e| e <= r.start_at))),
+                    held.as_ref()
+                        .map(|(start_at, _)| (*start_at, ends_at.is_some_and(|e| e <= *start_at))),
                     // Bookings let a job through by its end.
                     (!bookings.is_empty()).then_some(ends_at),
                 );
@@ -752,7 +772,7 @@ impl<'a> Cycle<'a> {
                     Some((epoch, why)) if *epoch == self.released => {
                         Err(Blocked::Capacity(why.clone()))
                     }
-                    _ => self.try_place_keeping(js, shape, &|i| respects(&reservation, i), true),
+                    _ => self.try_place_keeping(js, shape, &respects, true),
                 };
                 // Several members on one booked node may together take what one alone
                 // could: such a placement would delay a reservation.
@@ -791,7 +811,7 @@ impl<'a> Cycle<'a> {
         // Preemption and explanations read the holders; a placement that fits at once
         // does not.
         self.record_holders();
-        if let Some(done) = self.preempt(js, shape, &blocked, &|i| respects(&reservation, i)) {
+        if let Some(done) = self.preempt(js, shape, &blocked, &respects) {
             return done;
         }
         let reason = self.explain(js, shape, blocked);

@@ -5,6 +5,7 @@
 //! required topology group.
 
 use super::bookings::{booked_gpus, Booking, NodeBooking};
+use super::node_bits::NodeBits;
 use super::walk_free::{FlatWalk, NodeFreeWalk, WalkFree};
 use super::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::{Blocked, Cycle};
@@ -169,11 +170,13 @@ impl Cycle<'_> {
             });
             return Some((start, !within_depth));
         }
+        let nodes: BTreeSet<usize> = landing.iter().map(|l| l.node).collect();
+        self.held = Some((start, std::rc::Rc::new(NodeBits::of(nodes.iter().copied()))));
         self.reservation = Some(Reserved {
             job: js.id().to_string(),
             start_at: start,
             ends_at,
-            nodes: landing.iter().map(|l| l.node).collect(),
+            nodes,
         });
         Some((start, false))
     }
