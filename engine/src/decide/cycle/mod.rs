@@ -319,6 +319,7 @@ fn decide_cycle(
         held: None,
         takes_none: std::rc::Rc::new(node_bits::NodeBits::of(
             snapshot.closed.iter().chain(&snapshot.interrupted).copied(),
+            fleet.nodes.len(),
         )),
         bookings: std::rc::Rc::default(),
         starving_booked: 0,

@@ -6,9 +6,11 @@
 pub(super) struct NodeBits(Vec<u64>);
 
 impl NodeBits {
-    pub(super) fn of(nodes: impl IntoIterator<Item = usize>) -> NodeBits {
+    /// The nodes numbered below `below` (the fleet's size: a number past it is no node,
+    /// and would only make the set as large).
+    pub(super) fn of(nodes: impl IntoIterator<Item = usize>, below: usize) -> NodeBits {
         let mut words: Vec<u64> = Vec::new();
-        for node in nodes {
+        for node in nodes.into_iter().filter(|n| *n < below) {
             let word = node / 64;
             if words.len() <= word {
                 words.resize(word + 1, 0);
@@ -34,11 +36,20 @@ mod tests {
     #[test]
     fn holds_exactly_its_nodes() {
         let nodes = [0usize, 5, 63, 64, 130, 4_095];
-        let bits = NodeBits::of(nodes);
+        let bits = NodeBits::of(nodes, 5_000);
         for n in 0..5_000 {
             assert_eq!(bits.has(n), nodes.contains(&n), "node {n}");
         }
         assert!(!NodeBits::default().has(0));
-        assert!(!NodeBits::of([]).has(usize::MAX));
+        assert!(!NodeBits::of([], 10).has(usize::MAX));
+    }
+
+    #[test]
+    fn numbers_past_the_fleet_are_left_out() {
+        let bits = NodeBits::of([3, 10, usize::MAX], 10);
+        assert!(bits.has(3));
+        assert!(!bits.has(10));
+        assert!(!bits.has(usize::MAX));
+        assert_eq!(bits, NodeBits::of([3], 10));
     }
 }

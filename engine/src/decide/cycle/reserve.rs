@@ -171,7 +171,11 @@ impl Cycle<'_> {
             return Some((start, !within_depth));
         }
         let nodes: BTreeSet<usize> = landing.iter().map(|l| l.node).collect();
-        self.held = Some((start, std::rc::Rc::new(NodeBits::of(nodes.iter().copied()))));
+        let fleet_size = self.snapshot.fleet.nodes.len();
+        self.held = Some((
+            start,
+            std::rc::Rc::new(NodeBits::of(nodes.iter().copied(), fleet_size)),
+        ));
         self.reservation = Some(Reserved {
             job: js.id().to_string(),
             start_at: start,
