@@ -652,7 +652,7 @@ impl<'a> Cycle<'a> {
     ) -> Option<(Vec<Choice>, bool)> {
         let choice = self.placer.choose_among(&[node], &shape.member)?;
         let choices = vec![choice];
-        let borrowing = self.quota_allows(js, &choices).ok()?;
+        let borrowing = self.quota_allows_quietly(js, &choices)?;
         Some((choices, borrowing))
     }
 
@@ -727,9 +727,9 @@ impl<'a> Cycle<'a> {
                     .all(|c| placed.0.iter().all(|p| p.node != c.node))
             });
             if apart {
-                match self.quota_allows(js, &placed.0) {
-                    Ok(borrowing) => placed.1 = borrowing,
-                    Err(_) => {
+                match self.quota_allows_quietly(js, &placed.0) {
+                    Some(borrowing) => placed.1 = borrowing,
+                    None => {
                         self.release_holder(h);
                         needed.push(h);
                     }
