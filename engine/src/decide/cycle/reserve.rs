@@ -44,6 +44,17 @@ pub(super) struct RoomIndex {
 /// The groups a walk looks at (`None`: all) and the event it stops before.
 type Only<'m> = Option<(&'m [bool], Option<EventKey>)>;
 
+/// What an earliest-start walk looks for: room for `members` of `member`, the nodes a
+/// reservation holds until its end (`held`), a job of `runtime`, over `only` some groups.
+#[derive(Clone, Copy)]
+struct WalkFor<'w> {
+    member: &'w Request,
+    members: u64,
+    held: Option<(&'w BTreeSet<usize>, i64)>,
+    runtime: Option<i64>,
+    only: Only<'w>,
+}
+
 /// Where an earliest start puts members: how many on the node, and its whole free GPUs
 /// then.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -262,14 +273,21 @@ impl Cycle<'_> {
             Some(k) => index.memo.reuse(k),
             None => Reuse::Afresh,
         };
+        let all = WalkFor {
+            member: &key.0,
+            members,
+            held,
+            runtime,
+            only: None,
+        };
         let walked = match reuse {
-            Reuse::Afresh => self.walk(&index, &key.0, members, held, runtime, None),
+            Reuse::Afresh => self.walk(&index, all),
             Reuse::Same(k) => index.memo.walked(k).cloned(),
             Reuse::Changed(k) => {
                 let last = index.memo.walked(k);
                 let cut = last.map(|w| w.key);
                 let only = Some((index.memo.mask(), cut));
-                match self.walk(&index, &key.0, members, held, runtime, only) {
+                match self.walk(&index, WalkFor { only, ..all }) {
                     Some(w) if cut.is_none_or(|c| w.key < c) => Some(w),
                     _ => last.cloned(),
                 }
@@ -278,7 +296,7 @@ impl Cycle<'_> {
         // Tests check every walk reused or over the changed groups against a full one.
         #[cfg(debug_assertions)]
         if !matches!(reuse, Reuse::Afresh) {
-            let full = self.walk(&index, &key.0, members, held, runtime, None);
+            let full = self.walk(&index, all);
             debug_assert_eq!(walked, full, "a kept walk differs from a full one");
         }
         index.memo.remember(walk_key, walked.clone());
@@ -288,16 +306,9 @@ impl Cycle<'_> {
 
     /// One walk over `index` (all groups, or `only` some up to an event), over flat
     /// copies of the nodes when the request allows.
-    fn walk(
-        &mut self,
-        index: &RoomIndex,
-        member: &Request,
-        members: u64,
-        held: Option<(&BTreeSet<usize>, i64)>,
-        runtime: Option<i64>,
-        only: Only<'_>,
-    ) -> Option<Walked> {
+    fn walk(&mut self, index: &RoomIndex, ask: WalkFor<'_>) -> Option<Walked> {
         let now_free = &self.placer.state().nodes;
+        let member = ask.member;
         let flat = member.mig_profile.is_none() && self.end_gives.flat();
         let found = if flat {
             let mut flat = std::mem::take(&mut self.flat_free);
@@ -309,16 +320,16 @@ impl Cycle<'_> {
                 member,
                 accepts: &index.accepts,
             };
-            let found = self.walk_ends(index, member, members, held, runtime, only, &mut walk);
+            let found = self.walk_ends(index, ask, &mut walk);
             self.flat_free = flat;
             found
         } else {
-            self.walk_general(index, member, members, held, runtime, only)
+            self.walk_general(index, ask)
         };
         // Tests check the flat walk against the general one at every walk.
         #[cfg(debug_assertions)]
         if flat {
-            let general = self.walk_general(index, member, members, held, runtime, only);
+            let general = self.walk_general(index, ask);
             debug_assert_eq!(found, general, "flat and general walks differ");
         }
         found
@@ -350,15 +361,7 @@ impl Cycle<'_> {
     }
 
     /// [`Cycle::walk_ends`] over `NodeFree` copies (any request).
-    fn walk_general(
-        &mut self,
-        index: &RoomIndex,
-        member: &Request,
-        members: u64,
-        held: Option<(&BTreeSet<usize>, i64)>,
-        runtime: Option<i64>,
-        only: Only<'_>,
-    ) -> Option<Walked> {
+    fn walk_general(&mut self, index: &RoomIndex, ask: WalkFor<'_>) -> Option<Walked> {
         let mut scratch = std::mem::take(&mut self.walk_scratch);
         let mut walk = NodeFreeWalk {
             scratch: &mut scratch,
@@ -367,9 +370,9 @@ impl Cycle<'_> {
             nodes: &self.snapshot.fleet.nodes,
             now_free: &self.placer.state().nodes,
             empty: &self.placer.empty_state().nodes,
-            member,
+            member: ask.member,
         };
-        let found = self.walk_ends(index, member, members, held, runtime, only, &mut walk);
+        let found = self.walk_ends(index, ask, &mut walk);
         self.walk_scratch = scratch;
         found
     }
@@ -472,17 +475,19 @@ impl Cycle<'_> {
     /// a job of `runtime` starting then; that changes where a booking starts or stops
     /// overlapping the job, so those times are events too. With `only`, the other
     /// groups are passed over and the walk ends before the given event.
-    #[allow(clippy::too_many_arguments)]
     fn walk_ends<F: WalkFree>(
         &self,
         index: &RoomIndex,
-        member: &Request,
-        members: u64,
-        held: Option<(&BTreeSet<usize>, i64)>,
-        runtime: Option<i64>,
-        only: Only<'_>,
+        ask: WalkFor<'_>,
         free: &mut F,
     ) -> Option<Walked> {
+        let WalkFor {
+            member,
+            members,
+            held,
+            runtime,
+            only,
+        } = ask;
         self.snapshot.fleet.nodes.first()?;
         let (mask, cut) = match only {
             Some((mask, cut)) => (Some(mask), cut),
