@@ -10,6 +10,7 @@ mod cycle;
 pub mod fairshare;
 pub mod plan;
 pub mod quota;
+mod quota_block;
 pub mod snapshot;
 
 #[doc(hidden)]

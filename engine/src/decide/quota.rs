@@ -11,6 +11,7 @@
 //! for every placement tried, and an index beats a lookup by name there.
 
 use super::bucket_map::BucketMap;
+pub use super::quota_block::QuotaBlock;
 use lang::ir::{Program, Team};
 
 /// Which guarantee a placement counts against: a pool the team has a per-pool guarantee
@@ -208,44 +209,6 @@ pub struct Ledger {
     settled: bool,
 }
 
-/// Why a charge does not fit the quotas.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QuotaBlock {
-    pub message: String,
-    pub unblock: String,
-    /// Milli-GPUs the team's own running jobs must free first, when the block is its
-    /// burst (or, for a job that must stay inside it, its guarantee).
-    pub own_to_free: Option<u64>,
-}
-
-impl QuotaBlock {
-    /// The team's own `limit` (its burst, or the guarantee a job must stay inside) holds
-    /// the job: its own running jobs must free the difference.
-    pub fn own_limit(message: String, team: &str, used: u64, limit: u64, need: u64) -> QuotaBlock {
-        let free = (used + need).saturating_sub(limit);
-        QuotaBlock {
-            message,
-            unblock: format!("fits when {team}'s running jobs free {}", Gpus(free)),
-            own_to_free: Some(free),
-        }
-    }
-
-    fn over_burst(team: &str, used: u64, burst: u64, need: u64) -> QuotaBlock {
-        QuotaBlock::own_limit(
-            format!(
-                "team {team} uses {} and may burst to {}; this job needs {} more",
-                Gpus(used),
-                Gpus(burst),
-                Gpus(need)
-            ),
-            team,
-            used,
-            burst,
-            need,
-        )
-    }
-}
-
 pub fn gpus(milli: u64) -> String {
     Gpus(milli).to_string()
 }
@@ -317,6 +280,11 @@ impl Ledger {
     /// The team's name, for messages.
     pub fn name(&self, team: Option<TeamIx>) -> &str {
         self.book(team).map_or("-", |b| b.name.as_str())
+    }
+
+    /// The team's cohort, for messages.
+    pub fn cohort_name(&self, team: Option<TeamIx>) -> Option<&str> {
+        self.book(team).and_then(|b| b.cohort.as_deref())
     }
 
     /// Counts `milli` of `team`'s usage in `pool` (uncounted teams are ignored).
@@ -466,24 +434,22 @@ impl Ledger {
         let Some(b) = self.books.get(t) else {
             return Ok(());
         };
-        let name = b.name.as_str();
         let excess = match self.breaks(t, excess_before) {
             None => return Ok(()),
             Some(Break::Burst(burst)) => {
                 let before = b.total_used() - need;
-                return Err(QuotaBlock::over_burst(name, before, burst, need));
+                return Err(QuotaBlock::over_burst(t, before, burst, need));
             }
             Some(Break::Short(excess)) => excess,
         };
         let short = excess - self.unguaranteed.max(excess_before);
-        let cohort = b.cohort.as_deref();
         // A peer with idle guarantee it does not lend could cover the shortfall.
         let lender = b.cohort_ix.and_then(|c| {
             self.books
                 .iter()
                 .enumerate()
                 .filter(|(i, p)| *i != t && p.cohort_ix == Some(c))
-                .map(|(_, p)| {
+                .map(|(i, p)| {
                     let idle: u64 = p
                         .guaranteed
                         .iter()
@@ -491,40 +457,19 @@ impl Ledger {
                         .sum();
                     // What it lends of that idle guarantee ([`Book::lendable`]).
                     let lendable = p.lend.map_or(idle, |l| idle.min(l));
-                    (p.name.as_str(), idle.saturating_sub(lendable))
+                    (i, p.name.as_str(), idle.saturating_sub(lendable))
                 })
-                .filter(|(_, withheld)| *withheld >= short)
-                .min_by(|a, b| a.1.cmp(&b.1).then_with(|| a.0.cmp(b.0)))
+                .filter(|(_, _, withheld)| *withheld >= short)
+                .min_by(|a, b| a.2.cmp(&b.2).then_with(|| a.1.cmp(b.1)))
+                .map(|(i, _, _)| i)
         });
-        let within = b.borrowed() == 0;
-        let message = if within {
-            format!(
-                "team {name} is within its guarantee, but its idle guarantee is lent out; {} short",
-                Gpus(short)
-            )
-        } else {
-            format!(
-                "team {name} is past its {} guarantee and {} has {} less idle capacity to lend than it needs",
-                Gpus(b.total_guaranteed()),
-                cohort.map_or_else(|| "the fleet".to_string(), |c| format!("cohort {c}")),
-                Gpus(short)
-            )
-        };
-        let unblock = match lender {
-            Some((l, _)) => format!("fits if {l} lends {} more", Gpus(short)),
-            None => match cohort {
-                Some(c) => format!("fits when borrowers in cohort {c} free {}", Gpus(short)),
-                None => format!(
-                    "fits when other teams free {} of unguaranteed capacity",
-                    Gpus(short)
-                ),
-            },
-        };
-        Err(QuotaBlock {
-            message,
-            unblock,
-            own_to_free: None,
-        })
+        Err(QuotaBlock::short(
+            t,
+            b.borrowed() == 0,
+            b.total_guaranteed(),
+            short,
+            lender,
+        ))
     }
 
     /// Which quota team `t`'s usage now breaks, if any (`excess_before`: the fleet's
@@ -658,10 +603,11 @@ impl Ledger {
 
     /// Why `need` more would take `team` past its burst now, if it would.
     pub fn over_burst(&self, team: Option<TeamIx>, need: u64) -> Option<QuotaBlock> {
-        let b = self.book(team)?;
+        let t = team.filter(|t| *t < self.books.len())?;
+        let b = self.books.get(t)?;
         let burst = b.burst?;
         let used = b.total_used();
-        (used + need > burst).then(|| QuotaBlock::over_burst(&b.name, used, burst, need))
+        (used + need > burst).then(|| QuotaBlock::over_burst(t, used, burst, need))
     }
 
     /// Used and guaranteed milli-GPUs of a team, for reports.
@@ -773,6 +719,57 @@ mod tests {
             }
         }
         assert!(yes > 500 && no > 500, "{yes} allowed, {no} not");
+    }
+
+    /// A refusal keeps numbers and team indexes, and reads as the words written at the
+    /// check: the burst, a lender that withholds, the cohort, and the fleet.
+    #[test]
+    fn refusals_read_with_the_ledgers_names() {
+        let checked = lang::check(&[(
+            "p.gantry".to_string(),
+            "use std.nodes.{dgx_h100}\nuse std.tiers\n\
+             pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+             cohort c {\n\
+               team borrower { guaranteed = 2 gpu; burst = 20 gpu }\n\
+               team keeper { guaranteed = 12 gpu; lend = 2 gpu }\n\
+             }\n\
+             team alone { guaranteed = 4 gpu }\n"
+                .to_string(),
+        )]);
+        let program = checked.program.unwrap_or_default();
+        assert_eq!(program.teams.len(), 3, "the test policy checks");
+        // (team, milli-GPUs asked, message, unblock, own to free), each after the usage
+        // change before it; 6 GPUs no team is guaranteed.
+        let cases: [(usize, u64, &str, &str, Option<u64>); 4] = [
+            (0, 2_000, "team borrower uses 19 gpu and may burst to 20 gpu; this job needs 2 gpu more",
+             "fits when borrower's running jobs free 1 gpu", Some(1_000)),
+            // borrower borrows 8: the 6 unguaranteed and the 2 keeper lends.
+            (0, 1_500, "team borrower is past its 2 gpu guarantee and cohort c has 1.5 gpu less idle capacity to lend than it needs",
+             "fits if keeper lends 1.5 gpu more", None),
+            (1, 11_000, "team keeper is within its guarantee, but its idle guarantee is lent out; 1 gpu short",
+             "fits when borrowers in cohort c free 1 gpu", None),
+            (2, 6_000, "team alone is past its 4 gpu guarantee and the fleet has 2 gpu less idle capacity to lend than it needs",
+             "fits when other teams free 2 gpu of unguaranteed capacity", None),
+        ];
+        let changes = [19_000i64, -9_000, 0, 0];
+        let mut ledger = Ledger::new(&program, 24_000);
+        for ((team, milli, message, unblock, free), change) in cases.into_iter().zip(changes) {
+            match change {
+                0 => {}
+                c if c > 0 => ledger.charge(Some(0), Some("a"), c as u64),
+                c => ledger.uncharge(Some(0), Some("a"), c.unsigned_abs()),
+            }
+            let q = ledger.check(Some(team), &[(Some("a"), milli)]);
+            let q = q.err().unwrap_or_else(QuotaBlock::unsaid);
+            assert_eq!(q.message(&ledger), message);
+            assert_eq!(q.unblock(&ledger), unblock);
+            assert_eq!(q.own_to_free, free, "{message}");
+        }
+        assert_eq!(
+            QuotaBlock::unsaid().message(&ledger),
+            "",
+            "a quiet trial writes nothing"
+        );
     }
 
     /// The one-bucket shortcut of `within_guarantee` answers what the merge does, for

@@ -43,7 +43,8 @@ impl Cycle<'_> {
                 }
             }
             Blocked::Quota(q) => {
-                let mut r = Reason::new(ReasonCode::QuotaExhausted, q.message);
+                let (message, unblock) = self.quota_words(&q);
+                let mut r = Reason::new(ReasonCode::QuotaExhausted, message);
                 r.eta_s = q
                     .own_to_free
                     .and_then(|m| self.own_release_eta(js.job.team.as_deref(), m));
@@ -52,10 +53,10 @@ impl Cycle<'_> {
                 let r = r.unblock(match eta {
                     Some(eta) => format!(
                         "{} (in about {}, by their runtime estimates)",
-                        q.unblock,
+                        unblock,
                         human_duration(eta)
                     ),
-                    None => q.unblock,
+                    None => unblock,
                 });
                 if own_limit {
                     self.protected_reason(js, shape, r, true)

@@ -131,6 +131,9 @@ struct Cycle<'a> {
     /// [`Cycle::guarantee_block`]'s messages by (team, tier, used, guaranteed,
     /// need).
     guarantee_blocks: HashMap<GuaranteeBlockKey<'a>, QuotaBlock>,
+    /// Quota blocks written out for waiting jobs (message, unblock): jobs of one team and
+    /// size left waiting by the same shortfall read the same words.
+    quota_words: HashMap<QuotaBlock, (String, String)>,
     /// The lowest tier priority among preemptible running jobs: a job at or below it
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
@@ -350,6 +353,7 @@ fn decide_cycle(
         released: 0,
         unfit: shape_memo::ShapeMemo::default(),
         guarantee_blocks: HashMap::default(),
+        quota_words: HashMap::default(),
         eta_memo: shape_memo::ShapeMemo::default(),
         room_cache: HashMap::default(),
         walk_scratch: walk_free::WalkScratch::default(),
@@ -756,7 +760,9 @@ impl<'a> Cycle<'a> {
             }
             Err(Gate::Later(blocked)) => {
                 if let Blocked::Quota(q) = &blocked {
-                    self.tell(js, |_| format!("quota gate: not now: {}", q.message));
+                    self.tell(js, |c| {
+                        format!("quota gate: not now: {}", q.message(&c.ledger))
+                    });
                 }
                 blocked
             }

@@ -128,11 +128,7 @@ impl<'a> Cycle<'a> {
         if self.placer.quiet {
             // A trial nobody explains: the verdict without its reason.
             if !self.ledger.allows(team, charges) {
-                return Err(QuotaBlock {
-                    message: String::new(),
-                    unblock: String::new(),
-                    own_to_free: None,
-                });
+                return Err(QuotaBlock::unsaid());
             }
         } else {
             self.ledger.check(team, charges)?;
@@ -178,6 +174,16 @@ impl<'a> Cycle<'a> {
             gpus(need)
         );
         QuotaBlock::own_limit(message, name, used, guaranteed, need)
+    }
+
+    /// `q` written out (its message and what unblocks it), memoised.
+    pub(super) fn quota_words(&mut self, q: &QuotaBlock) -> (String, String) {
+        if let Some(words) = self.quota_words.get(q) {
+            return words.clone();
+        }
+        let words = (q.message(&self.ledger), q.unblock(&self.ledger));
+        self.quota_words.insert(q.clone(), words.clone());
+        words
     }
 
     /// Seconds until `team`'s own running jobs free `milli`, by their runtime estimates.

@@ -144,7 +144,7 @@ pub(super) fn attempt(c: &Cycle<'_>, attempt: &Result<(Vec<Choice>, bool), Block
     match attempt {
         Ok((choices, _)) => format!("placement: fits now on {}", c.nodes_of(choices)),
         Err(Blocked::Capacity(u)) => format!("placement: {}", u.message),
-        Err(Blocked::Quota(q)) => format!("placement: room found, but {}", q.message),
+        Err(Blocked::Quota(q)) => format!("placement: room found, but {}", q.message(&c.ledger)),
         Err(Blocked::Reservation(r)) => {
             format!("placement: fits only on GPUs reserved for {}", r.job)
         }
