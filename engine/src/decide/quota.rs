@@ -189,11 +189,16 @@ fn within_by_merge(b: &Book, charges: &[(Option<&str>, u64)]) -> bool {
     used_ok && new_ok
 }
 
-/// A quota a charge breaks: the team's burst, or the fleet's capacity for borrowing
-/// (with the excess borrowing then).
+/// A quota a charge breaks: the team's burst, or the fleet's capacity for borrowing.
 enum Break {
     Burst(u64),
-    Short(u64),
+    /// The fleet's excess borrowing before and after the charge, and what the team
+    /// borrows after it.
+    Short {
+        before: u64,
+        after: u64,
+        borrowed: u64,
+    },
 }
 
 /// Quota accounting for one decision cycle.
@@ -345,13 +350,18 @@ impl Ledger {
         let Some(b) = self.book(team) else {
             return false;
         };
+        // A team that borrows has a bucket past its guarantee already, which no charge
+        // brings back inside it: no bucket is read.
+        if self.settled && b.cached.0 > 0 {
+            debug_assert!(!within_by_merge(b, charges));
+            return false;
+        }
         // Charges to one bucket (nearly every call: a job's members share a pool) need
-        // no merge: no bucket may be over its guarantee already (nothing is borrowed),
-        // and that bucket's room must hold them.
+        // no merge: that bucket's room must hold them.
         if let Some((pool, milli)) = self.settled.then(|| one_bucket(b, charges)).flatten() {
             let used = b.entry_of(&b.used, pool).copied().unwrap_or(0);
             let guaranteed = b.entry_of(&b.guaranteed, pool).copied().unwrap_or(0);
-            let within = b.cached.0 == 0 && used + milli <= guaranteed;
+            let within = used + milli <= guaranteed;
             debug_assert_eq!(within, within_by_merge(b, charges));
             return within;
         }
@@ -365,10 +375,21 @@ impl Ledger {
         team: Option<TeamIx>,
         charges: &[(Option<&str>, u64)],
     ) -> Result<(), QuotaBlock> {
-        if self.allows_checked(team, charges) == Some(true) {
-            return Ok(());
-        }
         let need = charges.iter().map(|c| c.1).sum();
+        if let Some((t, broken)) = self.quick_break(team, charges) {
+            let used = self.books.get(t).map_or(0, Book::total_used);
+            let verdict = match broken {
+                None => Ok(()),
+                Some(broken) => Err(self.block(t, used, need, broken)),
+            };
+            debug_assert_eq!(
+                Some(&verdict),
+                self.charged(team, charges, |l, t, before| l.verdict(t, need, before))
+                    .as_ref(),
+                "quick quota verdict for {charges:?}"
+            );
+            return verdict;
+        }
         self.charged(team, charges, |ledger, t, before| {
             ledger.verdict(t, need, before)
         })
@@ -383,14 +404,34 @@ impl Ledger {
         team: Option<TeamIx>,
         charges: &[(Option<&str>, u64)],
     ) -> Option<bool> {
+        self.quick_break(team, charges).map(|(_, b)| b.is_none())
+    }
+
+    /// Which quota `charges` would break for `team` (as an index), from the book's
+    /// cached figures with them added: the book is not charged. Only when every charge
+    /// goes to one bucket of a settled ledger; `None` otherwise.
+    fn quick_break(
+        &self,
+        team: Option<TeamIx>,
+        charges: &[(Option<&str>, u64)],
+    ) -> Option<(TeamIx, Option<Break>)> {
         let t = team.filter(|t| *t < self.books.len())?;
         let b = self.books.get(t)?;
         let (pool, milli) = self.settled.then(|| one_bucket(b, charges)).flatten()?;
-        if b.burst.is_some_and(|burst| b.total_used() + milli > burst) {
-            return Some(false);
+        if let Some(burst) = b.burst.filter(|burst| b.total_used() + milli > *burst) {
+            return Some((t, Some(Break::Burst(burst))));
         }
-        let (before, after) = self.excess_before_after(t, b.cached_with(pool, milli));
-        Some(!(after > self.unguaranteed && after > before))
+        let cached = b.cached_with(pool, milli);
+        let (before, after) = self.excess_before_after(t, cached);
+        let short = after > self.unguaranteed && after > before;
+        Some((
+            t,
+            short.then_some(Break::Short {
+                before,
+                after,
+                borrowed: cached.0,
+            }),
+        ))
     }
 
     /// [`Ledger::allows_quickly`]; debug builds compare it with the charged verdict.
@@ -428,21 +469,36 @@ impl Ledger {
         Some(judged)
     }
 
-    /// Quotas hold for the current usage; `name` just grew by `need`. Borrowing that was
+    /// Quotas hold for the current usage; team `t` just grew by `need`. Borrowing that was
     /// already over the limit before (a policy change) blocks only charges that add to it.
     fn verdict(&self, t: TeamIx, need: u64, excess_before: u64) -> Result<(), QuotaBlock> {
         let Some(b) = self.books.get(t) else {
             return Ok(());
         };
-        let excess = match self.breaks(t, excess_before) {
-            None => return Ok(()),
-            Some(Break::Burst(burst)) => {
-                let before = b.total_used() - need;
-                return Err(QuotaBlock::over_burst(t, before, burst, need));
-            }
-            Some(Break::Short(excess)) => excess,
+        match self.breaks(t, excess_before) {
+            None => Ok(()),
+            Some(broken) => Err(self.block(t, b.total_used() - need, need, broken)),
+        }
+    }
+
+    /// Why `need` more for team `t`, which uses `used` without it, breaks `broken`.
+    fn block(&self, t: TeamIx, used: u64, need: u64, broken: Break) -> QuotaBlock {
+        match broken {
+            Break::Burst(burst) => QuotaBlock::over_burst(t, used, burst, need),
+            Break::Short {
+                before,
+                after,
+                borrowed,
+            } => self.short_block(t, borrowed == 0, after - self.unguaranteed.max(before)),
+        }
+    }
+
+    /// Team `t` is `short` of what its cohort (or the fleet) can lend; `within`: it
+    /// borrows nothing. Names a cohort peer whose withheld idle guarantee would cover it.
+    fn short_block(&self, t: TeamIx, within: bool, short: u64) -> QuotaBlock {
+        let Some(b) = self.books.get(t) else {
+            return QuotaBlock::short(t, within, 0, short, None);
         };
-        let short = excess - self.unguaranteed.max(excess_before);
         // A peer with idle guarantee it does not lend could cover the shortfall.
         let lender = b.cohort_ix.and_then(|c| {
             self.books
@@ -463,13 +519,7 @@ impl Ledger {
                 .min_by(|a, b| a.2.cmp(&b.2).then_with(|| a.1.cmp(b.1)))
                 .map(|(i, _, _)| i)
         });
-        Err(QuotaBlock::short(
-            t,
-            b.borrowed() == 0,
-            b.total_guaranteed(),
-            short,
-            lender,
-        ))
+        QuotaBlock::short(t, within, b.total_guaranteed(), short, lender)
     }
 
     /// Which quota team `t`'s usage now breaks, if any (`excess_before`: the fleet's
@@ -482,7 +532,11 @@ impl Ledger {
             }
         }
         let excess = self.excess();
-        (excess > self.unguaranteed && excess > excess_before).then_some(Break::Short(excess))
+        (excess > self.unguaranteed && excess > excess_before).then_some(Break::Short {
+            before: excess_before,
+            after: excess,
+            borrowed: b.cached.0,
+        })
     }
 
     /// [`Ledger::check`] without working out why not: for trial placements whose reason
@@ -669,9 +723,9 @@ mod tests {
         assert_eq!(gpus(1), "0.001 gpu");
     }
 
-    /// The quick verdict (no charge to the book) is the charged one, for books counted
-    /// per pool and overall, with and without burst and lend, in and out of a cohort,
-    /// over usages that cross guarantees, lend caps and bursts both ways.
+    /// The quick verdict and refusal (no charge to the book) are the charged ones, for
+    /// books counted per pool and overall, with and without burst and lend, in and out of
+    /// a cohort, over usages that cross guarantees, lend caps and bursts both ways.
     #[test]
     fn quick_quota_verdict_matches_the_charged_one() {
         let checked = lang::check(&[(
@@ -709,6 +763,12 @@ mod tests {
                         let charged = ledger
                             .charged(t, &charges, |l, t, before| l.breaks(t, before).is_none());
                         assert_eq!(quick, charged, "step {step}, team {t:?}, {charges:?}");
+                        // The refusal's words too, worked out without charging the book.
+                        let need = milli * 2;
+                        let words = ledger
+                            .charged(t, &charges, |l, t, before| l.verdict(t, need, before))
+                            .unwrap_or(Ok(()));
+                        assert_eq!(ledger.check(t, &charges), words, "step {step}, {charges:?}");
                         if quick == Some(true) {
                             yes += 1;
                         } else {
