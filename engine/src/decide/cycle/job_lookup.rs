@@ -13,7 +13,36 @@ impl<'a> Cycle<'a> {
 
     /// The job's tier as an index into the policy's tiers.
     pub(super) fn tier_ix(&self, js: &JobState) -> Option<usize> {
-        js.job.tier.as_deref().and_then(|t| self.tier_index.get(t))
+        match self.placing_now(js) {
+            Some((_, tier)) => tier,
+            None => js.job.tier.as_deref().and_then(|t| self.tier_index.get(t)),
+        }
+    }
+
+    /// The job's team as an index ([`Cycle::team_ix`] of its name).
+    pub(super) fn job_team(&self, js: &JobState) -> Option<usize> {
+        match self.placing_now(js) {
+            Some((team, _)) => team,
+            None => self.team_ix(js.job.team.as_deref()),
+        }
+    }
+
+    /// The team and tier indexes of the job being placed, when `js` is it: a job of the
+    /// snapshot keeps its address for the whole cycle, so the address names it.
+    fn placing_now(&self, js: &JobState) -> Option<(Option<usize>, Option<usize>)> {
+        let (at, team, tier) = self.placing?;
+        if at != super::job_address(js) {
+            return None;
+        }
+        debug_assert_eq!(
+            (team, tier),
+            (
+                self.team_ix(js.job.team.as_deref()),
+                js.job.tier.as_deref().and_then(|t| self.tier_index.get(t))
+            ),
+            "the placed job's lookups"
+        );
+        Some((team, tier))
     }
 
     /// The job's team index and tier, remembered by revision when a [`super::Decider`]
@@ -29,7 +58,7 @@ impl<'a> Cycle<'a> {
             .revision
             .and_then(|r| self.memo.as_mut().and_then(|m| m.get(r)));
         known.unwrap_or_else(|| {
-            let resolved = (self.team_ix(js.job.team.as_deref()), self.tier_ix(js));
+            let resolved = (self.job_team(js), self.tier_ix(js));
             if let (Some(r), Some(m)) = (js.revision, self.memo.as_mut()) {
                 m.insert(r, resolved);
             }
@@ -65,7 +94,7 @@ impl<'a> Cycle<'a> {
 
     /// The job's runtime estimate: its own, else its team's default, else its tier's.
     pub(super) fn runtime(&self, js: &JobState) -> Option<i64> {
-        self.runtime_of(js, self.team_ix(js.job.team.as_deref()), self.tier(js))
+        self.runtime_of(js, self.job_team(js), self.tier(js))
     }
 
     /// [`Cycle::runtime`] with the job's team and tier already looked up: its own

@@ -152,6 +152,9 @@ struct Cycle<'a> {
     story: Option<story::Story>,
     /// Jobs' teams and tiers by revision, kept by a [`Decider`].
     memo: Option<job_memo::JobMemo>,
+    /// The job being placed (its address in the snapshot) with its team and tier
+    /// indexes: the placement reads them dozens of times (see `Cycle::job_team`).
+    placing: Option<(usize, Option<usize>, Option<usize>)>,
     /// The running batch's charges, kept by a [`Decider`].
     carry: Option<running_carry::RunningCarry>,
     /// The running members for the placer (a buffer kept with the others in [`Carried`]).
@@ -364,6 +367,7 @@ fn decide_cycle(
         preemptions: stops,
         story,
         memo,
+        placing: None,
         carry: None,
         running: buffers::recycle(running),
     };
@@ -512,6 +516,8 @@ impl<'a> Cycle<'a> {
             let Some(js) = snapshot.jobs.get(*k) else {
                 continue;
             };
+            let (team, tier) = self.resolve_ix(js);
+            self.placing = Some((job_address(js), team, tier));
             let outcome = self.place(js, shape);
             let decision = match outcome {
                 Outcome::Placed {
@@ -540,6 +546,7 @@ impl<'a> Cycle<'a> {
             };
             decisions.push(decision);
         }
+        self.placing = None;
         // Gangs still waiting for members queue behind every job that could run.
         decisions.extend(incomplete);
         let mut position = 0;
@@ -859,7 +866,7 @@ impl<'a> Cycle<'a> {
         within: &dyn Fn(usize) -> bool,
         keep: bool,
     ) -> Result<(Vec<Choice>, bool), Blocked> {
-        let team = self.team_ix(js.job.team.as_deref());
+        let team = self.job_team(js);
         // The team's guaranteed pools it is still inside first, when the job names none.
         let mut guaranteed_first = None;
         if shape.pools.is_empty() {
@@ -958,6 +965,11 @@ enum Blocked {
     Capacity(Unplaced),
     Quota(QuotaBlock),
     Reservation(Reserved),
+}
+
+/// A job's address, which names it while the snapshot holding it is borrowed.
+fn job_address(js: &JobState) -> usize {
+    std::ptr::from_ref(js) as usize
 }
 
 /// Jobs without their own topology take the policy's required level, else its first

@@ -174,7 +174,7 @@ impl<'a> Cycle<'a> {
         }
         let priority = self.priority(js);
         let asker = Asker {
-            team: self.team_ix(js.job.team.as_deref()),
+            team: self.job_team(js),
             priority,
             reclaimable: self.reclaimable(js),
             spared: Vec::new(),
@@ -343,7 +343,7 @@ impl<'a> Cycle<'a> {
     /// is of a lower tier: then rule 2 picks nobody, and askers of every such team share
     /// their victim indexes.
     fn own_victims_team(&self, js: &JobState, priority: i64) -> Option<usize> {
-        let team = self.team_ix(js.job.team.as_deref());
+        let team = self.job_team(js);
         let lower = self
             .team_slot(team)
             .is_some_and(|slot| self.has_victim_below(slot, priority));
@@ -367,7 +367,7 @@ impl<'a> Cycle<'a> {
     /// Borrowing teams of `js`'s cohort, when `js` fits inside its team's guarantee
     /// (overall or in one of its guaranteed pools).
     fn reclaimable(&self, js: &JobState) -> Vec<usize> {
-        let team = self.team_ix(js.job.team.as_deref());
+        let team = self.job_team(js);
         let Some(cohort) = self.ledger.cohort(team) else {
             return Vec::new();
         };

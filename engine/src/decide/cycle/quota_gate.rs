@@ -22,7 +22,7 @@ impl<'a> Cycle<'a> {
     /// `Ok` when the team's quotas could admit `js` in some pool it may use now; a reason
     /// when they never can; `Blocked::Quota` when not now.
     pub(super) fn quota_gate(&mut self, js: &JobState, shape: &JobShape) -> Result<(), Gate> {
-        let ix = self.team_ix(js.job.team.as_deref());
+        let ix = self.job_team(js);
         let team = self.ledger.name(ix);
         let need = js.gpu_milli();
         match self.own_limits(js, shape) {
@@ -71,7 +71,7 @@ impl<'a> Cycle<'a> {
     /// The team's own limits for `js` now, without messages (victim searches ask this
     /// after every victim they add).
     pub(super) fn own_limits(&self, js: &JobState, shape: &JobShape) -> Limits {
-        let ix = self.team_ix(js.job.team.as_deref());
+        let ix = self.job_team(js);
         if !self.ledger.has_team(ix) {
             return Limits::Pass;
         }
@@ -110,7 +110,7 @@ impl<'a> Cycle<'a> {
     pub(super) fn inside_guarantee_only(&self, js: &JobState) -> bool {
         self.tier(js)
             .is_some_and(|t| t.preempt == PreemptMode::Never && !t.borrow)
-            && self.ledger.has_team(self.team_ix(js.job.team.as_deref()))
+            && self.ledger.has_team(self.job_team(js))
     }
 
     /// The quota check for `charges` (pool, milli), with the guarantee-only rule; whether
@@ -120,7 +120,7 @@ impl<'a> Cycle<'a> {
         js: &JobState,
         charges: &[(Option<&str>, u64)],
     ) -> Result<bool, QuotaBlock> {
-        let team = self.team_ix(js.job.team.as_deref());
+        let team = self.job_team(js);
         let within = self.ledger.within_guarantee(team, charges);
         if !within && self.inside_guarantee_only(js) {
             return Err(self.guarantee_block(js, charges.iter().map(|c| c.1).sum()));
@@ -140,7 +140,7 @@ impl<'a> Cycle<'a> {
     /// memoised, since every such job of a team at its guarantee asks with the same
     /// numbers until the team's usage changes.
     fn guarantee_block(&mut self, js: &JobState, need: u64) -> QuotaBlock {
-        let ix = self.team_ix(js.job.team.as_deref());
+        let ix = self.job_team(js);
         let (used, guaranteed) = self.ledger.usage(ix).unwrap_or((0, 0));
         let key = (
             ix,
