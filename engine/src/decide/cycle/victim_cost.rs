@@ -271,13 +271,16 @@ impl<'a> Cycle<'a> {
                 (index, nodes)
             }
             None if overlay => {
-                let nodes: BTreeSet<usize> = self
+                // In node order, once each (a sort, not a tree: thousands of nodes).
+                let mut nodes: Vec<usize> = self
                     .holders_of(asker.team)
                     .iter()
                     .filter_map(|h| self.holders.get(*h))
                     .flat_map(|x| x.choices.iter().map(|c| c.node))
                     .collect();
-                (CostIndex::default(), nodes.into_iter().collect())
+                nodes.sort_unstable();
+                nodes.dedup();
+                (CostIndex::default(), nodes)
             }
             None => {
                 let nodes = (0..self.holders_on.len())
