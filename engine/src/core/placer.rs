@@ -673,6 +673,15 @@ impl<'a> Placer<'a> {
             let Some(&(score, _)) = evaluated(&ctx, node, class, id, req) else {
                 continue;
             };
+            // Its rank is at most its lowest node's: a class that cannot beat the best so
+            // far is not searched for an allowed node (most are not, and `allowed` is the
+            // caller's closure).
+            if best
+                .as_ref()
+                .is_some_and(|(b, _)| (score, Reverse(lowest)) <= *b)
+            {
+                continue;
+            }
             // The class's first allowed node: mostly its lowest, read without its set.
             let first = if allowed(lowest) {
                 lowest
