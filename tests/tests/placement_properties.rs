@@ -296,6 +296,32 @@ proptest! {
         check(&fleet, &jobs, &outcomes, &mig);
         prop_assert_eq!(outcomes, run(&fleet, &jobs, strategy, &mig), "not deterministic");
     }
+
+    /// `Placer::choose` (classes of identical nodes, pruned by their best possible rank)
+    /// picks what ranking every allowed node one by one picks (`choose_among`): the best
+    /// score, then the lowest node. Checked before each placement of a random sequence,
+    /// under a random mask of allowed nodes, for every deterministic strategy.
+    #[test]
+    fn choose_picks_the_best_allowed_node(
+        fleet in fleet_strategy(),
+        jobs in prop::collection::vec(job_strategy(), 1..24),
+        masks in prop::collection::vec(any::<u64>(), 24),
+        s in 1usize..6,
+    ) {
+        let mig = MigTable::from_models(catalog::stdlib_models());
+        let members: Vec<Request> = jobs.iter().map(|j| j.member.clone()).collect();
+        let workload = Workload::typical(&members);
+        let mut placer = Placer::new(&fleet, STRATEGIES[s], &workload, &mig, 7);
+        for (job, mask) in jobs.iter().zip(masks) {
+            // Every node when the mask's low bits are all set, else those of its bits.
+            let allowed = |i: usize| mask & 0b111 == 0b111 || mask >> (i % 64) & 1 == 1;
+            let nodes: Vec<usize> = (0..fleet.nodes.len()).filter(|i| allowed(*i)).collect();
+            let chosen = placer.choose(&job.member, &allowed);
+            prop_assert_eq!(&chosen, &placer.choose_among(&nodes, &job.member));
+            // The cluster fills up as the jobs are placed.
+            let _ = gang::place_job(&mut placer, job);
+        }
+    }
 }
 
 /// Guards against a vacuous property: the generators must produce placed gangs, placed
