@@ -3,7 +3,8 @@
 //! `.cargo/config.toml`): the decision cycle reads records spread over hundreds of MB, and
 //! huge pages spare it most TLB misses. Commands that do not run decision cycles on a large
 //! cluster turn them off, since a huge page costs memory: `gantry check` of a 10 MB policy
-//! peaks at 201 MB with them and 191 MB without (BENCHMARKS.md, "Huge pages").
+//! peaks at 201 MB with them and 191 MB without (BENCHMARKS.md, decision cycle at
+//! scale, "tenth session").
 
 /// Whether `command` (the first argument) runs decision cycles that huge pages speed up.
 pub fn wants_huge_pages(command: Option<&std::ffi::OsStr>) -> bool {

@@ -704,6 +704,14 @@ fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
 mod tests {
     use super::*;
 
+    /// The program of a test policy, which must check and define `teams` teams.
+    fn policy(source: &str, teams: usize) -> Program {
+        let checked = lang::check(&[("p.gantry".to_string(), source.to_string())]);
+        let program = checked.program.unwrap_or_default();
+        assert_eq!(program.teams.len(), teams, "the test policy checks");
+        program
+    }
+
     /// The integer formatting prints what the float one does.
     #[test]
     fn gpus_prints_like_the_float_formatting() {
@@ -728,8 +736,7 @@ mod tests {
     /// a cohort, over usages that cross guarantees, lend caps and bursts both ways.
     #[test]
     fn quick_quota_verdict_matches_the_charged_one() {
-        let checked = lang::check(&[(
-            "p.gantry".to_string(),
+        let program = policy(
             "use std.nodes.{dgx_h100}\nuse std.tiers\n\
              pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
              pool b { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
@@ -737,11 +744,9 @@ mod tests {
                team per_pool { guaranteed = [8 gpu in a, 4 gpu in b]; burst = 20 gpu; lend = 3 gpu }\n\
                team overall { guaranteed = 12 gpu; lend = 6 gpu }\n\
              }\n\
-             team alone { guaranteed = 4 gpu; burst = 10 gpu }\n"
-                .to_string(),
-        )]);
-        let program = checked.program.unwrap_or_default();
-        assert_eq!(program.teams.len(), 3, "the test policy checks");
+             team alone { guaranteed = 4 gpu; burst = 10 gpu }\n",
+            3,
+        );
         // Little capacity no team is guaranteed (2 GPUs): what the cohort lends decides.
         let mut ledger = Ledger::new(&program, 30_000);
         let pools = [Some("a"), Some("b"), Some("c"), None];
@@ -785,35 +790,31 @@ mod tests {
     /// check: the burst, a lender that withholds, the cohort, and the fleet.
     #[test]
     fn refusals_read_with_the_ledgers_names() {
-        let checked = lang::check(&[(
-            "p.gantry".to_string(),
+        let program = policy(
             "use std.nodes.{dgx_h100}\nuse std.tiers\n\
              pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
              cohort c {\n\
                team borrower { guaranteed = 2 gpu; burst = 20 gpu }\n\
                team keeper { guaranteed = 12 gpu; lend = 2 gpu }\n\
              }\n\
-             team alone { guaranteed = 4 gpu }\n"
-                .to_string(),
-        )]);
-        let program = checked.program.unwrap_or_default();
-        assert_eq!(program.teams.len(), 3, "the test policy checks");
-        // (team, milli-GPUs asked, message, unblock, own to free), each after the usage
-        // change before it; 6 GPUs no team is guaranteed.
-        let cases: [(usize, u64, &str, &str, Option<u64>); 4] = [
-            (0, 2_000, "team borrower uses 19 gpu and may burst to 20 gpu; this job needs 2 gpu more",
+             team alone { guaranteed = 4 gpu }\n",
+            3,
+        );
+        // (change to borrower's usage first, team, asked, message, unblock, own to free),
+        // in milli-GPUs; 6 GPUs no team is guaranteed.
+        let cases = [
+            (19_000i64, 0, 2_000, "team borrower uses 19 gpu and may burst to 20 gpu; this job needs 2 gpu more",
              "fits when borrower's running jobs free 1 gpu", Some(1_000)),
             // borrower borrows 8: the 6 unguaranteed and the 2 keeper lends.
-            (0, 1_500, "team borrower is past its 2 gpu guarantee and cohort c has 1.5 gpu less idle capacity to lend than it needs",
+            (-9_000, 0, 1_500, "team borrower is past its 2 gpu guarantee and cohort c has 1.5 gpu less idle capacity to lend than it needs",
              "fits if keeper lends 1.5 gpu more", None),
-            (1, 11_000, "team keeper is within its guarantee, but its idle guarantee is lent out; 1 gpu short",
+            (0, 1, 11_000, "team keeper is within its guarantee, but its idle guarantee is lent out; 1 gpu short",
              "fits when borrowers in cohort c free 1 gpu", None),
-            (2, 6_000, "team alone is past its 4 gpu guarantee and the fleet has 2 gpu less idle capacity to lend than it needs",
+            (0, 2, 6_000, "team alone is past its 4 gpu guarantee and the fleet has 2 gpu less idle capacity to lend than it needs",
              "fits when other teams free 2 gpu of unguaranteed capacity", None),
         ];
-        let changes = [19_000i64, -9_000, 0, 0];
         let mut ledger = Ledger::new(&program, 24_000);
-        for ((team, milli, message, unblock, free), change) in cases.into_iter().zip(changes) {
+        for (change, team, milli, message, unblock, free) in cases {
             match change {
                 0 => {}
                 c if c > 0 => ledger.charge(Some(0), Some("a"), c as u64),
@@ -837,17 +838,14 @@ mod tests {
     /// in one pool is not within it in another).
     #[test]
     fn within_guarantee_by_one_bucket_matches_the_merge() {
-        let checked = lang::check(&[(
-            "p.gantry".to_string(),
+        let program = policy(
             "use std.nodes.{dgx_h100}\nuse std.tiers\n\
              pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
              pool b { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
              team per_pool { guaranteed = [8 gpu in a, 4 gpu in b] }\n\
-             team overall { guaranteed = 12 gpu }\n"
-                .to_string(),
-        )]);
-        let program = checked.program.unwrap_or_default();
-        assert_eq!(program.teams.len(), 2, "the test policy checks");
+             team overall { guaranteed = 12 gpu }\n",
+            2,
+        );
         let mut ledger = Ledger::new(&program, 64_000);
         let pools = [Some("a"), Some("b"), Some("c"), None];
         let (mut within, mut outside) = (0, 0);
