@@ -39,8 +39,8 @@ pub struct Placer<'a> {
     /// Nodes grouped by label value, per topology level (the fleet is static); built on
     /// first use, as most cycles need none or one level.
     groups: BTreeMap<TopologyLevel, std::cell::OnceCell<Groups>>,
-    /// Free resources of the empty fleet, for telling "never fits" from "not now" (on
-    /// first use).
+    /// Free resources of the empty fleet, for telling "never fits" from "not now" (set
+    /// when the placer's state is first built).
     empty: std::cell::OnceCell<ClusterState>,
     mig_table: &'a MigTable,
     /// Why a job shape can never fit this fleet (`None`: it can), memoised per shape.
@@ -199,12 +199,16 @@ impl PlacerState {
         for (i, (kind, free)) in kind_of.iter().zip(&state.nodes).enumerate() {
             classes.enter(i, *kind, free);
         }
+        // The empty fleet's state is the state before any job is held: copied now, while
+        // it is at hand, rather than read again from the fleet's node and GPU records
+        // (about 170,000 cache misses at 12,500 nodes) when preemption first asks.
+        let empty = std::cell::OnceCell::from(state.clone());
         PlacerState {
             state,
             classes,
             kind_of,
             groups,
-            empty: std::cell::OnceCell::new(),
+            empty,
             pool_of,
             pool_ids,
             outside_pools,

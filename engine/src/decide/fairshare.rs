@@ -89,14 +89,19 @@ impl FairShares {
     /// [`FairShares::hold`] for the team at index `team` of the policy's teams (no
     /// lookup by name; an index past them is a team outside fair share).
     pub fn hold_team(&mut self, team: Option<usize>, r: Resources) {
-        let slot = team.and_then(|t| self.slot_of_team.get(t).copied().flatten());
-        self.hold_slot(slot, r);
+        self.hold_slot(self.slot_of_team(team), r);
     }
 
     /// The team's slot, for [`FairShares::hold_slot`] and [`FairShares::share_of_slot`]
     /// (one lookup by name for many calls).
     pub fn slot(&self, team: Option<&str>) -> Option<usize> {
         team.and_then(|t| self.slots.get(t)).copied()
+    }
+
+    /// [`FairShares::slot`] of the team at index `team` of the policy's teams (`None` for
+    /// an index past them: a team outside fair share).
+    pub fn slot_of_team(&self, team: Option<usize>) -> Option<usize> {
+        team.and_then(|t| self.slot_of_team.get(t).copied().flatten())
     }
 
     pub fn hold_slot(&mut self, slot: Option<usize>, r: Resources) {

@@ -450,7 +450,8 @@ impl<'a> Cycle<'a> {
         let mut incomplete = Vec::new();
         // Sized up front: its entries are large, and growing it copied them again.
         let waiting = snapshot.jobs.len().saturating_sub(running_jobs);
-        let mut queue: Vec<(usize, Admission, JobShape)> = Vec::with_capacity(waiting);
+        let mut queue: Vec<queue_order::Queued> = Vec::with_capacity(waiting);
+        let mut shapes = queue_order::QueueShapes::default();
         for (k, js) in snapshot.jobs.iter().enumerate() {
             if js.running.is_some() {
                 continue;
@@ -484,19 +485,28 @@ impl<'a> Cycle<'a> {
                 incomplete.push(self.decision(js, Action::Queue, Some(reason), &admission));
                 continue;
             }
-            let mut shape = js.job.shape.clone();
-            if let Some((_, pool)) = &admission.routed {
-                shape.pools = vec![pool.clone()];
-            }
-            apply_policy_topology(&mut shape, &self.program.placement);
-            queue.push((k, admission, shape));
+            let shape = shapes.number(
+                &js.job.shape,
+                admission.routed.as_ref().map(|(_, pool)| pool.as_str()),
+                &self.program.placement,
+            );
+            // Looked up here, in snapshot order, where the job's record is at hand.
+            let resolved = self.resolve_ix(js);
+            let priority = self.tier_at(resolved.1).map_or(0, |t| t.priority);
+            queue.push(queue_order::Queued {
+                job: k,
+                admission,
+                shape,
+                resolved,
+                key: queue_order::OrderKey::of(js, priority),
+            });
         }
         let order = self.order(&queue);
         if let Some(at) = self.story.as_ref().and_then(|st| {
             order.iter().position(|q| {
                 queue
                     .get(*q)
-                    .and_then(|(k, _, _)| snapshot.jobs.get(*k))
+                    .and_then(|e| snapshot.jobs.get(e.job))
                     .is_some_and(|js| js.id() == st.job)
             })
         }) {
@@ -510,14 +520,23 @@ impl<'a> Cycle<'a> {
         }
         let mut decisions = Vec::with_capacity(waiting);
         for q in order {
-            let Some((k, admission, shape)) = queue.get(q) else {
+            let Some(queue_order::Queued {
+                job,
+                admission,
+                shape,
+                resolved: (team, tier),
+                ..
+            }) = queue.get(q)
+            else {
                 continue;
             };
-            let Some(js) = snapshot.jobs.get(*k) else {
+            let Some(shape) = shapes.list.get(*shape) else {
                 continue;
             };
-            let (team, tier) = self.resolve_ix(js);
-            self.placing = Some((job_address(js), team, tier));
+            let Some(js) = snapshot.jobs.get(*job) else {
+                continue;
+            };
+            self.placing = Some((job_address(js), *team, *tier));
             let outcome = self.place(js, shape);
             let decision = match outcome {
                 Outcome::Placed {

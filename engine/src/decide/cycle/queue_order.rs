@@ -2,40 +2,116 @@
 //! lowest fair share goes next (counting the jobs ahead of it as if placed), with its
 //! oldest job; ties by submit time and id.
 
+use super::job_memo::Resolved;
 use super::Cycle;
 use crate::core::gang::JobShape;
 use crate::decide::admission::Admission;
-use crate::decide::fairshare::FairShares;
+use crate::decide::fairshare::{FairShares, Resources};
+use crate::decide::snapshot::JobState;
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
+
+/// A job that waits, as the queue holds it.
+pub(super) struct Queued<'a> {
+    /// Its index in the snapshot's jobs.
+    pub job: usize,
+    pub admission: Admission,
+    /// Its shape as placed (routed to a pool by admission, with the policy's topology):
+    /// its number in [`QueueShapes`].
+    pub shape: usize,
+    /// Its team and tier as indexes ([`Cycle::resolve_ix`]).
+    pub resolved: Resolved,
+    pub key: OrderKey<'a>,
+}
+
+/// What the order reads of a job, taken when it is queued (in snapshot order, while its
+/// record is at hand): the order then takes jobs in no memory order and reads no record.
+pub(super) struct OrderKey<'a> {
+    priority: i64,
+    submitted_at: i64,
+    id: &'a str,
+    /// What it would hold if placed (fair share).
+    holds: Resources,
+}
+
+/// The shapes of the queue's jobs as placed, each once: most jobs share their shape with
+/// many others, and a copy per job (pool and model names) was made and dropped each cycle.
+#[derive(Default)]
+pub(super) struct QueueShapes<'a> {
+    pub list: Vec<JobShape>,
+    /// By the job's own shape, then the pool admission routed it to.
+    by_source: FxHashMap<&'a JobShape, Vec<(Option<String>, usize)>>,
+}
+
+impl<'a> QueueShapes<'a> {
+    /// The number of `source` routed to `routed` with the policy's topology, made the
+    /// first time it is asked for.
+    pub fn number(
+        &mut self,
+        source: &'a JobShape,
+        routed: Option<&str>,
+        placement: &lang::ir::Placement,
+    ) -> usize {
+        let made = self.by_source.entry(source).or_default();
+        if let Some((_, n)) = made.iter().find(|(pool, _)| pool.as_deref() == routed) {
+            return *n;
+        }
+        let mut shape = source.clone();
+        if let Some(pool) = routed {
+            shape.pools = vec![pool.to_string()];
+        }
+        super::apply_policy_topology(&mut shape, placement);
+        let n = self.list.len();
+        self.list.push(shape);
+        made.push((routed.map(str::to_string), n));
+        n
+    }
+}
+
+impl<'a> OrderKey<'a> {
+    pub fn of(js: &'a JobState, priority: i64) -> OrderKey<'a> {
+        OrderKey {
+            priority,
+            submitted_at: js.job.submitted_at.unwrap_or(i64::MIN),
+            id: js.id(),
+            holds: Cycle::resources(
+                &js.job.shape.member,
+                js.member_milli,
+                js.job.shape.members as usize,
+            ),
+        }
+    }
+}
 
 impl<'a> Cycle<'a> {
     /// Queue order: tier priority (high first); within a priority, the team with the
     /// lowest fair share goes next, with its oldest job; ties by submit time and id.
-    pub(super) fn order(&mut self, queue: &[(usize, Admission, JobShape)]) -> Vec<usize> {
-        let jobs = &self.snapshot.jobs;
-        let job = |q: usize| queue.get(q).and_then(|(k, _, _)| jobs.get(*k));
-        let mut bands: BTreeMap<std::cmp::Reverse<i64>, BTreeMap<Option<&str>, Vec<usize>>> =
+    pub(super) fn order(&mut self, queue: &[Queued<'a>]) -> Vec<usize> {
+        // Teams by index, which is one per name: a job naming a team the policy does not
+        // define is refused at intake and never queued.
+        let mut bands: BTreeMap<std::cmp::Reverse<i64>, BTreeMap<Option<usize>, Vec<usize>>> =
             BTreeMap::new();
-        for q in 0..queue.len() {
-            let Some(js) = job(q) else { continue };
+        for (q, queued) in queue.iter().enumerate() {
             bands
-                .entry(std::cmp::Reverse(self.priority(js)))
+                .entry(std::cmp::Reverse(queued.key.priority))
                 .or_default()
-                .entry(js.job.team.as_deref())
+                .entry(queued.resolved.0)
                 .or_default()
                 .push(q);
         }
-        // Sort keys side by side, not read through each job record at every comparison.
-        let keys: Vec<Option<(i64, &str)>> = (0..queue.len())
-            .map(|q| job(q).map(|js| (js.job.submitted_at.unwrap_or(i64::MIN), js.id())))
+        let keys: Vec<(i64, &str)> = queue
+            .iter()
+            .map(|e| (e.key.submitted_at, e.key.id))
             .collect();
-        let key = |q: usize| keys.get(q).copied().flatten();
+        let holds: Vec<Resources> = queue.iter().map(|e| e.key.holds).collect();
+        let key = |q: usize| keys.get(q).copied();
         let mut order = Vec::with_capacity(queue.len());
         // The provisional holds, to undo after (by fair-share slot, found once per team).
         let mut held = Vec::with_capacity(queue.len());
         for (_, teams) in bands {
             // Each team's jobs by position: slots and lists, with no lookup by name.
-            let slots: Vec<Option<usize>> = teams.keys().map(|n| self.shares.slot(*n)).collect();
+            let slots: Vec<Option<usize>> =
+                teams.keys().map(|t| self.shares.slot_of_team(*t)).collect();
             let mut lists: Vec<Vec<usize>> = teams.into_values().collect();
             for list in &mut lists {
                 list.sort_by_key(|q| key(*q));
@@ -67,12 +143,7 @@ impl<'a> Cycle<'a> {
                 order.push(q);
                 // Placing happens later; fair share within a band follows what this job
                 // would hold if placed, so one team's many jobs do not go first in a row.
-                if let Some(js) = job(q) {
-                    let r = Self::resources(
-                        &js.job.shape.member,
-                        js.member_milli,
-                        js.job.shape.members as usize,
-                    );
+                if let Some(r) = holds.get(q).copied() {
                     let slot = slots.get(t).copied().flatten();
                     self.shares.hold_slot(slot, r);
                     held.push((slot, r));
@@ -87,5 +158,57 @@ impl<'a> Cycle<'a> {
             self.shares.hold_slot(slot, r.map(|x| -x));
         }
         order
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QueueShapes;
+    use crate::core::gang::JobShape;
+    use lang::ir::{Placement, TopologyLevel};
+
+    #[test]
+    fn one_shape_per_source_and_route_as_the_cycle_would_make_it() {
+        let placement = Placement {
+            topology_preferred: vec![TopologyLevel::NvlinkIsland, TopologyLevel::Rack],
+            ..Placement::default()
+        };
+        let plain = JobShape {
+            members: 2,
+            ..JobShape::default()
+        };
+        let same = plain.clone();
+        let own_topology = JobShape {
+            topology_required: Some(TopologyLevel::Node),
+            ..plain.clone()
+        };
+        let mut shapes = QueueShapes::default();
+        let a = shapes.number(&plain, None, &placement);
+        assert_eq!(
+            shapes.number(&same, None, &placement),
+            a,
+            "equal shapes share one"
+        );
+        let routed = shapes.number(&plain, Some("infer"), &placement);
+        assert_ne!(routed, a);
+        assert_eq!(shapes.number(&same, Some("infer"), &placement), routed);
+        let own = shapes.number(&own_topology, None, &placement);
+        assert_eq!(shapes.list.len(), 3);
+        for (n, source, route) in [
+            (a, &plain, None),
+            (routed, &plain, Some("infer")),
+            (own, &own_topology, None),
+        ] {
+            let mut made = source.clone();
+            if let Some(pool) = route {
+                made.pools = vec![pool.to_string()];
+            }
+            super::super::apply_policy_topology(&mut made, &placement);
+            assert_eq!(shapes.list.get(n), Some(&made));
+        }
+        assert_eq!(
+            shapes.list.get(a).and_then(|s| s.topology_preferred),
+            Some(TopologyLevel::Rack)
+        );
     }
 }
