@@ -32,6 +32,7 @@ pub use intake::{default_job, invalid_job, unassigned_job};
 pub use story::job_story;
 
 use holding::Holder;
+use job_memo::Resolved;
 
 use super::admission::{admit, Admission};
 use super::fairshare::{FairShares, Resources};
@@ -553,14 +554,15 @@ impl<'a> Cycle<'a> {
                             until,
                         );
                     }
-                    let mut d = self.decision(js, Action::Place, None, admission);
+                    let mut d =
+                        self.queued_decision(js, (*team, *tier), Action::Place, None, admission);
                     d.placement = self.assignments(&js.job.shape.member, &choices);
                     d.victims = victims;
                     d.borrowing = borrowing;
                     d
                 }
                 Outcome::Blocked(reason) => {
-                    self.decision(js, Action::Queue, Some(reason), admission)
+                    self.queued_decision(js, (*team, *tier), Action::Queue, Some(reason), admission)
                 }
             };
             decisions.push(decision);
@@ -657,10 +659,55 @@ impl<'a> Cycle<'a> {
         reason: Option<Reason>,
         admission: &Admission,
     ) -> Decision {
+        self.decision_named(
+            js,
+            (js.job.team.clone(), js.job.tier.clone()),
+            action,
+            reason,
+            admission,
+        )
+    }
+
+    /// [`Cycle::decision`] for a queued job, whose team and tier are known by index: their
+    /// names are the policy's (the same strings, read from the policy rather than from
+    /// the job's record, which lies elsewhere on the heap).
+    fn queued_decision(
+        &self,
+        js: &JobState,
+        (team, tier): Resolved,
+        action: Action,
+        reason: Option<Reason>,
+        admission: &Admission,
+    ) -> Decision {
+        let program = self.program;
+        let team = match team.and_then(|t| program.teams.get(t)) {
+            Some(t) => Some(t.name.clone()),
+            None => js.job.team.clone(),
+        };
+        let tier = match tier.and_then(|t| program.tiers.get(t)) {
+            Some(t) => Some(t.name.clone()),
+            None => js.job.tier.clone(),
+        };
+        debug_assert_eq!(
+            (&team, &tier),
+            (&js.job.team, &js.job.tier),
+            "a queued job's names"
+        );
+        self.decision_named(js, (team, tier), action, reason, admission)
+    }
+
+    fn decision_named(
+        &self,
+        js: &JobState,
+        (team, tier): (Option<String>, Option<String>),
+        action: Action,
+        reason: Option<Reason>,
+        admission: &Admission,
+    ) -> Decision {
         Decision {
             job: js.id().to_string(),
-            team: js.job.team.clone(),
-            tier: js.job.tier.clone(),
+            team,
+            tier,
             gpus: js.gpu_milli() as f64 / 1000.0,
             action,
             placement: Vec::new(),
