@@ -153,6 +153,42 @@ impl NodeFree {
         }
     }
 
+    /// Node `n` with nothing held: everything free except failed GPUs and MIG instances
+    /// already in use (see [`ClusterState::new`]).
+    pub fn empty(n: &crate::core::fleet::Node, mig_table: &MigTable) -> NodeFree {
+        NodeFree {
+            cpu_milli: n.cpu_milli,
+            memory_mib: n.memory_mib,
+            gpu_milli: n
+                .gpus
+                .iter()
+                .map(|g| {
+                    if g.healthy && g.mig.is_none() {
+                        MILLI
+                    } else {
+                        0
+                    }
+                })
+                .collect(),
+            mig: n
+                .gpus
+                .iter()
+                .map(|g| {
+                    let instances = g.mig.as_ref()?;
+                    if !g.healthy {
+                        return Some(SlotMask::MAX);
+                    }
+                    Some(instances.iter().fold(0, |used, inst| {
+                        used | mig_table
+                            .profile(&g.model, &inst.profile)
+                            .map_or(SlotMask::MAX, |p| mig::mask(p, inst.start))
+                    }))
+                })
+                .collect(),
+            vram_mib: n.gpus.iter().map(|g| g.memory_mib).collect(),
+        }
+    }
+
     /// Frees MIG slots `used` on GPU `gpu`.
     pub fn give_mig(&mut self, gpu: usize, used: SlotMask) {
         if let Some(Some(m)) = self.mig.get_mut(gpu) {
@@ -182,37 +218,7 @@ impl ClusterState {
             nodes: fleet
                 .nodes
                 .iter()
-                .map(|n| NodeFree {
-                    cpu_milli: n.cpu_milli,
-                    memory_mib: n.memory_mib,
-                    gpu_milli: n
-                        .gpus
-                        .iter()
-                        .map(|g| {
-                            if g.healthy && g.mig.is_none() {
-                                MILLI
-                            } else {
-                                0
-                            }
-                        })
-                        .collect(),
-                    mig: n
-                        .gpus
-                        .iter()
-                        .map(|g| {
-                            let instances = g.mig.as_ref()?;
-                            if !g.healthy {
-                                return Some(SlotMask::MAX);
-                            }
-                            Some(instances.iter().fold(0, |used, inst| {
-                                used | mig_table
-                                    .profile(&g.model, &inst.profile)
-                                    .map_or(SlotMask::MAX, |p| mig::mask(p, inst.start))
-                            }))
-                        })
-                        .collect(),
-                    vram_mib: n.gpus.iter().map(|g| g.memory_mib).collect(),
-                })
+                .map(|n| NodeFree::empty(n, mig_table))
                 .collect(),
         }
     }
