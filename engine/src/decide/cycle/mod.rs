@@ -496,7 +496,9 @@ impl<'a> Cycle<'a> {
             let priority = self.tier_at(resolved.1).map_or(0, |t| t.priority);
             queue.push(queue_order::Queued {
                 job: k,
-                admission,
+                // Most jobs match no rule: the queue's entries are read in no memory
+                // order, and a default admission inline made each one larger.
+                admission: (admission != Admission::default()).then(|| Box::new(admission)),
                 shape,
                 resolved,
                 key: queue_order::OrderKey::of(js, priority),
@@ -520,6 +522,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let mut decisions = Vec::with_capacity(waiting);
+        let no_admission = Admission::default();
         for q in order {
             let Some(queue_order::Queued {
                 job,
@@ -537,6 +540,7 @@ impl<'a> Cycle<'a> {
             let Some(js) = snapshot.jobs.get(*job) else {
                 continue;
             };
+            let admission = admission.as_deref().unwrap_or(&no_admission);
             self.placing = Some((job_address(js), *team, *tier));
             let outcome = self.place(js, shape);
             let decision = match outcome {

@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 pub(super) struct Queued<'a> {
     /// Its index in the snapshot's jobs.
     pub job: usize,
-    pub admission: Admission,
+    /// How admission rules matched it; `None` when none did.
+    pub admission: Option<Box<Admission>>,
     /// Its shape as placed (routed to a pool by admission, with the policy's topology):
     /// its number in [`QueueShapes`].
     pub shape: usize,
