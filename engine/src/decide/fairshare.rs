@@ -14,8 +14,6 @@ pub type Resources = [f64; 3];
 #[derive(Debug, Clone)]
 pub struct FairShares {
     capacity: Resources,
-    /// Each team in fair share by name: its slot in `held`, `history` and `weight`.
-    slots: BTreeMap<String, usize>,
     /// Each policy team (by its index in `Program::teams`): its slot, if in fair share.
     slot_of_team: Vec<Option<usize>>,
     held: Vec<Resources>,
@@ -73,33 +71,21 @@ impl FairShares {
         FairShares {
             capacity,
             held: vec![[0.0; 3]; weight.len()],
-            slots,
             slot_of_team,
             history,
             weight,
         }
     }
 
-    /// `team` now holds `r` more (a running job, or one placed this cycle).
-    pub fn hold(&mut self, team: Option<&str>, r: Resources) {
-        let slot = team.and_then(|t| self.slots.get(t)).copied();
-        self.hold_slot(slot, r);
-    }
-
-    /// [`FairShares::hold`] for the team at index `team` of the policy's teams (no
-    /// lookup by name; an index past them is a team outside fair share).
+    /// The team at index `team` of the policy's teams now holds `r` more (a running job,
+    /// or one placed this cycle); an index past them is a team outside fair share.
     pub fn hold_team(&mut self, team: Option<usize>, r: Resources) {
         self.hold_slot(self.slot_of_team(team), r);
     }
 
-    /// The team's slot, for [`FairShares::hold_slot`] and [`FairShares::share_of_slot`]
-    /// (one lookup by name for many calls).
-    pub fn slot(&self, team: Option<&str>) -> Option<usize> {
-        team.and_then(|t| self.slots.get(t)).copied()
-    }
-
-    /// [`FairShares::slot`] of the team at index `team` of the policy's teams (`None` for
-    /// an index past them: a team outside fair share).
+    /// The slot of the team at index `team` of the policy's teams, for
+    /// [`FairShares::hold_slot`] and [`FairShares::share_of_slot`]; `None` for a team
+    /// outside fair share.
     pub fn slot_of_team(&self, team: Option<usize>) -> Option<usize> {
         team.and_then(|t| self.slot_of_team.get(t).copied().flatten())
     }
@@ -112,12 +98,7 @@ impl FairShares {
         }
     }
 
-    /// The team's weighted dominant share; 0 for teams outside fair share.
-    pub fn share(&self, team: Option<&str>) -> f64 {
-        self.share_of_slot(self.slot(team))
-    }
-
-    /// [`FairShares::share`] of the team in `slot`.
+    /// The weighted dominant share of the team in `slot`; 0 for teams outside fair share.
     pub fn share_of_slot(&self, slot: Option<usize>) -> f64 {
         let Some(slot) = slot else {
             return 0.0;

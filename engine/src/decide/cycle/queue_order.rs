@@ -100,6 +100,8 @@ impl<'a> Cycle<'a> {
                 .or_default()
                 .push(q);
         }
+        // The sort and the fair-share pass read these in no memory order: side by side,
+        // not through the queue's entries.
         let keys: Vec<(i64, &str)> = queue
             .iter()
             .map(|e| (e.key.submitted_at, e.key.id))
