@@ -112,6 +112,16 @@ fn serve(nvml: &Nvml, host: &HostInfo, incoming: &mpsc::Receiver<Reply>) {
     let (mut events, mut notes) = watch_xids(nvml);
     loop {
         if let Some(set) = &events {
+            // Answer a waiting read before blocking on the driver: a one-shot reader
+            // (`gantry inventory`, the first read of `serve` and `agent`) has asked by now
+            // and would otherwise sit out a whole wait.
+            match incoming.try_recv() {
+                Ok(reply) => {
+                    let _ = reply.send(read(nvml, host, &xids, &notes));
+                }
+                Err(mpsc::TryRecvError::Empty) => {}
+                Err(mpsc::TryRecvError::Disconnected) => return,
+            }
             match set.wait(EVENT_WAIT_MS) {
                 Ok(event) => {
                     if let (Ok(uuid), Some(xid)) = (event.device.uuid(), event.event_data) {
@@ -128,13 +138,6 @@ fn serve(nvml: &Nvml, host: &HostInfo, incoming: &mpsc::Receiver<Reply>) {
                     notes.push(format!("XID events stopped: {e}"));
                     events = None;
                 }
-            }
-            match incoming.try_recv() {
-                Ok(reply) => {
-                    let _ = reply.send(read(nvml, host, &xids, &notes));
-                }
-                Err(mpsc::TryRecvError::Empty) => {}
-                Err(mpsc::TryRecvError::Disconnected) => return,
             }
         } else {
             match incoming.recv() {
