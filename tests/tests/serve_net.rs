@@ -370,6 +370,16 @@ fn nvml_readings_become_fleets() {
     assert_eq!(&islands[..4], &[Some(0), Some(0), Some(1), Some(1)]);
     assert!(!pcie.nodes[0].gpus[2].healthy, "uncorrected ECC");
     assert!(!pcie.nodes[0].gpus[5].healthy, "unreadable");
+    // Recorded on a lent H100 in a VM: pass-through hides NVLink, so no island, and the
+    // memory NVML reports in bytes is what nvidia-smi prints in MiB.
+    let (vm, notes) = nvml::fleet_from_reading(&reading("h100-sxm-vm.reading.json"), models, None);
+    let gpu = &vm.nodes[0].gpus[..];
+    assert_eq!(gpu.len(), 1);
+    assert_eq!(gpu[0].model, "H100-SXM5-80GB");
+    assert_eq!(gpu[0].memory_mib, 81_559);
+    assert_eq!(gpu[0].nvlink_island, None);
+    assert!(gpu[0].healthy && gpu[0].mig.is_none());
+    assert!(notes.is_empty(), "{notes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
