@@ -3,7 +3,8 @@
 //! (burst never exceeded, borrowing covered by what cohorts lend and what no team is
 //! guaranteed); non-preemptible jobs and jobs inside `min_runtime` never victims; another
 //! team's priority never takes a team below its guarantee; every
-//! pending job placed or carrying a reason; the same inputs give the same plan.
+//! pending job placed or carrying a reason; the same inputs give the same plan; the kept
+//! victim indexes and memos choose what a search afresh for every job chooses.
 //!
 //! Each case runs two cycles: the first places a random queue on the empty fleet, its
 //! placements become running jobs, and the second cycle decides a new random queue on
@@ -161,15 +162,30 @@ fn decide(program: &lang::ir::Program, fleet: Fleet, jobs: Vec<Job>, now: i64) -
     let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
     let snapshot = Snapshot::build(fleet, jobs, Vec::new(), &mig).unwrap();
     let plan = engine::decide::decide(program, &snapshot, now);
-    // Holder records are written when first read; written at once, every plan is the same.
-    engine::decide::record_holders_at_once(true);
-    let at_once = engine::decide::decide(program, &snapshot, now);
-    engine::decide::record_holders_at_once(false);
-    assert_eq!(
-        serde_json::to_string(&at_once).unwrap(),
-        serde_json::to_string(&plan).unwrap(),
-        "holder records written at once change the plan"
-    );
+    // Each test switch of the engine must leave the plan as it is: holder records written
+    // at once rather than when first read, and victims searched afresh for every job
+    // rather than through the kept cost indexes and memos.
+    type Switch = (fn(bool), &'static str);
+    let switches: [Switch; 2] = [
+        (
+            engine::decide::record_holders_at_once,
+            "holder records written at once",
+        ),
+        (
+            engine::decide::find_victims_afresh,
+            "victims searched afresh",
+        ),
+    ];
+    for (switch, what) in switches {
+        switch(true);
+        let switched = engine::decide::decide(program, &snapshot, now);
+        switch(false);
+        assert_eq!(
+            serde_json::to_string(&switched).unwrap(),
+            serde_json::to_string(&plan).unwrap(),
+            "{what} change the plan"
+        );
+    }
     (snapshot, plan)
 }
 

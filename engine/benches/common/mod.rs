@@ -3,6 +3,8 @@
 
 #![allow(dead_code, reason = "each bench uses part of it")]
 
+pub mod mix;
+
 use engine::core::alloc::Request;
 use engine::core::fleet::{Fleet, Gpu, Node};
 use engine::core::gang::JobShape;

@@ -13,8 +13,8 @@ pub mod quota;
 mod quota_block;
 pub mod snapshot;
 
-#[doc(hidden)]
-pub use cycle::record_holders_at_once;
 pub use cycle::{
     apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job, Decider,
 };
+#[doc(hidden)]
+pub use cycle::{find_victims_afresh, record_holders_at_once};

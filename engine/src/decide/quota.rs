@@ -664,6 +664,27 @@ impl Ledger {
         (used + need > burst).then(|| QuotaBlock::over_burst(t, used, burst, need))
     }
 
+    /// `team`'s guaranteed buckets as (used, guaranteed) milli-GPUs, in key order.
+    pub fn guaranteed_buckets(
+        &self,
+        team: Option<TeamIx>,
+    ) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.book(team).into_iter().flat_map(|b| {
+            b.guaranteed
+                .iter()
+                .map(|(k, g)| (b.used.get(k).copied().unwrap_or(0), *g))
+        })
+    }
+
+    /// The position among [`Ledger::guaranteed_buckets`] of the bucket a charge to
+    /// `pool` goes to; `None` where the team has no guarantee for it.
+    pub fn guaranteed_bucket_of(&self, team: Option<TeamIx>, pool: Option<&str>) -> Option<usize> {
+        let b = self.book(team)?;
+        b.guaranteed
+            .iter()
+            .position(|(k, _)| in_bucket(b.per_pool, pool, k))
+    }
+
     /// Used and guaranteed milli-GPUs of a team, for reports.
     pub fn usage(&self, team: Option<TeamIx>) -> Option<(u64, u64)> {
         self.book(team)

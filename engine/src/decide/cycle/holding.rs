@@ -516,9 +516,11 @@ impl<'a> Cycle<'a> {
             guaranteed,
             per_pool: self.ledger.is_per_pool(ix),
         };
-        if let Some(slot) = ix.and_then(|i| self.standing.get_mut(i)) {
-            *slot = standing;
-        }
+        let Some((i, slot)) = ix.and_then(|i| Some((i, self.standing.get_mut(i)?))) else {
+            return;
+        };
+        let flipped = std::mem::replace(slot, standing).borrowing != standing.borrowing;
+        self.log_standing_change(i, flipped);
     }
 }
 

@@ -22,6 +22,7 @@ mod shape_memo;
 mod story;
 mod typical_memo;
 mod victim_cost;
+mod victim_reach;
 mod walk_free;
 mod walk_memo;
 
@@ -30,6 +31,8 @@ pub use decider::Decider;
 pub use holding::record_holders_at_once;
 pub use intake::{default_job, invalid_job, unassigned_job};
 pub use story::job_story;
+#[doc(hidden)]
+pub use victim_cost::find_victims_afresh;
 
 use holding::Holder;
 use job_memo::Resolved;
@@ -80,8 +83,14 @@ struct Cycle<'a> {
     /// Running jobs' submit times by priority, sorted (for the starvation bound; on
     /// first use).
     running_submits: Option<BTreeMap<i64, Vec<i64>>>,
-    /// Shapes and priorities for which no victim set exists this cycle.
-    no_victims: shape_memo::ShapeMemo<preempt::Asker, ()>,
+    /// Shapes and askers for which no victim set existed, with the length of the change
+    /// log then: while nothing has changed since, none exists still.
+    no_victims: shape_memo::ShapeMemo<preempt::VictimlessKey, usize>,
+    /// The nodes a team's standing reaches, for keeping cost indexes true.
+    reach: victim_reach::TeamReach,
+    /// Tests' reference: no kept cost index or victim memo is read
+    /// ([`victim_cost::find_victims_afresh`]).
+    victims_afresh: bool,
     /// Running jobs (preemption candidates) by node.
     holders_on: holder_lists::HolderLists,
     /// Running jobs rule 1 protects for a while, by node, and whether there are any.
@@ -332,6 +341,8 @@ fn decide_cycle(
         starving_booked: 0,
         running_submits: None,
         no_victims: shape_memo::ShapeMemo::default(),
+        victims_afresh: victim_cost::afresh(),
+        reach: victim_reach::TeamReach::default(),
         lowest_victim_priority: None,
         holders_on,
         protected_on,
@@ -829,6 +840,14 @@ impl<'a> Cycle<'a> {
             );
             fast
         };
+        // How the job stands to the reservation and, with bookings, its end: with its
+        // shape, what decides the nodes it may take.
+        let within_key: UnfitKey = (
+            held.as_ref()
+                .map(|(start_at, _)| (*start_at, ends_at.is_some_and(|e| e <= *start_at))),
+            // Bookings let a job through by its end.
+            (!bookings.is_empty()).then_some(ends_at),
+        );
         self.tell_quota(js);
         let blocked = match self.quota_gate(js, shape) {
             Err(Gate::Never(reason)) => {
@@ -846,13 +865,7 @@ impl<'a> Cycle<'a> {
             Ok(()) => {
                 // Free capacity only grows when a running job is released; until then a
                 // shape that did not fit still does not.
-                let memo_key = (
-                    held.as_ref()
-                        .map(|(start_at, _)| (*start_at, ends_at.is_some_and(|e| e <= *start_at))),
-                    // Bookings let a job through by its end.
-                    (!bookings.is_empty()).then_some(ends_at),
-                );
-                let attempt = match self.unfit.get(shape, &memo_key) {
+                let attempt = match self.unfit.get(shape, &within_key) {
                     Some((epoch, why)) if *epoch == self.released => {
                         Err(Blocked::Capacity(why.clone()))
                     }
@@ -876,7 +889,7 @@ impl<'a> Cycle<'a> {
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
                     self.unfit
-                        .insert(shape, memo_key, (self.released, why.clone()));
+                        .insert(shape, within_key, (self.released, why.clone()));
                 }
                 self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {
@@ -895,7 +908,7 @@ impl<'a> Cycle<'a> {
         // Preemption and explanations read the holders; a placement that fits at once
         // does not.
         self.record_holders();
-        if let Some(done) = self.preempt(js, shape, &blocked, &respects) {
+        if let Some(done) = self.preempt(js, shape, &blocked, &respects, within_key) {
             return done;
         }
         let reason = self.explain(js, shape, blocked);

@@ -82,6 +82,11 @@ pub(super) struct Asker {
     spared: Vec<usize>,
 }
 
+/// What a victim search's outcome depends on besides the shape and the cycle's state:
+/// the asker, the job's team and tier (its quota check) and how it stands to the
+/// reservation and bookings (the nodes it may take).
+pub(super) type VictimlessKey = (Asker, (Option<usize>, Option<usize>), super::UnfitKey);
+
 /// An asker team no running job belongs to (see `Cycle::own_victims_team`).
 pub(super) const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
 
@@ -255,6 +260,7 @@ impl<'a> Cycle<'a> {
         shape: &JobShape,
         blocked: &Blocked,
         within: &dyn Fn(usize) -> bool,
+        within_key: super::UnfitKey,
     ) -> Option<Outcome> {
         self.expect_records();
         match blocked {
@@ -303,8 +309,13 @@ impl<'a> Cycle<'a> {
         };
         // Rule 3 over the whole set: victims on several nodes may together take a team
         // below its guarantee; such a team is then left out and the search runs again.
+        let job = (self.job_team(js), self.tier_ix(js));
         for _ in 0..3 {
-            if self.no_victims.get(shape, &asker).is_some() {
+            // Any change since (a node's allocation, a team's standing where it matters)
+            // is in the log; until one, a search finds what the last one found.
+            let key = (asker.clone(), job, within_key);
+            let log = self.changed.len();
+            if !self.victims_afresh && self.no_victims.get(shape, &key) == Some(&log) {
                 self.tell(js, |_| {
                     "preemption: no victim set (none was found for this shape earlier in the cycle)"
                         .into()
@@ -319,7 +330,7 @@ impl<'a> Cycle<'a> {
                 self.tell(js, |_| {
                     "preemption: no victim set the rules allow frees room".into()
                 });
-                self.no_victims.insert(shape, asker.clone(), ());
+                self.no_victims.insert(shape, key, self.changed.len());
                 return None;
             };
             let broken = self.teams_taken_below_guarantee(&needed, &asker);
@@ -600,6 +611,17 @@ impl<'a> Cycle<'a> {
                     }
                 }
             }
+        }
+        // Tests check every set to be tried against one worked out afresh.
+        #[cfg(debug_assertions)]
+        for (node, cost) in &plans {
+            let mut scratch = super::victim_cost::CostScratch::default();
+            debug_assert_eq!(
+                self.node_cost(*node, &shape.member, asker, &mut scratch)
+                    .as_ref(),
+                Some(cost),
+                "the cost index is stale at node {node}"
+            );
         }
         if plans.is_empty() {
             self.tell(js, |_| {

@@ -10,6 +10,24 @@ use crate::core::placer::{give_on, take_on};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
+thread_local! {
+    /// Tests' switch: find every job's victims afresh (see [`find_victims_afresh`]).
+    static AFRESH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// For tests, on this thread: build every cost index from nothing and remember no shape
+/// as victimless, so each job's victims are found as if it were the cycle's first. The
+/// kept indexes and memos must choose the same victims; tests compare the two.
+#[doc(hidden)]
+pub fn find_victims_afresh(on: bool) {
+    AFRESH.with(|c| c.set(on));
+}
+
+/// Whether this thread's tests asked for [`find_victims_afresh`].
+pub(super) fn afresh() -> bool {
+    AFRESH.with(std::cell::Cell::get)
+}
+
 /// Buffers [`Cycle::node_cost`] reuses from node to node (it runs for every changed node
 /// of every cost index).
 #[derive(Debug, Default)]
@@ -263,9 +281,14 @@ impl<'a> Cycle<'a> {
         asker: &Asker,
     ) -> CostKey {
         self.expect_records();
+        self.watch_standing();
         let overlay = asker.team != NO_OWN_VICTIMS;
         let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
-        let (mut index, nodes): (CostIndex, Vec<usize>) = match self.cost_cache.remove(&key) {
+        let cached = self
+            .cost_cache
+            .remove(&key)
+            .filter(|_| !self.victims_afresh);
+        let (mut index, nodes): (CostIndex, Vec<usize>) = match cached {
             Some(index) => {
                 let nodes = self.changed_since(index.seen);
                 (index, nodes)

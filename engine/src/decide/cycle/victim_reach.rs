@@ -1,0 +1,201 @@
+//! Keeps the cost indexes (`victim_cost.rs`) true when a team's standing changes. A node's
+//! cheapest victim set depends on more than the node: whether each victim's team borrows
+//! (rule 3) and how far below its guarantee evicting the set would take it (rule 4's
+//! first cost). Neither shows in the node's state, so the nodes whose sets a change can
+//! alter are put in the change log, as if they had changed, and every index looks at them
+//! again when next read.
+//!
+//! Evicting `r` milli-GPUs from a bucket with guarantee `g` and usage `u` breaches it by
+//! `r` while `r ≤ u ≤ g`, by nothing once `u ≥ g + r`, and by an amount that moves with
+//! `u` in between (`u < r`, or `g < u < g + r`). So a change of `u` alters only the sets
+//! that remove more than a threshold, and most changes log few nodes or none.
+
+use super::Cycle;
+
+/// What the change log needs to know of the teams' standing.
+#[derive(Debug, Default)]
+pub(super) struct TeamReach {
+    /// Per team slot, on first use.
+    teams: Vec<Option<TeamNodes>>,
+    /// Each policy team's usage per guaranteed bucket as the indexes last saw it; filled
+    /// when the first index is built (nothing reads the log before).
+    seen_used: Vec<Vec<u64>>,
+    watching: bool,
+}
+
+/// The nodes holding a team's victim candidates (the running jobs, fixed for the cycle).
+#[derive(Debug, Default)]
+struct TeamNodes {
+    all: Vec<usize>,
+    /// Per guaranteed bucket ([`crate::decide::quota::Ledger::guaranteed_buckets`]), each
+    /// of its nodes with the milli-GPUs evicting every candidate there would remove from
+    /// the team (whole jobs: a gang's members elsewhere go too), largest first. Evictions
+    /// only make the true sums smaller, so these bound them.
+    by_bucket: Vec<Vec<(u64, usize)>>,
+}
+
+/// The least removal whose breach the usage change `before` → `after` of a bucket with
+/// guarantee `g` can alter (`None`: any).
+fn least_altered(before: u64, after: u64, g: u64) -> Option<u64> {
+    let (lo, hi) = (before.min(after), before.max(after));
+    if hi <= g {
+        // Below the guarantee a removal of r ≤ u breaches by r whatever u is.
+        Some(lo)
+    } else if lo >= g {
+        Some(lo - g)
+    } else {
+        None
+    }
+}
+
+impl Cycle<'_> {
+    /// Notes every policy team's usage per bucket as the first cost index sees it.
+    pub(super) fn watch_standing(&mut self) {
+        if self.reach.watching {
+            return;
+        }
+        self.reach.watching = true;
+        self.reach.seen_used = (0..self.program.teams.len())
+            .map(|t| {
+                self.ledger
+                    .guaranteed_buckets(Some(t))
+                    .map(|(used, _)| used)
+                    .collect()
+            })
+            .collect();
+    }
+
+    /// Logs the nodes whose victim sets `team`'s latest usage change can alter: all of
+    /// the team's nodes when it started or stopped borrowing (`flipped`: its jobs become
+    /// victims by rule 3, or stop being), else, while it borrows, those of each changed
+    /// bucket where a set could remove more than [`least_altered`]. A team that does not
+    /// borrow has victims only by rule 2, whose cost reads no standing; a reclaim index
+    /// that lists it is read again only once it borrows again, which logs all its nodes.
+    pub(super) fn log_standing_change(&mut self, team: usize, flipped: bool) {
+        if !self.reach.watching {
+            return;
+        }
+        let borrowing = self.standing.get(team).is_some_and(|s| s.borrowing);
+        let mut altered: Vec<(usize, Option<u64>)> = Vec::new();
+        if let Some(seen) = self.reach.seen_used.get_mut(team) {
+            for (i, (used, g)) in self.ledger.guaranteed_buckets(Some(team)).enumerate() {
+                let Some(before) = seen.get_mut(i) else {
+                    continue;
+                };
+                if *before != used {
+                    altered.push((i, least_altered(*before, used, g)));
+                    *before = used;
+                }
+            }
+        }
+        if !flipped && (!borrowing || altered.is_empty()) {
+            return;
+        }
+        let Some(slot) = self.team_slot(Some(team)) else {
+            return;
+        };
+        if self.reach.teams.len() <= slot {
+            self.reach.teams.resize_with(slot + 1, || None);
+        }
+        if self.reach.teams.get(slot).is_some_and(Option::is_none) {
+            let nodes = self.team_nodes(team);
+            if let Some(s) = self.reach.teams.get_mut(slot) {
+                *s = Some(nodes);
+            }
+        }
+        let Some(Some(nodes)) = self.reach.teams.get(slot) else {
+            return;
+        };
+        if flipped {
+            self.changed.extend_from_slice(&nodes.all);
+            return;
+        }
+        for (bucket, least) in altered {
+            for &(sum, node) in nodes.by_bucket.get(bucket).into_iter().flatten() {
+                if least.is_some_and(|l| sum <= l) {
+                    break;
+                }
+                self.changed.push(node);
+            }
+        }
+    }
+
+    /// [`TeamNodes`] of policy team `team`.
+    fn team_nodes(&self, team: usize) -> TeamNodes {
+        let mut per_node: Vec<(usize, usize, u64)> = Vec::new();
+        for &h in self.holders_of(Some(team)) {
+            let Some(x) = self.holders.get(h) else {
+                continue;
+            };
+            let job_milli = x.member_milli() * x.choices.len() as u64;
+            per_node.extend(x.choices.iter().map(|c| (c.node, h, job_milli)));
+        }
+        // A holder with several members on one node counts once there.
+        per_node.sort_unstable();
+        per_node.dedup_by_key(|e| (e.0, e.1));
+        let buckets = self.ledger.guaranteed_buckets(Some(team)).count();
+        let mut out = TeamNodes {
+            all: Vec::new(),
+            by_bucket: vec![Vec::new(); buckets],
+        };
+        let mut sums: Vec<(usize, u64)> = Vec::new();
+        for (node, _, milli) in per_node {
+            match sums.last_mut() {
+                Some((n, sum)) if *n == node => *sum += milli,
+                _ => sums.push((node, milli)),
+            }
+        }
+        for (node, sum) in sums {
+            out.all.push(node);
+            let bucket = self
+                .ledger
+                .guaranteed_bucket_of(Some(team), self.pool_of(node));
+            if let Some(list) = bucket.and_then(|b| out.by_bucket.get_mut(b)) {
+                list.push((sum, node));
+            }
+        }
+        for list in &mut out.by_bucket {
+            list.sort_unstable_by(|a, b| b.cmp(a));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::least_altered;
+
+    /// The breach of evicting `r` from usage `u` under guarantee `g`, as `Cycle::breach`
+    /// and `Ledger::breach` count it.
+    fn breach(u: u64, g: u64, r: u64) -> u64 {
+        let before = g.saturating_sub(u);
+        let after = g.saturating_sub(u.saturating_sub(r));
+        after - before.min(after)
+    }
+
+    /// Every removal `least_altered` leaves out has the same breach before and after, and
+    /// the least it names does change.
+    #[test]
+    fn the_threshold_leaves_out_only_unaltered_breaches() {
+        let g = 12;
+        for before in 0..30 {
+            for after in 0..30 {
+                let least = least_altered(before, after, g);
+                for r in 0..30 {
+                    let same = breach(before, g, r) == breach(after, g, r);
+                    if least.is_none_or(|l| r > l) {
+                        continue;
+                    }
+                    assert!(same, "u {before} -> {after}, g {g}, r {r}: {least:?}");
+                }
+                // The bound is tight: the removal just above it does change (when any does).
+                if let Some(l) = least {
+                    let any = (0..30).any(|r| breach(before, g, r) != breach(after, g, r));
+                    if any {
+                        assert_ne!(breach(before, g, l + 1), breach(after, g, l + 1));
+                    }
+                }
+            }
+        }
+    }
+}
