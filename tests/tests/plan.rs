@@ -151,6 +151,16 @@ fn two_half_fitting_gangs_one_is_placed_whole() {
     assert!(decision(&p, "gang-b")["placement"].is_null());
 }
 
+/// A team's guaranteed pool that can never hold the job is tried first, but the verdict
+/// is the whole fleet's: the job preempts in another pool, and never reads "never fits".
+#[test]
+fn a_guaranteed_pool_too_small_does_not_stop_the_rest_of_the_fleet() {
+    let p = plan("guaranteed_pool_too_small");
+    assert_eq!(action(&p, "vision-train"), "place");
+    assert_eq!(victims(&p, "vision-train"), ["sweep-a"]);
+    assert_eq!(decision(&p, "vision-train")["placement"][0]["node"], "b-0");
+}
+
 #[test]
 fn a_team_borrows_idle_guarantee_and_the_owner_reclaims_it() {
     let p = plan("borrow");

@@ -164,7 +164,8 @@ fn decide(program: &lang::ir::Program, fleet: Fleet, jobs: Vec<Job>, now: i64) -
     let plan = engine::decide::decide(program, &snapshot, now);
     // Each test switch of the engine must leave the plan as it is: holder records written
     // at once rather than when first read, and victims searched afresh for every job
-    // rather than through the kept cost indexes and memos.
+    // rather than through the kept cost indexes and memos (and every job tried, not
+    // turned away by the memo of shapes that did not fit).
     type Switch = (fn(bool), &'static str);
     let switches: [Switch; 2] = [
         (

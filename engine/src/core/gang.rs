@@ -388,7 +388,7 @@ pub fn group_short(job: &JobShape, level: TopologyLevel, best_now: u64) -> Unpla
 }
 
 /// Why `job`, which fits the empty fleet, does not fit what is free now.
-fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool) -> Unplaced {
+pub fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> bool) -> Unplaced {
     let ctx = placer.context();
     let fleet = placer.fleet();
     let r = &job.member;

@@ -88,8 +88,8 @@ struct Cycle<'a> {
     no_victims: shape_memo::ShapeMemo<preempt::VictimlessKey, usize>,
     /// The nodes a team's standing reaches, for keeping cost indexes true.
     reach: victim_reach::TeamReach,
-    /// Tests' reference: no kept cost index or victim memo is read
-    /// ([`victim_cost::find_victims_afresh`]).
+    /// Tests' reference: no kept cost index, victim memo or memo of shapes that did not
+    /// fit is read ([`victim_cost::find_victims_afresh`]).
     victims_afresh: bool,
     /// Running jobs (preemption candidates) by node.
     holders_on: holder_lists::HolderLists,
@@ -136,8 +136,9 @@ struct Cycle<'a> {
     /// Evictions so far: free capacity grows only then (a victim tried and put back
     /// leaves the state as it was).
     released: u64,
-    /// Shapes that did not fit, at which `released` count, and why.
-    unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Unplaced)>,
+    /// Shapes that did not fit, at which `released` count, why, and whether that counts
+    /// free room (a gang's reason: see [`Cycle::gang_short_now`]).
+    unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Unplaced, bool)>,
     /// [`Cycle::guarantee_block`]'s messages by (team, tier, used, guaranteed,
     /// need).
     guarantee_blocks: HashMap<GuaranteeBlockKey<'a>, QuotaBlock>,
@@ -865,11 +866,17 @@ impl<'a> Cycle<'a> {
             Ok(()) => {
                 // Free capacity only grows when a running job is released; until then a
                 // shape that did not fit still does not.
-                let attempt = match self.unfit.get(shape, &within_key) {
-                    Some((epoch, why)) if *epoch == self.released => {
-                        Err(Blocked::Capacity(why.clone()))
-                    }
-                    _ => self.try_place_keeping(js, shape, &respects, true),
+                let known = (!self.victims_afresh)
+                    .then(|| self.unfit.get(shape, &within_key))
+                    .flatten()
+                    .filter(|(epoch, _, _)| *epoch == self.released)
+                    .map(|(_, why, counted)| (why.clone(), *counted));
+                let attempt = match known {
+                    // A gang's reason counts the members free room holds, which placements
+                    // since may have lowered: counted again.
+                    Some((_, true)) => Err(Blocked::Capacity(self.gang_short_now(shape))),
+                    Some((why, false)) => Err(Blocked::Capacity(why)),
+                    None => self.try_place_keeping(js, shape, &respects, true),
                 };
                 // Several members on one booked node may together take what one alone
                 // could: such a placement would delay a reservation.
@@ -882,14 +889,17 @@ impl<'a> Cycle<'a> {
                         }
                         Err(Blocked::Capacity(Unplaced {
                             code: UnplacedCode::NoCapacity,
-                            message: "it fits now only by delaying reserved jobs".into(),
+                            message: DELAYS_RESERVED.into(),
                         }))
                     }
                     other => other,
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
+                    let counted = shape.members > 1
+                        && why.code == UnplacedCode::NoCapacity
+                        && why.message != DELAYS_RESERVED;
                     self.unfit
-                        .insert(shape, within_key, (self.released, why.clone()));
+                        .insert(shape, within_key, (self.released, why.clone(), counted));
                 }
                 self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {
@@ -1016,7 +1026,12 @@ impl<'a> Cycle<'a> {
                         #[cfg(debug_assertions)]
                         debug_assert_eq!(u, gang::not_now_by_scan(&self.placer, s));
                     }
-                    if last.is_none() || u.code != UnplacedCode::NoCapacity {
+                    // The whole shape's reason over the guaranteed pools': it says what holds
+                    // for any job of the shape (the memo of shapes that did not fit keeps
+                    // it for all), not for the pools one team is inside.
+                    if !matches!(last, Some(Blocked::Quota(_)))
+                        || u.code != UnplacedCode::NoCapacity
+                    {
                         last = Some(Blocked::Capacity(u));
                     }
                 }
@@ -1026,6 +1041,15 @@ impl<'a> Cycle<'a> {
             code: UnplacedCode::NoCapacity,
             message: "no capacity".into(),
         })))
+    }
+
+    /// Why a gang of `shape` does not fit what is free now, as a placement that fails
+    /// says it: how many members the free room (or the freest topology group) holds.
+    fn gang_short_now(&mut self, shape: &JobShape) -> Unplaced {
+        match gang::required_grouping(shape) {
+            Some(level) => gang::group_short(shape, level, self.freest_group_room(shape, level)),
+            None => gang::not_now(&self.placer, shape, &self.placer.in_pools(&shape.pools)),
+        }
     }
 
     /// Whether the team's quotas allow `js` on `choices`; if so, whether it borrows.
@@ -1043,6 +1067,9 @@ impl<'a> Cycle<'a> {
         allowed
     }
 }
+
+/// Why a job that fits now is not placed under conservative backfill.
+const DELAYS_RESERVED: &str = "it fits now only by delaying reserved jobs";
 
 enum Blocked {
     Capacity(Unplaced),

@@ -16,8 +16,9 @@ thread_local! {
 }
 
 /// For tests, on this thread: build every cost index from nothing and remember no shape
-/// as victimless, so each job's victims are found as if it were the cycle's first. The
-/// kept indexes and memos must choose the same victims; tests compare the two.
+/// as victimless, so each job's victims are found as if it were the cycle's first. Nor
+/// is any shape remembered as not fitting (`Cycle::unfit`): every job is tried. The kept
+/// indexes and memos must choose the same victims and places; tests compare the two.
 #[doc(hidden)]
 pub fn find_victims_afresh(on: bool) {
     AFRESH.with(|c| c.set(on));
