@@ -1,0 +1,277 @@
+//! Placing one job: the quota gate, then directly (the team's guaranteed pools first),
+//! or by preempting, or not, with a reason; and the quota check of a placement found.
+
+use super::quota_gate::Gate;
+use super::{gang, story, Blocked, Cycle, Outcome, UnfitKey};
+use crate::core::gang::{JobShape, Unplaced, UnplacedCode};
+use crate::core::placer::Choice;
+use crate::decide::quota::QuotaBlock;
+use crate::decide::snapshot::JobState;
+
+/// Why a job that fits now is not placed under conservative backfill.
+const DELAYS_RESERVED: &str = "it fits now only by delaying reserved jobs";
+
+impl<'a> Cycle<'a> {
+    /// Places one job: the quota gate first, then directly, or by preempting, or not
+    /// (with a reason).
+    pub(super) fn place(&mut self, js: &'a JobState, shape: &JobShape) -> Outcome {
+        let ends_at = self.runtime(js).map(|r| self.now + r);
+        let held = self.held.clone();
+        let takes_none = std::rc::Rc::clone(&self.takes_none);
+        let bookings = std::rc::Rc::clone(&self.bookings);
+        let (now, member) = (self.now, &shape.member);
+        #[cfg(debug_assertions)]
+        let (reservation, snapshot) = (self.reservation.clone(), self.snapshot);
+        let respects = |node: usize| {
+            let fast = !takes_none.has(node)
+                && held.as_ref().is_none_or(|(start_at, nodes)| {
+                    !nodes.has(node) || ends_at.is_some_and(|e| e <= *start_at)
+                })
+                && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at));
+            // The sets as the snapshot and the reservation have them.
+            #[cfg(debug_assertions)]
+            debug_assert_eq!(
+                fast,
+                snapshot.takes_new(node)
+                    && reservation.as_ref().is_none_or(|r| {
+                        !r.nodes.contains(&node) || ends_at.is_some_and(|e| e <= r.start_at)
+                    })
+                    && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at)),
+                "node check of node {node}"
+            );
+            fast
+        };
+        // How the job stands to the reservation and, with bookings, its end: with its
+        // shape, what decides the nodes it may take.
+        let within_key: UnfitKey = (
+            held.as_ref()
+                .map(|(start_at, _)| (*start_at, ends_at.is_some_and(|e| e <= *start_at))),
+            // Bookings let a job through by its end.
+            (!bookings.is_empty()).then_some(ends_at),
+        );
+        self.tell_quota(js);
+        let blocked = match self.quota_gate(js, shape) {
+            Err(Gate::Never(reason)) => {
+                self.tell(js, |_| format!("quota gate: never: {}", reason.message));
+                return Outcome::Blocked(self.gang_timeout(js, shape, reason));
+            }
+            Err(Gate::Later(blocked)) => {
+                if let Blocked::Quota(q) = &blocked {
+                    self.tell(js, |c| {
+                        format!("quota gate: not now: {}", q.message(&c.ledger))
+                    });
+                }
+                blocked
+            }
+            Ok(()) => {
+                // Free capacity only grows when a running job is released; until then a
+                // shape that did not fit still does not.
+                let known = (!self.victims_afresh)
+                    .then(|| self.unfit.get(shape, &within_key))
+                    .flatten()
+                    .filter(|(epoch, _, _)| *epoch == self.released)
+                    .map(|(_, why, counted)| (why.clone(), *counted));
+                let attempt = match known {
+                    // A gang's reason counts the members free room holds, which placements
+                    // since may have lowered: counted again.
+                    Some((_, true)) => Err(Blocked::Capacity(self.gang_short_now(shape))),
+                    Some((why, false)) => Err(Blocked::Capacity(why)),
+                    None => self.try_place_keeping(js, shape, &respects, true),
+                };
+                // Several members on one booked node may together take what one alone
+                // could: such a placement would delay a reservation.
+                let attempt = match attempt {
+                    Ok((choices, _))
+                        if bookings.violated(member, &choices, now, ends_at).is_some() =>
+                    {
+                        for c in &choices {
+                            self.placer.release(member, c);
+                        }
+                        Err(Blocked::Capacity(Unplaced {
+                            code: UnplacedCode::NoCapacity,
+                            message: DELAYS_RESERVED.into(),
+                        }))
+                    }
+                    other => other,
+                };
+                if let Err(Blocked::Capacity(why)) = &attempt {
+                    let counted = shape.members > 1
+                        && why.code == UnplacedCode::NoCapacity
+                        && why.message != DELAYS_RESERVED;
+                    self.unfit
+                        .insert(shape, within_key, (self.released, why.clone(), counted));
+                }
+                self.tell(js, |c| story::attempt(c, &attempt));
+                match attempt {
+                    Ok((choices, borrowing)) => {
+                        self.hold_committed(js, choices.clone().into());
+                        return Outcome::Placed {
+                            choices,
+                            victims: Vec::new(),
+                            borrowing,
+                        };
+                    }
+                    Err(b) => self.reserved_for_another(js, shape, b),
+                }
+            }
+        };
+        // Preemption and explanations read the holders; a placement that fits at once
+        // does not.
+        self.record_holders();
+        if let Some(done) = self.preempt(js, shape, &blocked, &respects, within_key) {
+            return done;
+        }
+        let reason = self.explain(js, shape, blocked);
+        Outcome::Blocked(self.gang_timeout(js, shape, reason))
+    }
+
+    /// Places without preemption: the team's guaranteed pools first (per-pool quotas),
+    /// then anywhere allowed; each placement must pass the quota check.
+    pub(super) fn try_place(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Result<(Vec<Choice>, bool), Blocked> {
+        self.try_place_keeping(js, shape, within, false)
+    }
+
+    /// [`Cycle::try_place`] for a trial whose failure is not shown: no explanation is
+    /// worked out when it does not fit now.
+    pub(super) fn try_place_quiet(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Option<(Vec<Choice>, bool)> {
+        self.placer.quiet = true;
+        let placed = self.try_place(js, shape, within).ok();
+        self.placer.quiet = false;
+        placed
+    }
+
+    /// [`Cycle::try_place`]; with `keep`, a placement found stays committed in the placer
+    /// (the caller holds it with [`Cycle::hold_committed`]).
+    pub(super) fn try_place_keeping(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        keep: bool,
+    ) -> Result<(Vec<Choice>, bool), Blocked> {
+        let team = self.job_team(js);
+        // The team's guaranteed pools it is still inside first, when the job names none.
+        let mut guaranteed_first = None;
+        if shape.pools.is_empty() {
+            if let Some(t) = team.and_then(|t| self.program.teams.get(t)) {
+                let pools: Vec<String> = t
+                    .guaranteed
+                    .per_pool_milli
+                    .keys()
+                    .filter(|p| {
+                        self.ledger
+                            .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                    })
+                    .cloned()
+                    .collect();
+                if !pools.is_empty() {
+                    guaranteed_first = Some(JobShape {
+                        pools,
+                        ..shape.clone()
+                    });
+                }
+            }
+        }
+        let mut last: Option<Blocked> = None;
+        for s in guaranteed_first.iter().chain(std::iter::once(shape)) {
+            // A single member is chosen without being taken: most placements the quota
+            // turns down are of one member, and taking and giving back cost more than
+            // the choice.
+            // The freest group's room comes from the cycle's room index, not a scan.
+            self.placer.group_room_elsewhere = true;
+            let (placed, committed) = match gang::choose_single(&mut self.placer, s, within) {
+                Some(chosen) => (chosen, false),
+                None => (gang::place_job_within(&mut self.placer, s, within), true),
+            };
+            self.placer.group_room_elsewhere = false;
+            match placed {
+                Ok(choices) => match self.quota_allows(js, &choices) {
+                    Ok(borrowing) => {
+                        if committed != keep {
+                            for c in &choices {
+                                if keep {
+                                    self.placer.commit(&s.member, c);
+                                } else {
+                                    self.placer.release(&s.member, c);
+                                }
+                            }
+                        }
+                        return Ok((choices, borrowing));
+                    }
+                    Err(q) => {
+                        if committed {
+                            for c in &choices {
+                                self.placer.release(&s.member, c);
+                            }
+                        }
+                        last = Some(Blocked::Quota(q));
+                    }
+                },
+                Err(mut u) => {
+                    if let Some(level) = gang::required_grouping(s)
+                        .filter(|_| u.code == UnplacedCode::NoCapacity && !self.placer.quiet)
+                    {
+                        u = gang::group_short(s, level, self.freest_group_room(s, level));
+                        // Tests check the index against the placer's scan at every reason.
+                        #[cfg(debug_assertions)]
+                        debug_assert_eq!(u, gang::not_now_by_scan(&self.placer, s));
+                    }
+                    // The whole shape's reason over the guaranteed pools': it says what holds
+                    // for any job of the shape (the memo of shapes that did not fit keeps
+                    // it for all), not for the pools one team is inside.
+                    if !matches!(last, Some(Blocked::Quota(_)))
+                        || u.code != UnplacedCode::NoCapacity
+                    {
+                        last = Some(Blocked::Capacity(u));
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or(Blocked::Capacity(Unplaced {
+            code: UnplacedCode::NoCapacity,
+            message: "no capacity".into(),
+        })))
+    }
+
+    /// Why a gang of `shape` does not fit what is free now, as a placement that fails
+    /// says it: how many members the free room (or the freest topology group) holds.
+    pub(super) fn gang_short_now(&mut self, shape: &JobShape) -> Unplaced {
+        match gang::required_grouping(shape) {
+            Some(level) => gang::group_short(shape, level, self.freest_group_room(shape, level)),
+            None => gang::not_now(&self.placer, shape, &self.placer.in_pools(&shape.pools)),
+        }
+    }
+
+    /// Whether the team's quotas allow `js` on `choices`; if so, whether it borrows.
+    pub(super) fn quota_allows(
+        &mut self,
+        js: &JobState,
+        choices: &[Choice],
+    ) -> Result<bool, QuotaBlock> {
+        let charges = self.charges(js.member_milli, choices);
+        self.quota_allows_charges(js, &charges)
+    }
+
+    /// [`Cycle::quota_allows`] for a trial whose refusal nobody reads: the same verdict,
+    /// without writing why.
+    pub(super) fn quota_allows_quietly(
+        &mut self,
+        js: &JobState,
+        choices: &[Choice],
+    ) -> Option<bool> {
+        let quiet = std::mem::replace(&mut self.placer.quiet, true);
+        let allowed = self.quota_allows(js, choices).ok();
+        self.placer.quiet = quiet;
+        allowed
+    }
+}
