@@ -3,6 +3,7 @@
 //! record, and giving a victim's GPUs up or back while preemption searches.
 
 use super::running_carry::Charge;
+use super::test_switches::{self, Switch};
 use super::{preempt, Cycle, Standing};
 use crate::core::alloc::Request;
 use crate::core::placer::Choice;
@@ -105,22 +106,11 @@ type Placed<'a> = (
     Cow<'a, [Choice]>,
 );
 
-thread_local! {
-    /// Tests' switch: write every holder record as soon as the running jobs are held (see
-    /// [`record_holders_at_once`]).
-    static AT_ONCE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// For tests, on this thread: write holder records at once instead of on first read, to
 /// check that when they are written changes no plan.
 #[doc(hidden)]
 pub fn record_holders_at_once(on: bool) {
-    AT_ONCE.with(|c| c.set(on));
-}
-
-/// Whether this thread's tests asked for [`record_holders_at_once`].
-pub(super) fn at_once() -> bool {
-    AT_ONCE.with(std::cell::Cell::get)
+    test_switches::set(Switch::RecordHoldersAtOnce, on);
 }
 
 impl<'a> Cycle<'a> {

@@ -21,6 +21,7 @@ mod running_carry;
 mod seq_memo;
 mod shape_memo;
 mod story;
+mod test_switches;
 mod typical_memo;
 mod victim_cost;
 mod victim_reach;
@@ -136,9 +137,8 @@ struct Cycle<'a> {
     /// Evictions so far: free capacity grows only then (a victim tried and put back
     /// leaves the state as it was).
     released: u64,
-    /// Shapes that did not fit, at which `released` count, why, and whether that counts
-    /// free room (a gang's reason: see [`Cycle::gang_short_now`]).
-    unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Unplaced, bool)>,
+    /// Shapes that did not fit, at which `released` count, and why.
+    unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Unplaced)>,
     /// [`Cycle::guarantee_block`]'s messages by (team, tier, used, guaranteed,
     /// need).
     guarantee_blocks: HashMap<GuaranteeBlockKey<'a>, QuotaBlock>,
@@ -342,7 +342,7 @@ fn decide_cycle(
         starving_booked: 0,
         running_submits: None,
         no_victims: shape_memo::ShapeMemo::default(),
-        victims_afresh: victim_cost::afresh(),
+        victims_afresh: test_switches::is_on(test_switches::Switch::VictimsAfresh),
         reach: victim_reach::TeamReach::default(),
         lowest_victim_priority: None,
         holders_on,
@@ -456,7 +456,7 @@ impl<'a> Cycle<'a> {
         running.clear();
         self.running = running;
         self.settle_running();
-        if holding::at_once() {
+        if test_switches::is_on(test_switches::Switch::RecordHoldersAtOnce) {
             self.record_holders();
         }
         let mut denied = Vec::new();

@@ -11,6 +11,12 @@ use crate::decide::snapshot::JobState;
 /// Why a job that fits now is not placed under conservative backfill.
 const DELAYS_RESERVED: &str = "it fits now only by delaying reserved jobs";
 
+/// Whether `why` a gang of `shape` did not fit counts the members free room holds (see
+/// [`Cycle::gang_short_now`]).
+fn counts_room(shape: &JobShape, why: &Unplaced) -> bool {
+    shape.members > 1 && why.code == UnplacedCode::NoCapacity && why.message != DELAYS_RESERVED
+}
+
 impl<'a> Cycle<'a> {
     /// Places one job: the quota gate first, then directly, or by preempting, or not
     /// (with a reason).
@@ -69,13 +75,15 @@ impl<'a> Cycle<'a> {
                 let known = (!self.victims_afresh)
                     .then(|| self.unfit.get(shape, &within_key))
                     .flatten()
-                    .filter(|(epoch, _, _)| *epoch == self.released)
-                    .map(|(_, why, counted)| (why.clone(), *counted));
+                    .filter(|(epoch, _)| *epoch == self.released)
+                    .map(|(_, why)| why.clone());
                 let attempt = match known {
                     // A gang's reason counts the members free room holds, which placements
                     // since may have lowered: counted again.
-                    Some((_, true)) => Err(Blocked::Capacity(self.gang_short_now(shape))),
-                    Some((why, false)) => Err(Blocked::Capacity(why)),
+                    Some(why) if counts_room(shape, &why) => {
+                        Err(Blocked::Capacity(self.gang_short_now(shape)))
+                    }
+                    Some(why) => Err(Blocked::Capacity(why)),
                     None => self.try_place_keeping(js, shape, &respects, true),
                 };
                 // Several members on one booked node may together take what one alone
@@ -95,11 +103,8 @@ impl<'a> Cycle<'a> {
                     other => other,
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
-                    let counted = shape.members > 1
-                        && why.code == UnplacedCode::NoCapacity
-                        && why.message != DELAYS_RESERVED;
                     self.unfit
-                        .insert(shape, within_key, (self.released, why.clone(), counted));
+                        .insert(shape, within_key, (self.released, why.clone()));
                 }
                 self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {

@@ -3,6 +3,7 @@
 //! up from the cycle's change log instead of being worked out again for every job.
 
 use super::preempt::{Asker, Cause, Rank, NO_OWN_VICTIMS};
+use super::test_switches::{self, Switch};
 use super::Cycle;
 use crate::core::alloc::Request;
 use crate::core::gang::JobShape;
@@ -10,23 +11,13 @@ use crate::core::placer::{give_on, take_on};
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
-thread_local! {
-    /// Tests' switch: find every job's victims afresh (see [`find_victims_afresh`]).
-    static AFRESH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
 /// For tests, on this thread: build every cost index from nothing and remember no shape
 /// as victimless, so each job's victims are found as if it were the cycle's first. Nor
 /// is any shape remembered as not fitting (`Cycle::unfit`): every job is tried. The kept
 /// indexes and memos must choose the same victims and places; tests compare the two.
 #[doc(hidden)]
 pub fn find_victims_afresh(on: bool) {
-    AFRESH.with(|c| c.set(on));
-}
-
-/// Whether this thread's tests asked for [`find_victims_afresh`].
-pub(super) fn afresh() -> bool {
-    AFRESH.with(std::cell::Cell::get)
+    test_switches::set(Switch::VictimsAfresh, on);
 }
 
 /// Buffers [`Cycle::node_cost`] reuses from node to node (it runs for every changed node
