@@ -320,6 +320,17 @@ fn a_team_inside_its_guarantee_is_never_another_teams_priority_victim() {
     assert!(p["preemptions"].as_array().unwrap().is_empty());
 }
 
+/// Each victim alone leaves the team above its guarantee; the set on two nodes together
+/// does not. The set is judged once its victims are released, when the team no longer
+/// borrows: it is still the priority's doing (found by `plan_properties` in CI).
+#[test]
+fn victims_on_several_nodes_together_keep_their_team_at_its_guarantee() {
+    let p = plan("priority_victims_together_below_guarantee");
+    assert_eq!(action(&p, "train-gang"), "queue");
+    assert_eq!(code(&p, "train-gang"), "no_capacity");
+    assert!(p["preemptions"].as_array().unwrap().is_empty());
+}
+
 #[test]
 fn least_lost_work_comes_before_the_number_of_victims() {
     let p = plan("lost_work_before_count");

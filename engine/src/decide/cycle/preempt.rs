@@ -407,12 +407,12 @@ impl<'a> Cycle<'a> {
     fn teams_taken_below_guarantee(&self, victims: &[usize], asker: &Asker) -> Vec<usize> {
         let mut broken = Vec::new();
         for h in victims {
-            if self.cause_of(*h, asker) != Some(Cause::Borrowed) {
-                continue;
-            }
             let Some(holder) = self.holders.get(*h) else {
                 continue;
             };
+            if Self::chosen_cause(holder.team_ix, asker) != Cause::Borrowed {
+                continue;
+            }
             let pools: Vec<Option<&str>> = holder
                 .choices
                 .iter()
@@ -438,10 +438,10 @@ impl<'a> Cycle<'a> {
         self.released += 1;
         let mut victims = Vec::new();
         for h in &needed {
-            let cause = self.cause_of(*h, asker).unwrap_or(Cause::OwnTeam);
             let Some(holder) = self.holders.get_mut(*h) else {
                 continue;
             };
+            let cause = Self::chosen_cause(holder.team_ix, asker);
             let was_candidate = !holder.evicted;
             holder.evicted = true;
             let holder = holder.clone();
@@ -497,6 +497,20 @@ impl<'a> Cycle<'a> {
         Some(((breach, v.lost, v.priority, h), cause))
     }
 
+    /// Why a holder of `team` already chosen as a victim for `asker` makes way. Not
+    /// [`Cycle::cause_of`]: that reads the team's standing, and once the chosen victims
+    /// are released a team that borrowed may no longer, which would hide the very
+    /// priority victims whose set took it below its guarantee.
+    fn chosen_cause(team: Option<usize>, asker: &Asker) -> Cause {
+        if team == asker.team {
+            Cause::OwnTeam
+        } else if team.is_some_and(|t| asker.reclaimable.contains(&t)) {
+            Cause::Reclaim
+        } else {
+            Cause::Borrowed
+        }
+    }
+
     /// Rules 1 to 3 without the guarantee floor: why holder `h` may make way for `asker`.
     pub(super) fn cause_of(&self, h: usize, asker: &Asker) -> Option<Cause> {
         let holder = self.holders.get(h)?;
@@ -506,11 +520,8 @@ impl<'a> Cycle<'a> {
 
     /// Rules 2 and 3 for a holder of `team` at `priority`, the guarantee floor aside.
     fn may_make_way(&self, team: Option<usize>, priority: i64, asker: &Asker) -> Option<Cause> {
-        let cause = if team == asker.team {
-            Cause::OwnTeam
-        } else if team.is_some_and(|t| asker.reclaimable.contains(&t)) {
-            Cause::Reclaim
-        } else {
+        let cause = Self::chosen_cause(team, asker);
+        if cause == Cause::Borrowed {
             // A team the policy gives no guarantee has nothing of its own to protect.
             let unguarded = team.is_none_or(|t| {
                 t >= self.program.teams.len()
@@ -520,8 +531,7 @@ impl<'a> Cycle<'a> {
             if !unguarded {
                 return None;
             }
-            Cause::Borrowed
-        };
+        }
         (cause == Cause::Reclaim || priority < asker.priority).then_some(cause)
     }
 
