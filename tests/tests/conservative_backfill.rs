@@ -155,7 +155,7 @@ fn check(running: &[Spec], queue: &[Spec], late: Spec) -> Result<bool, TestCaseE
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(96))]
+    #![proptest_config(ProptestConfig::with_cases(tests::cases(96)))]
 
     #[test]
     fn a_late_job_delays_no_reservation(

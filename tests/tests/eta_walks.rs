@@ -149,7 +149,7 @@ fn check(case: &Case) -> Result<usize, TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig::with_cases(tests::cases(64)))]
 
     #[test]
     fn kept_walks_match_full_ones(case in case()) {

@@ -282,7 +282,7 @@ fn check(fleet: &Fleet, jobs: &[JobShape], outcomes: &[Outcome], mig: &MigTable)
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tests::cases(96), ..ProptestConfig::default() })]
 
     #[test]
     fn placements_keep_every_invariant(

@@ -387,7 +387,7 @@ fn check_case_with(case: &Case, backfill: Option<&str>) -> Result<Option<Stats>,
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tests::cases(64), ..ProptestConfig::default() })]
 
     #[test]
     fn plans_keep_the_invariants(case in case_strategy()) {
@@ -635,7 +635,7 @@ fn check_promises_with(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tests::cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn replays_have_no_preemption_loops(case in replay_case_strategy()) {
@@ -723,7 +723,7 @@ fn check_closed(case: &Case, closed_mask: u8) -> Result<Option<usize>, TestCaseE
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tests::cases(48), ..ProptestConfig::default() })]
 
     #[test]
     fn closed_nodes_take_nothing_new(case in case_strategy(), mask in any::<u8>()) {

@@ -216,7 +216,7 @@ fn relayout(text: &str, seed: &[u8]) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tests::cases(200), ..ProptestConfig::default() })]
 
     #[test]
     fn no_stage_panics_on_mutated_policies(pick in any::<prop::sample::Index>(), mutations in prop::collection::vec(mutation(), 1..8)) {
@@ -316,7 +316,7 @@ fn commented_rules(picks: &[(usize, usize, usize, bool)], tail: usize) -> String
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tests::cases(300), ..ProptestConfig::default() })]
 
     /// Issue 16, item 7: comments inside a multi-line rule condition once moved below the
     /// rule, where a second pass printed them differently.

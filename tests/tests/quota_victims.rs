@@ -227,7 +227,7 @@ fn check(running: &[RunningSpec], pending: &[PendingSpec]) -> Result<usize, Test
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: tests::cases(24), ..ProptestConfig::default() })]
 
     #[test]
     fn quota_victims_among_many_candidates_keep_the_rules(case in case_strategy()) {
