@@ -11,6 +11,7 @@
 )]
 
 mod apiserver;
+mod harness;
 
 use apiserver::{FakeApi, Kind};
 use cluster::watch::Live;
@@ -127,7 +128,7 @@ fn apply(api: &FakeApi, op: &Op) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: harness::cases(12), ..ProptestConfig::default() })]
 
     #[test]
     fn the_view_converges_to_what_a_fresh_list_shows(ops in prop::collection::vec(op(), 1..40)) {

@@ -313,7 +313,7 @@ mod replay {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+        #![proptest_config(ProptestConfig { cases: cases(6), ..ProptestConfig::default() })]
 
         #[test]
         fn many_cycles_keep_gangs_whole_and_nodes_within_capacity(steps in prop::collection::vec(step(), 4..14)) {

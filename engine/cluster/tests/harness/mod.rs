@@ -205,3 +205,12 @@ pub fn waiting(pod: &Value) -> Option<(String, String)> {
             )
         })
 }
+
+/// A property test's number of cases: `n`, times `GANTRY_SOAK` when set (as the
+/// workspace tests' `tests::cases`; this crate's tests cannot depend on that crate).
+pub fn cases(n: u32) -> u32 {
+    let soak = std::env::var("GANTRY_SOAK")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    n.saturating_mul(soak.unwrap_or(1).max(1))
+}
