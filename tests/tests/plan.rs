@@ -478,6 +478,23 @@ fn one_jobs_story_tells_rules_quota_victims_and_outcome() {
     assert!(text.contains("defaults: team a, tier low"), "{text}");
 }
 
+/// A gang whose victims, all of them gone, would still leave too little room is not
+/// tried: no release, placement and restore for each candidate node, and no preemption.
+#[test]
+fn a_gang_is_not_tried_where_every_victim_gone_frees_too_little() {
+    let p = plan("gang_victims_free_too_little");
+    assert_eq!(action(&p, "train-gang"), "queue");
+    assert_eq!(code(&p, "train-gang"), "no_capacity");
+    assert!(p["preemptions"].as_array().unwrap().is_empty());
+    let text = story("gang_victims_free_too_little", "train-gang").join("\n");
+    assert!(
+        text.contains(
+            "even with every victim on 1 node gone, there would be room for at most 1 of its 2 members"
+        ),
+        "{text}"
+    );
+}
+
 #[test]
 fn a_story_for_a_job_that_is_not_there_is_an_error() {
     let dir = root().join("defaults");

@@ -639,6 +639,22 @@ impl<'a> Cycle<'a> {
                     .into()
             });
         }
+        if shape.members > 1 && !plans.is_empty() {
+            let nodes: Vec<usize> = plans.iter().map(|(n, _)| *n).collect();
+            let most = self.room_with_nodes_emptied(shape, &nodes);
+            if most < u64::from(shape.members) {
+                // Releasing fewer victims never frees more: no trial could place it.
+                self.tell(js, |_| {
+                    let n = nodes.len();
+                    let noun = if n == 1 { "node" } else { "nodes" };
+                    format!(
+                        "preemption: even with every victim on {n} {noun} gone, there would be room for at most {most} of its {} members",
+                        shape.members
+                    )
+                });
+                return None;
+            }
+        }
         let mark = self.changed.len();
         let mut taken: Vec<usize> = Vec::new();
         let mut placed = None;

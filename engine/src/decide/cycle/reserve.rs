@@ -360,6 +360,35 @@ impl Cycle<'_> {
         best
     }
 
+    /// At most how many of gang `shape`'s members one group would hold (the whole fleet
+    /// when it needs none) with every running job on `emptied` gone: each group's room
+    /// now, plus, for each emptied node, its slots when empty less its slots now. An
+    /// upper bound: it ignores the nodes a reservation or a booking keeps from the job.
+    pub(super) fn room_with_nodes_emptied(&mut self, shape: &JobShape, emptied: &[usize]) -> u64 {
+        let (key, index) = self.current_room(shape, gang::required_grouping(shape));
+        let ctx = self.placer.context();
+        let mut gained: BTreeMap<usize, u64> = BTreeMap::new();
+        for &n in emptied {
+            let (Some(Some(g)), Some(node), Some(empty)) = (
+                index.group_of.get(n),
+                self.snapshot.fleet.nodes.get(n),
+                self.placer.empty_state().nodes.get(n),
+            ) else {
+                continue;
+            };
+            let now = index.slots.get(n).copied().unwrap_or(0);
+            let gain = gang::member_slots(&ctx, node, empty, &shape.member).saturating_sub(now);
+            *gained.entry(*g).or_insert(0) += gain;
+        }
+        let mut best = index.room.iter().copied().max().unwrap_or(0);
+        for (g, gain) in gained {
+            let room = index.room.get(g).copied().unwrap_or(0);
+            best = best.max(room.saturating_add(gain));
+        }
+        self.room_cache.insert(key, index);
+        best
+    }
+
     /// [`Cycle::walk_ends`] over `NodeFree` copies (any request).
     fn walk_general(&mut self, index: &RoomIndex, ask: WalkFor<'_>) -> Option<Walked> {
         let mut scratch = std::mem::take(&mut self.walk_scratch);
