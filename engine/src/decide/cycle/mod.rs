@@ -60,6 +60,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// (team, tier, used, guaranteed, need) milli-GPUs.
 type GuaranteeBlockKey<'a> = (Option<usize>, Option<&'a str>, u64, u64, u64);
 
+/// Positions in the change logs: allocations (`Cycle::changed`) and standing
+/// (`TeamReach::log`).
+type LogMark = (usize, usize);
+
 struct Cycle<'a> {
     program: &'a Program,
     snapshot: &'a Snapshot,
@@ -84,9 +88,9 @@ struct Cycle<'a> {
     /// Running jobs' submit times by priority, sorted (for the starvation bound; on
     /// first use).
     running_submits: Option<BTreeMap<i64, Vec<i64>>>,
-    /// Shapes and askers for which no victim set existed, with the length of the change
-    /// log then: while nothing has changed since, none exists still.
-    no_victims: shape_memo::ShapeMemo<preempt::VictimlessKey, usize>,
+    /// Shapes and askers for which no victim set existed, with where the change logs
+    /// ended then: while nothing has changed since, none exists still.
+    no_victims: shape_memo::ShapeMemo<preempt::VictimlessKey, LogMark>,
     /// The nodes a team's standing reaches, for keeping cost indexes true.
     reach: victim_reach::TeamReach,
     /// Tests' reference: no kept cost index, victim memo or memo of shapes that did not
@@ -130,7 +134,8 @@ struct Cycle<'a> {
     /// Per (member, pools, asker): each node's cheapest victim set.
     cost_cache: HashMap<victim_cost::CostKey, victim_cost::CostIndex>,
     cost_scratch: victim_cost::CostScratch,
-    /// Nodes whose allocation changed, in order; cost indexes remember how far they read.
+    /// Nodes whose allocation changed, in order; indexes remember how far they read.
+    /// (The teams' standing changes are logged apart, in `reach`.)
     changed: Vec<usize>,
     /// Per node, the last [`Cycle::changed_since`] call that listed it, and that call.
     changed_marks: (Vec<u32>, u32),
@@ -783,6 +788,17 @@ impl<'a> Cycle<'a> {
     /// Nodes whose allocation changed since position `seen` of the change log, once each.
     /// (In log order: the indexes that read them do not depend on the order.)
     fn changed_since(&mut self, seen: usize) -> Vec<usize> {
+        self.changed_for(seen, None)
+    }
+
+    /// [`Cycle::changed_since`], and with `standing` (a position in the standing log and
+    /// an asker) the nodes where the teams' standing changes since may alter the asker's
+    /// victim sets ([`victim_reach::TeamReach::nodes_since`]).
+    fn changed_for(
+        &mut self,
+        seen: usize,
+        standing: Option<(usize, &preempt::Asker)>,
+    ) -> Vec<usize> {
         let log = self.changed.get(seen..).unwrap_or(&[]);
         // Once each by a mark per node (a sort of the log cost more than the catch-up).
         let marks = &mut self.changed_marks;
@@ -793,7 +809,7 @@ impl<'a> Cycle<'a> {
         }
         let stamp = marks.1;
         let mut nodes = Vec::with_capacity(log.len());
-        for &n in log {
+        let mut add = |n: usize| {
             if marks.0.len() <= n {
                 marks.0.resize(n + 1, 0);
             }
@@ -801,8 +817,18 @@ impl<'a> Cycle<'a> {
                 *m = stamp;
                 nodes.push(n);
             }
+        };
+        log.iter().for_each(|n| add(*n));
+        if let Some((from, asker)) = standing {
+            self.reach.nodes_since(from, asker, add);
         }
         nodes
+    }
+
+    /// Where the change logs end (allocations, standing), for [`Cycle::rewind`] and the
+    /// memo of searches that found no victims.
+    fn log_mark(&self) -> LogMark {
+        (self.changed.len(), self.reach.log.len())
     }
 
     /// The running holders the victim rules may pick from, of one team index.

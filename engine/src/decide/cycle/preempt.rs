@@ -82,6 +82,24 @@ pub(super) struct Asker {
     spared: Vec<usize>,
 }
 
+impl Asker {
+    /// Below which priority policy team `team`'s jobs are this asker's victims by way of
+    /// the team's standing (`i64::MAX`: any, by reclaim); `None` when its standing
+    /// bears on none (its own team: rule 2 reads no standing; a team spared).
+    /// [`Cycle::may_make_way`]'s rules, read from the other side.
+    pub(super) fn takes_by_standing(&self, team: usize) -> Option<i64> {
+        if self.team == Some(team) {
+            None
+        } else if self.reclaimable.contains(&team) {
+            Some(i64::MAX)
+        } else if self.spared.contains(&team) {
+            None
+        } else {
+            Some(self.priority)
+        }
+    }
+}
+
 /// What a victim search's outcome depends on besides the shape and the cycle's state:
 /// the asker, the job's team and tier (its quota check) and how it stands to the
 /// reservation and bookings (the nodes it may take).
@@ -314,7 +332,7 @@ impl<'a> Cycle<'a> {
             // Any change since (a node's allocation, a team's standing where it matters)
             // is in the log; until one, a search finds what the last one found.
             let key = (asker.clone(), job, within_key);
-            let log = self.changed.len();
+            let log = self.log_mark();
             if !self.victims_afresh && self.no_victims.get(shape, &key) == Some(&log) {
                 self.tell(js, |_| {
                     "preemption: no victim set (none was found for this shape earlier in the cycle)"
@@ -330,7 +348,8 @@ impl<'a> Cycle<'a> {
                 self.tell(js, |_| {
                     "preemption: no victim set the rules allow frees room".into()
                 });
-                self.no_victims.insert(shape, key, self.changed.len());
+                let log = self.log_mark();
+                self.no_victims.insert(shape, key, log);
                 return None;
             };
             let broken = self.teams_taken_below_guarantee(&needed, &asker);
@@ -655,7 +674,7 @@ impl<'a> Cycle<'a> {
                 return None;
             }
         }
-        let mark = self.changed.len();
+        let mark = self.log_mark();
         let mut taken: Vec<usize> = Vec::new();
         let mut placed = None;
         let mut used = 0;
@@ -714,12 +733,17 @@ impl<'a> Cycle<'a> {
     /// After a trial whose victims were all put back, forgets the node changes it logged
     /// since `mark`: the state is as it was, so indexes need not look at those nodes
     /// again. Only when nothing has read the log past `mark` meanwhile.
-    pub(super) fn rewind(&mut self, mark: usize) {
-        let read_past = self.cost_cache.values().any(|i| i.seen > mark)
-            || self.room_cache.values().any(|i| i.seen > mark)
-            || self.eta_version > mark;
+    pub(super) fn rewind(&mut self, mark: super::LogMark) {
+        let (changed, standing) = mark;
+        let read_past = self
+            .cost_cache
+            .values()
+            .any(|i| i.seen > changed || i.seen_standing > standing)
+            || self.room_cache.values().any(|i| i.seen > changed)
+            || self.eta_version > changed;
         if !read_past {
-            self.changed.truncate(mark);
+            self.changed.truncate(changed);
+            self.reach.log.truncate(standing);
         }
     }
 

@@ -178,7 +178,7 @@ impl<'a> Cycle<'a> {
                 ranked
             }
         };
-        let mark = self.changed.len();
+        let mark = self.log_mark();
         let mut taken = Vec::new();
         // The team's own limits read only the ledger: victims leave the placer only once
         // the limits pass (`taken[..in_placer]`), as most searches that fail never get

@@ -44,8 +44,10 @@ pub(super) struct CostIndex {
     /// it does not cover for each it does.
     covered: Vec<u64>,
     pub order: BTreeSet<((u64, i64, usize), usize)>,
-    /// How much of `Cycle::changed` this index has caught up with.
+    /// How much of `Cycle::changed` this index has caught up with, and of the standing
+    /// log (`TeamReach::log`).
     pub seen: usize,
+    pub seen_standing: usize,
 }
 
 /// A cost index is kept per (member, pools, asker).
@@ -282,7 +284,7 @@ impl<'a> Cycle<'a> {
             .filter(|_| !self.victims_afresh);
         let (mut index, nodes): (CostIndex, Vec<usize>) = match cached {
             Some(index) => {
-                let nodes = self.changed_since(index.seen);
+                let nodes = self.changed_for(index.seen, Some((index.seen_standing, asker)));
                 (index, nodes)
             }
             None if overlay => {
@@ -322,7 +324,7 @@ impl<'a> Cycle<'a> {
             }
         }
         self.cost_scratch = scratch;
-        index.seen = self.changed.len();
+        (index.seen, index.seen_standing) = self.log_mark();
         self.cost_cache.insert(key.clone(), index);
         key
     }

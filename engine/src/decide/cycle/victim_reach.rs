@@ -1,15 +1,17 @@
 //! Keeps the cost indexes (`victim_cost.rs`) true when a team's standing changes. A node's
 //! cheapest victim set depends on more than the node: whether each victim's team borrows
 //! (rule 3) and how far below its guarantee evicting the set would take it (rule 4's
-//! first cost). Neither shows in the node's state, so the nodes whose sets a change can
-//! alter are put in the change log, as if they had changed, and every index looks at them
-//! again when next read.
+//! first cost). Neither shows in the node's state, so each change is logged with the
+//! nodes whose sets it can alter, in a log of its own: an index reads of it only the
+//! nodes where the team has jobs that can be its asker's victims, and the room indexes
+//! and ETAs, which read no standing, do not read it at all.
 //!
 //! Evicting `r` milli-GPUs from a bucket with guarantee `g` and usage `u` breaches it by
 //! `r` while `r ≤ u ≤ g`, by nothing once `u ≥ g + r`, and by an amount that moves with
 //! `u` in between (`u < r`, or `g < u < g + r`). So a change of `u` alters only the sets
 //! that remove more than a threshold, and most changes log few nodes or none.
 
+use super::preempt::Asker;
 use super::Cycle;
 
 /// What the change log needs to know of the teams' standing.
@@ -17,21 +19,66 @@ use super::Cycle;
 pub(super) struct TeamReach {
     /// Per team slot, on first use.
     teams: Vec<Option<TeamNodes>>,
+    /// The standing changes, in order; cost indexes remember how far they read.
+    pub log: Vec<StandingChange>,
     /// Each policy team's usage per guaranteed bucket as the indexes last saw it; filled
     /// when the first index is built (nothing reads the log before).
     seen_used: Vec<Vec<u64>>,
     watching: bool,
 }
 
-/// The nodes holding a team's victim candidates (the running jobs, fixed for the cycle).
+/// A team's standing change: the nodes whose victim sets it can alter are all of the
+/// team's (`bucket` none) or the first `count` of one bucket's.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StandingChange {
+    team: usize,
+    slot: usize,
+    bucket: Option<usize>,
+    count: usize,
+}
+
+/// The nodes holding a team's victim candidates (the running jobs, fixed for the cycle),
+/// each with the lowest priority of those there: an asker above it only can take them
+/// by priority.
 #[derive(Debug, Default)]
 struct TeamNodes {
-    all: Vec<usize>,
+    all: Vec<(usize, i64)>,
     /// Per guaranteed bucket ([`crate::decide::quota::Ledger::guaranteed_buckets`]), each
     /// of its nodes with the milli-GPUs evicting every candidate there would remove from
     /// the team (whole jobs: a gang's members elsewhere go too), largest first. Evictions
     /// only make the true sums smaller, so these bound them.
-    by_bucket: Vec<Vec<(u64, usize)>>,
+    by_bucket: Vec<Vec<(u64, usize, i64)>>,
+}
+
+impl TeamReach {
+    /// Calls `add` with each node where a standing change logged from position `from`
+    /// on may alter `asker`'s victim sets: nodes where the changed team has a candidate
+    /// the asker may take (by reclaim, any; by priority, one below the asker's).
+    pub(super) fn nodes_since(&self, from: usize, asker: &Asker, mut add: impl FnMut(usize)) {
+        for change in self.log.get(from..).unwrap_or(&[]) {
+            let Some(below) = asker.takes_by_standing(change.team) else {
+                continue;
+            };
+            let Some(Some(nodes)) = self.teams.get(change.slot) else {
+                continue;
+            };
+            match change.bucket {
+                None => nodes
+                    .all
+                    .iter()
+                    .filter(|(_, lowest)| *lowest < below)
+                    .for_each(|(n, _)| add(*n)),
+                Some(b) => nodes
+                    .by_bucket
+                    .get(b)
+                    .and_then(|list| list.get(..change.count))
+                    .unwrap_or(&[])
+                    .iter()
+                    .filter(|(_, _, lowest)| *lowest < below)
+                    .for_each(|(_, n, _)| add(*n)),
+            }
+        }
+    }
 }
 
 /// The least removal whose breach the usage change `before` → `after` of a bucket with
@@ -106,29 +153,38 @@ impl Cycle<'_> {
         let Some(Some(nodes)) = self.reach.teams.get(slot) else {
             return;
         };
+        let mut changes = Vec::new();
         if flipped {
-            self.changed.extend_from_slice(&nodes.all);
-            return;
-        }
-        for (bucket, least) in altered {
-            for &(sum, node) in nodes.by_bucket.get(bucket).into_iter().flatten() {
-                if least.is_some_and(|l| sum <= l) {
-                    break;
+            if !nodes.all.is_empty() {
+                changes.push((None, nodes.all.len()));
+            }
+        } else {
+            for (bucket, least) in altered {
+                let list = nodes.by_bucket.get(bucket).map_or(&[][..], Vec::as_slice);
+                let count = least.map_or(list.len(), |l| list.partition_point(|e| e.0 > l));
+                if count > 0 {
+                    changes.push((Some(bucket), count));
                 }
-                self.changed.push(node);
             }
         }
+        let log = changes.into_iter().map(|(bucket, count)| StandingChange {
+            team,
+            slot,
+            bucket,
+            count,
+        });
+        self.reach.log.extend(log);
     }
 
     /// [`TeamNodes`] of policy team `team`.
     fn team_nodes(&self, team: usize) -> TeamNodes {
-        let mut per_node: Vec<(usize, usize, u64)> = Vec::new();
+        let mut per_node: Vec<(usize, usize, u64, i64)> = Vec::new();
         for &h in self.holders_of(Some(team)) {
-            let Some(x) = self.holders.get(h) else {
+            let Some((x, v)) = self.holders.get(h).and_then(|x| Some((x, x.victim()?))) else {
                 continue;
             };
             let job_milli = x.member_milli() * x.choices.len() as u64;
-            per_node.extend(x.choices.iter().map(|c| (c.node, h, job_milli)));
+            per_node.extend(x.choices.iter().map(|c| (c.node, h, job_milli, v.priority)));
         }
         // A holder with several members on one node counts once there.
         per_node.sort_unstable();
@@ -138,20 +194,23 @@ impl Cycle<'_> {
             all: Vec::new(),
             by_bucket: vec![Vec::new(); buckets],
         };
-        let mut sums: Vec<(usize, u64)> = Vec::new();
-        for (node, _, milli) in per_node {
+        let mut sums: Vec<(usize, u64, i64)> = Vec::new();
+        for (node, _, milli, priority) in per_node {
             match sums.last_mut() {
-                Some((n, sum)) if *n == node => *sum += milli,
-                _ => sums.push((node, milli)),
+                Some((n, sum, lowest)) if *n == node => {
+                    *sum += milli;
+                    *lowest = (*lowest).min(priority);
+                }
+                _ => sums.push((node, milli, priority)),
             }
         }
-        for (node, sum) in sums {
-            out.all.push(node);
+        for (node, sum, lowest) in sums {
+            out.all.push((node, lowest));
             let bucket = self
                 .ledger
                 .guaranteed_bucket_of(Some(team), self.pool_of(node));
             if let Some(list) = bucket.and_then(|b| out.by_bucket.get_mut(b)) {
-                list.push((sum, node));
+                list.push((sum, node, lowest));
             }
         }
         for list in &mut out.by_bucket {
