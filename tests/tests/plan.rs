@@ -496,6 +496,21 @@ fn a_gang_is_not_tried_where_every_victim_gone_frees_too_little() {
 }
 
 #[test]
+fn quota_victims_that_free_too_little_are_not_tried() {
+    let p = plan("quota_victims_free_too_little");
+    assert_eq!(action(&p, "train-pair"), "queue");
+    assert_eq!(code(&p, "train-pair"), "quota_exhausted");
+    assert!(p["preemptions"].as_array().unwrap().is_empty());
+    let text = story("quota_victims_free_too_little", "train-pair").join("\n");
+    assert!(
+        text.contains(
+            "with its 2 cheapest candidate(s) gone there would be room for at most 0 of its 1 member(s); no placement tried"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
 fn a_story_for_a_job_that_is_not_there_is_an_error() {
     let dir = root().join("defaults");
     let (mut out, mut err) = (Vec::new(), Vec::new());

@@ -11,8 +11,9 @@
 use super::preempt::{Asker, Cause, Rank};
 use super::quota_gate::Limits;
 use super::Cycle;
-use crate::core::gang::JobShape;
-use crate::core::placer::Choice;
+use crate::core::alloc::{NodeFree, Request};
+use crate::core::gang::{self, JobShape};
+use crate::core::placer::{give_on, Choice};
 use crate::decide::snapshot::JobState;
 
 /// Placements tried per quota victim search once the team's own limits pass.
@@ -21,6 +22,69 @@ const QUOTA_PLACEMENT_TRIES: usize = 4;
 const QUOTA_VICTIMS: usize = 64;
 /// Evicted holders a search steps over in one team's order before the order drops them.
 const PRUNE_EVICTED: usize = 8;
+
+/// The nodes of a quota search's victims so far, each as it would be with them all gone
+/// and the member slots it would then have (`None` until asked): what bounds the room a
+/// try could find, read before the victims are moved in the placer.
+#[derive(Debug, Default)]
+struct VictimsGone {
+    nodes: Vec<(usize, NodeFree, Option<u64>)>,
+    /// How many of the search's victims are in `nodes`.
+    added: usize,
+}
+
+impl VictimsGone {
+    /// Adds the victims of `taken` not in yet (a node's state first from the placer).
+    fn catch_up(&mut self, cycle: &Cycle<'_>, taken: &[usize]) {
+        let ctx = cycle.placer.context();
+        for &h in taken.get(self.added..).unwrap_or(&[]) {
+            let Some(holder) = cycle.holders.get(h) else {
+                continue;
+            };
+            for c in holder.choices.iter() {
+                let (Some(node), Some(capacity), Some(now)) = (
+                    cycle.snapshot.fleet.nodes.get(c.node),
+                    cycle.placer.empty_state().nodes.get(c.node),
+                    cycle.placer.state().nodes.get(c.node),
+                ) else {
+                    continue;
+                };
+                let at = match self.nodes.iter().position(|e| e.0 == c.node) {
+                    Some(i) => i,
+                    None => {
+                        self.nodes.push((c.node, now.clone(), None));
+                        self.nodes.len() - 1
+                    }
+                };
+                if let Some((_, free, slots)) = self.nodes.get_mut(at) {
+                    give_on(&ctx, node, free, holder.member(), &c.on, capacity);
+                    *slots = None;
+                }
+            }
+        }
+        self.added = taken.len();
+    }
+
+    /// The `usable` nodes' member slots for `member` with the victims gone.
+    fn slots(
+        &mut self,
+        cycle: &Cycle<'_>,
+        member: &Request,
+        usable: &dyn Fn(usize) -> bool,
+    ) -> Vec<(usize, u64)> {
+        let ctx = cycle.placer.context();
+        let nodes = &cycle.snapshot.fleet.nodes;
+        self.nodes
+            .iter_mut()
+            .filter(|e| usable(e.0))
+            .filter_map(|(n, free, slots)| {
+                let node = nodes.get(*n)?;
+                let s = *slots.get_or_insert_with(|| gang::member_slots(&ctx, node, free, member));
+                Some((*n, s))
+            })
+            .collect()
+    }
+}
 
 /// Each team slot's victim candidates (holders that rule 1 lets go) by (lost work,
 /// priority, holder), sorted on first use in a cycle.
@@ -186,6 +250,8 @@ impl<'a> Cycle<'a> {
         let mut in_placer = 0;
         let mut placed = None;
         let mut tries = 0;
+        let mut gone = VictimsGone::default();
+        let in_pools = self.placer.in_pools(&shape.pools);
         for (_, _, _, h) in ranked {
             self.move_in_ledger(h, false);
             taken.push(h);
@@ -195,15 +261,54 @@ impl<'a> Cycle<'a> {
             if self.own_limits(js, shape) != Limits::Pass {
                 continue;
             }
-            for t in taken.get(in_placer..).unwrap_or(&[]) {
-                self.move_in_placer(*t, false);
-            }
-            in_placer = taken.len();
             if tries == QUOTA_PLACEMENT_TRIES {
                 break;
             }
             tries += 1;
-            if let Some(done) = self.try_place_near(js, shape, within, &taken) {
+            // Nor where, with every victim so far gone, there would not be room for the
+            // job: the try would fail (it counts as one all the same), and moving the
+            // victims in the placer and back is most of a failing search's cost. Debug
+            // builds try it anyway, to check that it does fail.
+            let usable = |n: usize| within(n) && in_pools(n);
+            let room = if shape.members == 1 {
+                // Exactly, where one member goes: a node now, else one of the victims'.
+                match self.placer.choose(&shape.member, &usable) {
+                    Some(_) => 1,
+                    None => {
+                        gone.catch_up(self, &taken);
+                        let slots = gone.slots(self, &shape.member, &usable);
+                        u64::from(slots.iter().any(|(_, s)| *s > 0))
+                    }
+                }
+            } else {
+                // At most, for a gang: the room index's room per group.
+                gone.catch_up(self, &taken);
+                let slots = gone.slots(self, &shape.member, &usable);
+                self.room_with_slots(shape, &slots)
+            };
+            let hopeless = room < u64::from(shape.members);
+            if hopeless {
+                self.tell(js, |_| {
+                    format!(
+                        "preemption for quota: with its {} cheapest candidate(s) gone there would be room for at most {room} of its {} member(s); no placement tried",
+                        taken.len(),
+                        shape.members
+                    )
+                });
+                if !cfg!(debug_assertions) {
+                    continue;
+                }
+            }
+            for t in taken.get(in_placer..).unwrap_or(&[]) {
+                self.move_in_placer(*t, false);
+            }
+            in_placer = taken.len();
+            let attempt = self.try_place_near(js, shape, within, &taken);
+            debug_assert!(
+                !(hopeless && attempt.is_some()),
+                "a quota try the room bound ruled out placed the job"
+            );
+            if let Some(done) = attempt {
                 placed = Some(done);
                 break;
             }

@@ -35,10 +35,22 @@ pub(super) struct RoomIndex {
     roomy: Vec<BTreeSet<usize>>,
     /// Per node, whether the member's models allow it.
     accepts: Vec<bool>,
+    /// The freest group's room, once asked and until a node's slots change (bounds
+    /// read it for every search, and groups are many).
+    freest: Option<u64>,
     /// How much of `Cycle::changed` this index has caught up with.
     pub seen: usize,
     /// The last walks over this index, and the groups changed since.
     memo: WalkMemo,
+}
+
+impl RoomIndex {
+    fn freest(&mut self) -> u64 {
+        let room = &self.room;
+        *self
+            .freest
+            .get_or_insert_with(|| room.iter().copied().max().unwrap_or(0))
+    }
 }
 
 /// The groups a walk looks at (`None`: all) and the event it stops before.
@@ -354,8 +366,8 @@ impl Cycle<'_> {
     /// How many of `shape`'s members the freest group at `level` holds now: what a
     /// gang that must share one group and does not fit is told.
     pub(super) fn freest_group_room(&mut self, shape: &JobShape, level: TopologyLevel) -> u64 {
-        let (key, index) = self.current_room(shape, Some(level));
-        let best = index.room.iter().copied().max().unwrap_or(0);
+        let (key, mut index) = self.current_room(shape, Some(level));
+        let best = index.freest();
         self.room_cache.insert(key, index);
         best
     }
@@ -365,22 +377,33 @@ impl Cycle<'_> {
     /// now, plus, for each emptied node, its slots when empty less its slots now. An
     /// upper bound: it ignores the nodes a reservation or a booking keeps from the job.
     pub(super) fn room_with_nodes_emptied(&mut self, shape: &JobShape, emptied: &[usize]) -> u64 {
-        let (key, index) = self.current_room(shape, gang::required_grouping(shape));
         let ctx = self.placer.context();
+        let slots: Vec<(usize, u64)> = emptied
+            .iter()
+            .filter_map(|&n| {
+                let node = self.snapshot.fleet.nodes.get(n)?;
+                let empty = self.placer.empty_state().nodes.get(n)?;
+                Some((n, gang::member_slots(&ctx, node, empty, &shape.member)))
+            })
+            .collect();
+        self.room_with_slots(shape, &slots)
+    }
+
+    /// At most how many of `shape`'s members one group would hold (the whole fleet when
+    /// it needs none) were each node of `slots` to hold the members given there instead
+    /// of its slots now (more only: a node given fewer counts as it is). An upper bound
+    /// like [`Cycle::room_with_nodes_emptied`].
+    pub(super) fn room_with_slots(&mut self, shape: &JobShape, slots: &[(usize, u64)]) -> u64 {
+        let (key, mut index) = self.current_room(shape, gang::required_grouping(shape));
         let mut gained: BTreeMap<usize, u64> = BTreeMap::new();
-        for &n in emptied {
-            let (Some(Some(g)), Some(node), Some(empty)) = (
-                index.group_of.get(n),
-                self.snapshot.fleet.nodes.get(n),
-                self.placer.empty_state().nodes.get(n),
-            ) else {
+        for &(n, after) in slots {
+            let Some(Some(g)) = index.group_of.get(n) else {
                 continue;
             };
             let now = index.slots.get(n).copied().unwrap_or(0);
-            let gain = gang::member_slots(&ctx, node, empty, &shape.member).saturating_sub(now);
-            *gained.entry(*g).or_insert(0) += gain;
+            *gained.entry(*g).or_insert(0) += after.saturating_sub(now);
         }
-        let mut best = index.room.iter().copied().max().unwrap_or(0);
+        let mut best = index.freest();
         for (g, gain) in gained {
             let room = index.room.get(g).copied().unwrap_or(0);
             best = best.max(room.saturating_add(gain));
@@ -461,6 +484,7 @@ impl Cycle<'_> {
             room,
             roomy,
             accepts,
+            freest: None,
             seen: self.changed.len(),
             memo: WalkMemo::new(groups),
         }
@@ -482,6 +506,9 @@ impl Cycle<'_> {
             };
             let s = gang::member_slots(&ctx, node, f, member);
             index.memo.touch(g);
+            if index.slots.get(n) != Some(&s) {
+                index.freest = None;
+            }
             if let (Some(slot), Some(r), Some(set)) = (
                 index.slots.get_mut(n),
                 index.room.get_mut(g),
