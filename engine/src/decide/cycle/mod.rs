@@ -793,13 +793,19 @@ impl<'a> Cycle<'a> {
 
     /// [`Cycle::changed_since`], and with `standing` (a position in the standing log and
     /// an asker) the nodes where the teams' standing changes since may alter the asker's
-    /// victim sets ([`victim_reach::TeamReach::nodes_since`]).
+    /// victim sets ([`victim_reach::TeamReach::nodes_since`]). For an asker with a team of
+    /// its own (an overlay index), only nodes where that team may have victims.
     fn changed_for(
         &mut self,
         seen: usize,
         standing: Option<(usize, &preempt::Asker)>,
     ) -> Vec<usize> {
         let log = self.changed.get(seen..).unwrap_or(&[]);
+        let own = standing
+            .map(|(_, asker)| asker.team)
+            .filter(|t| *t != preempt::NO_OWN_VICTIMS)
+            .map(victim_cost::team_bit);
+        let victim_teams = &self.victim_teams;
         // Once each by a mark per node (a sort of the log cost more than the catch-up).
         let marks = &mut self.changed_marks;
         marks.1 = marks.1.wrapping_add(1);
@@ -810,6 +816,10 @@ impl<'a> Cycle<'a> {
         let stamp = marks.1;
         let mut nodes = Vec::with_capacity(log.len());
         let mut add = |n: usize| {
+            // Most nodes hold none of an overlay's team's jobs: said by one bit.
+            if own.is_some_and(|bit| victim_teams.get(n).is_some_and(|b| b & bit == 0)) {
+                return;
+            }
             if marks.0.len() <= n {
                 marks.0.resize(n + 1, 0);
             }

@@ -282,6 +282,9 @@ impl<'a> Cycle<'a> {
             .cost_cache
             .remove(&key)
             .filter(|_| !self.victims_afresh);
+        if overlay {
+            self.mark_victim_teams();
+        }
         let (mut index, nodes): (CostIndex, Vec<usize>) = match cached {
             Some(index) => {
                 let nodes = self.changed_for(index.seen, Some((index.seen_standing, asker)));
@@ -306,9 +309,6 @@ impl<'a> Cycle<'a> {
                 (CostIndex::default(), nodes)
             }
         };
-        if overlay {
-            self.mark_victim_teams();
-        }
         let mut scratch = std::mem::take(&mut self.cost_scratch);
         for node in nodes {
             // The overlay's bit check first: most changed nodes hold none of its team's jobs.
@@ -405,7 +405,7 @@ fn scratch_free<'s>(
 
 /// A team's bit in `Cycle::victim_teams`: teams past the 63rd, no team and the policy's
 /// unknown teams share the last bit (a bit set means "maybe").
-fn team_bit(team: Option<usize>) -> u64 {
+pub(super) fn team_bit(team: Option<usize>) -> u64 {
     match team {
         Some(i) if i < 63 => 1 << i,
         _ => 1 << 63,

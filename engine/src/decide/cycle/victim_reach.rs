@@ -21,6 +21,9 @@ pub(super) struct TeamReach {
     teams: Vec<Option<TeamNodes>>,
     /// The standing changes, in order; cost indexes remember how far they read.
     pub log: Vec<StandingChange>,
+    /// The buckets a usage change altered and the least removal it alters in each
+    /// (reused: usage changes with every placement and victim moved).
+    altered: Vec<(usize, Option<u64>)>,
     /// Each policy team's usage per guaranteed bucket as the indexes last saw it; filled
     /// when the first index is built (nothing reads the log before).
     seen_used: Vec<Vec<u64>>,
@@ -123,7 +126,8 @@ impl Cycle<'_> {
             return;
         }
         let borrowing = self.standing.get(team).is_some_and(|s| s.borrowing);
-        let mut altered: Vec<(usize, Option<u64>)> = Vec::new();
+        let altered = &mut self.reach.altered;
+        altered.clear();
         if let Some(seen) = self.reach.seen_used.get_mut(team) {
             for (i, (used, g)) in self.ledger.guaranteed_buckets(Some(team)).enumerate() {
                 let Some(before) = seen.get_mut(i) else {
@@ -150,30 +154,34 @@ impl Cycle<'_> {
                 *s = Some(nodes);
             }
         }
-        let Some(Some(nodes)) = self.reach.teams.get(slot) else {
+        let TeamReach {
+            teams,
+            log,
+            altered,
+            ..
+        } = &mut self.reach;
+        let Some(Some(nodes)) = teams.get(slot) else {
             return;
         };
-        let mut changes = Vec::new();
-        if flipped {
-            if !nodes.all.is_empty() {
-                changes.push((None, nodes.all.len()));
-            }
-        } else {
-            for (bucket, least) in altered {
-                let list = nodes.by_bucket.get(bucket).map_or(&[][..], Vec::as_slice);
-                let count = least.map_or(list.len(), |l| list.partition_point(|e| e.0 > l));
-                if count > 0 {
-                    changes.push((Some(bucket), count));
-                }
-            }
-        }
-        let log = changes.into_iter().map(|(bucket, count)| StandingChange {
+        let change = |bucket, count| StandingChange {
             team,
             slot,
             bucket,
             count,
-        });
-        self.reach.log.extend(log);
+        };
+        if flipped {
+            if !nodes.all.is_empty() {
+                log.push(change(None, nodes.all.len()));
+            }
+            return;
+        }
+        for &(bucket, least) in altered.iter() {
+            let list = nodes.by_bucket.get(bucket).map_or(&[][..], Vec::as_slice);
+            let count = least.map_or(list.len(), |l| list.partition_point(|e| e.0 > l));
+            if count > 0 {
+                log.push(change(Some(bucket), count));
+            }
+        }
     }
 
     /// [`TeamNodes`] of policy team `team`.
