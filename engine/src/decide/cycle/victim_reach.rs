@@ -58,7 +58,31 @@ impl TeamReach {
     /// on may alter `asker`'s victim sets: nodes where the changed team has a candidate
     /// the asker may take (by reclaim, any; by priority, one below the asker's).
     pub(super) fn nodes_since(&self, from: usize, asker: &Asker, mut add: impl FnMut(usize)) {
+        // A team's changes since are read as one: the longest prefix of each bucket's
+        // list, or all its nodes once it flipped (the lists are long; changes of one team
+        // come in runs).
+        let mut spans: Vec<StandingChange> = Vec::new();
         for change in self.log.get(from..).unwrap_or(&[]) {
+            if asker.takes_by_standing(change.team).is_none()
+                || spans
+                    .iter()
+                    .any(|s| s.slot == change.slot && s.bucket.is_none())
+            {
+                continue;
+            }
+            if change.bucket.is_none() {
+                spans.retain(|s| s.slot != change.slot);
+                spans.push(*change);
+            } else if let Some(s) = spans
+                .iter_mut()
+                .find(|s| s.slot == change.slot && s.bucket == change.bucket)
+            {
+                s.count = s.count.max(change.count);
+            } else {
+                spans.push(*change);
+            }
+        }
+        for change in &spans {
             let Some(below) = asker.takes_by_standing(change.team) else {
                 continue;
             };
