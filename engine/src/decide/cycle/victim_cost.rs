@@ -27,6 +27,8 @@ pub(super) struct CostScratch {
     ranked: Vec<(Rank, Cause)>,
     free: Option<crate::core::alloc::NodeFree>,
     chosen: Vec<usize>,
+    /// The holders on a node that may make way ([`Cycle::room_with_every_victim`]).
+    eligible: Vec<usize>,
 }
 
 /// A victim set's cost (milli-GPUs below guarantees, lost work, victims) and its holders.
@@ -169,22 +171,43 @@ impl<'a> Cycle<'a> {
         ) else {
             return false;
         };
-        let mut victims = self
-            .holders_on
-            .get(node)
-            .iter()
-            .filter_map(|h| {
-                self.holders
-                    .get(*h)
-                    .filter(|x| !x.evicted && self.cause_of(*h, asker).is_some())
-            })
-            .peekable();
-        // Most nodes have none: their state is not copied.
-        if victims.peek().is_none() {
+        if !member.accepts_node(n) {
+            return false;
+        }
+        let eligible = &mut scratch.eligible;
+        eligible.clear();
+        // What the node's free resources could at most add up to with them gone: a
+        // member needs at least that much, and most nodes fall short (their state is then
+        // not copied).
+        let (mut cpu, mut memory, mut milli) = (
+            current.cpu_milli,
+            current.memory_mib,
+            current.gpu_milli_total(),
+        );
+        for &h in self.holders_on.get(node) {
+            let Some(x) = self
+                .holders
+                .get(h)
+                .filter(|x| !x.evicted && self.cause_of(h, asker).is_some())
+            else {
+                continue;
+            };
+            eligible.push(h);
+            let m = x.member();
+            let members = x.choices.iter().filter(|c| c.node == node).count() as u64;
+            cpu = cpu.saturating_add(m.cpu_milli.saturating_mul(members));
+            memory = memory.saturating_add(m.memory_mib.saturating_mul(members));
+            milli = milli.saturating_add(m.gpu_milli_total().saturating_mul(members));
+        }
+        if eligible.is_empty()
+            || cpu < member.cpu_milli
+            || memory < member.memory_mib
+            || milli < member.gpu_milli_total()
+        {
             return false;
         }
         let free = scratch_free(&mut scratch.free, current);
-        for x in victims {
+        for x in eligible.iter().filter_map(|h| self.holders.get(*h)) {
             for c in x.choices.iter().filter(|c| c.node == node) {
                 give_on(&ctx, n, free, x.member(), &c.on, capacity);
             }
@@ -204,6 +227,7 @@ impl<'a> Cycle<'a> {
             ranked,
             free,
             chosen,
+            ..
         } = scratch;
         ranked.clear();
         ranked.extend(
