@@ -481,9 +481,15 @@ impl<'a> Cycle<'a> {
 
     /// [`Cycle::move_holder`]'s half in the quota ledger (and the team's standing).
     pub(super) fn move_in_ledger(&mut self, h: usize, take: bool) {
-        let Some(holder) = self.holders.get(h) else {
-            return;
-        };
+        let ix = self.charge_in_ledger(h, take);
+        self.note_usage(ix);
+    }
+
+    /// [`Cycle::move_in_ledger`] without keeping the team's standing in step, for a run
+    /// of moves between which nothing reads it; the caller then notes the usage of each
+    /// team returned ([`Cycle::note_usage`]).
+    pub(super) fn charge_in_ledger(&mut self, h: usize, take: bool) -> Option<usize> {
+        let holder = self.holders.get(h)?;
         let milli = holder.member_milli();
         for c in holder.choices.iter() {
             let pool = self.pool_of(c.node);
@@ -493,8 +499,7 @@ impl<'a> Cycle<'a> {
                 self.ledger.uncharge(holder.team_ix, pool, milli);
             }
         }
-        let ix = holder.team_ix;
-        self.note_usage(ix);
+        holder.team_ix
     }
 
     /// Keeps `standing` in step with the ledger after team `ix`'s usage changed.

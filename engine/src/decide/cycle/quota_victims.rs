@@ -252,8 +252,14 @@ impl<'a> Cycle<'a> {
         let mut tries = 0;
         let mut gone = VictimsGone::default();
         let in_pools = self.placer.in_pools(&shape.pools);
+        // The teams whose usage the ledger moves since changed: their standing (which
+        // nothing in the search reads) is noted once before a try and at the end.
+        let mut unnoted: Vec<Option<usize>> = Vec::new();
         for (_, _, _, h) in ranked {
-            self.move_in_ledger(h, false);
+            let team = self.charge_in_ledger(h, false);
+            if !unnoted.contains(&team) {
+                unnoted.push(team);
+            }
             taken.push(h);
             // The team's own limits first: no placement is tried until they pass. Past
             // them, a few more victims at most: room for the job is the node-by-node
@@ -299,6 +305,9 @@ impl<'a> Cycle<'a> {
                     continue;
                 }
             }
+            for team in unnoted.drain(..) {
+                self.note_usage(team);
+            }
             for t in taken.get(in_placer..).unwrap_or(&[]) {
                 self.move_in_placer(*t, false);
             }
@@ -316,7 +325,13 @@ impl<'a> Cycle<'a> {
         let Some(placed) = placed else {
             let (moved, charged_only) = taken.split_at(in_placer.min(taken.len()));
             for h in charged_only.iter().rev() {
-                self.move_in_ledger(*h, true);
+                let team = self.charge_in_ledger(*h, true);
+                if !unnoted.contains(&team) {
+                    unnoted.push(team);
+                }
+            }
+            for team in unnoted {
+                self.note_usage(team);
             }
             self.restore_all(moved);
             self.rewind(mark);
