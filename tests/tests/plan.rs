@@ -478,35 +478,37 @@ fn one_jobs_story_tells_rules_quota_victims_and_outcome() {
     assert!(text.contains("defaults: team a, tier low"), "{text}");
 }
 
+/// `job` of `case` waits with `code`, nothing is preempted, and its story says why no
+/// trial was made (`line`).
+fn waits_untried(case: &str, job: &str, code_wanted: &str, line: &str) {
+    let p = plan(case);
+    assert_eq!(action(&p, job), "queue");
+    assert_eq!(code(&p, job), code_wanted);
+    assert!(p["preemptions"].as_array().unwrap().is_empty());
+    let text = story(case, job).join("\n");
+    assert!(text.contains(line), "{text}");
+}
+
 /// A gang whose victims, all of them gone, would still leave too little room is not
 /// tried: no release, placement and restore for each candidate node, and no preemption.
 #[test]
 fn a_gang_is_not_tried_where_every_victim_gone_frees_too_little() {
-    let p = plan("gang_victims_free_too_little");
-    assert_eq!(action(&p, "train-gang"), "queue");
-    assert_eq!(code(&p, "train-gang"), "no_capacity");
-    assert!(p["preemptions"].as_array().unwrap().is_empty());
-    let text = story("gang_victims_free_too_little", "train-gang").join("\n");
-    assert!(
-        text.contains(
-            "even with every victim on 1 node gone, there would be room for at most 1 of its 2 members"
-        ),
-        "{text}"
+    waits_untried(
+        "gang_victims_free_too_little",
+        "train-gang",
+        "no_capacity",
+        "even with every victim on 1 node gone, there would be room for at most 1 of its 2 members",
     );
 }
 
+/// Likewise a quota victim search: its victims, all of them gone, free no node enough.
 #[test]
 fn quota_victims_that_free_too_little_are_not_tried() {
-    let p = plan("quota_victims_free_too_little");
-    assert_eq!(action(&p, "train-pair"), "queue");
-    assert_eq!(code(&p, "train-pair"), "quota_exhausted");
-    assert!(p["preemptions"].as_array().unwrap().is_empty());
-    let text = story("quota_victims_free_too_little", "train-pair").join("\n");
-    assert!(
-        text.contains(
-            "with its 2 cheapest candidate(s) gone there would be room for at most 0 of its 1 member(s); no placement tried"
-        ),
-        "{text}"
+    waits_untried(
+        "quota_victims_free_too_little",
+        "train-pair",
+        "quota_exhausted",
+        "with its 2 cheapest candidate(s) gone there would be room for at most 0 of its 1 member(s); no placement tried",
     );
 }
 

@@ -17,7 +17,7 @@ use super::Cycle;
 /// What the change log needs to know of the teams' standing.
 #[derive(Debug, Default)]
 pub(super) struct TeamReach {
-    /// Per team slot, on first use.
+    /// Per policy team, on first use.
     teams: Vec<Option<TeamNodes>>,
     /// The standing changes, in order; cost indexes remember how far they read.
     pub log: Vec<StandingChange>,
@@ -34,8 +34,8 @@ pub(super) struct TeamReach {
 /// team's (`bucket` none) or the first `count` of one bucket's.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct StandingChange {
+    /// A policy team's index.
     team: usize,
-    slot: usize,
     bucket: Option<usize>,
     count: usize,
 }
@@ -61,32 +61,31 @@ impl TeamReach {
         // A team's changes since are read as one: the longest prefix of each bucket's
         // list, or all its nodes once it flipped (the lists are long; changes of one team
         // come in runs).
-        let mut spans: Vec<StandingChange> = Vec::new();
+        // Each with the priority the team's jobs must be below to make way.
+        let mut spans: Vec<(StandingChange, i64)> = Vec::new();
         for change in self.log.get(from..).unwrap_or(&[]) {
-            if asker.takes_by_standing(change.team).is_none()
-                || spans
-                    .iter()
-                    .any(|s| s.slot == change.slot && s.bucket.is_none())
-            {
-                continue;
-            }
-            if change.bucket.is_none() {
-                spans.retain(|s| s.slot != change.slot);
-                spans.push(*change);
-            } else if let Some(s) = spans
-                .iter_mut()
-                .find(|s| s.slot == change.slot && s.bucket == change.bucket)
-            {
-                s.count = s.count.max(change.count);
-            } else {
-                spans.push(*change);
-            }
-        }
-        for change in &spans {
             let Some(below) = asker.takes_by_standing(change.team) else {
                 continue;
             };
-            let Some(Some(nodes)) = self.teams.get(change.slot) else {
+            let same_team = |s: &(StandingChange, i64)| s.0.team == change.team;
+            if spans.iter().any(|s| same_team(s) && s.0.bucket.is_none()) {
+                continue;
+            }
+            if change.bucket.is_none() {
+                spans.retain(|s| !same_team(s));
+                spans.push((*change, below));
+            } else if let Some(s) = spans
+                .iter_mut()
+                .find(|s| same_team(s) && s.0.bucket == change.bucket)
+            {
+                s.0.count = s.0.count.max(change.count);
+            } else {
+                spans.push((*change, below));
+            }
+        }
+        for (change, below) in &spans {
+            let below = *below;
+            let Some(Some(nodes)) = self.teams.get(change.team) else {
                 continue;
             };
             match change.bucket {
@@ -166,15 +165,12 @@ impl Cycle<'_> {
         if !flipped && (!borrowing || altered.is_empty()) {
             return;
         }
-        let Some(slot) = self.team_slot(Some(team)) else {
-            return;
-        };
-        if self.reach.teams.len() <= slot {
-            self.reach.teams.resize_with(slot + 1, || None);
+        if self.reach.teams.len() <= team {
+            self.reach.teams.resize_with(team + 1, || None);
         }
-        if self.reach.teams.get(slot).is_some_and(Option::is_none) {
+        if self.reach.teams.get(team).is_some_and(Option::is_none) {
             let nodes = self.team_nodes(team);
-            if let Some(s) = self.reach.teams.get_mut(slot) {
+            if let Some(s) = self.reach.teams.get_mut(team) {
                 *s = Some(nodes);
             }
         }
@@ -184,12 +180,11 @@ impl Cycle<'_> {
             altered,
             ..
         } = &mut self.reach;
-        let Some(Some(nodes)) = teams.get(slot) else {
+        let Some(Some(nodes)) = teams.get(team) else {
             return;
         };
         let change = |bucket, count| StandingChange {
             team,
-            slot,
             bucket,
             count,
         };
