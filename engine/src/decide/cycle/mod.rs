@@ -131,8 +131,10 @@ struct Cycle<'a> {
     /// Per node, a bit for each team with a victim candidate there (see
     /// `victim_cost::team_bit`); filled when an overlay cost index is first built.
     victim_teams: Vec<u64>,
-    /// Per (member, pools, asker): each node's cheapest victim set.
-    cost_cache: HashMap<victim_cost::CostKey, victim_cost::CostIndex>,
+    /// Per (member, pools, asker): each node's cheapest victim set, numbered in
+    /// `cost_ids` so that a job's victim search hashes its key once.
+    cost_ids: HashMap<victim_cost::CostKey, usize>,
+    cost_indexes: Vec<victim_cost::CostIndex>,
     cost_scratch: victim_cost::CostScratch,
     /// Nodes whose allocation changed, in order; indexes remember how far they read.
     /// (The teams' standing changes are logged apart, in `reach`.)
@@ -366,7 +368,8 @@ fn decide_cycle(
         tier_index: names::NameIndex::positions(program.tiers.iter().map(|t| t.name.as_str())),
         standing: vec![Standing::default(); program.teams.len()],
         victim_teams: Vec::new(),
-        cost_cache: HashMap::default(),
+        cost_ids: HashMap::default(),
+        cost_indexes: Vec::new(),
         cost_scratch: victim_cost::CostScratch::default(),
         // Every running member is logged once.
         changed: Vec::with_capacity(members_hint(snapshot)),

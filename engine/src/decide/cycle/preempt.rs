@@ -520,7 +520,7 @@ impl<'a> Cycle<'a> {
     /// [`Cycle::cause_of`]: that reads the team's standing, and once the chosen victims
     /// are released a team that borrowed may no longer, which would hide the very
     /// priority victims whose set took it below its guarantee.
-    fn chosen_cause(team: Option<usize>, asker: &Asker) -> Cause {
+    pub(super) fn chosen_cause(team: Option<usize>, asker: &Asker) -> Cause {
         if team == asker.team {
             Cause::OwnTeam
         } else if team.is_some_and(|t| asker.reclaimable.contains(&t)) {
@@ -617,8 +617,8 @@ impl<'a> Cycle<'a> {
         let mut plans: Vec<(usize, Cost)> = Vec::new();
         {
             let (shared_ix, own_ix) = (
-                self.cost_cache.get(&shared),
-                own.as_ref().and_then(|k| self.cost_cache.get(k)),
+                self.cost_indexes.get(shared),
+                own.and_then(|id| self.cost_indexes.get(id)),
             );
             let from_shared = shared_ix.into_iter().flat_map(|ix| {
                 ix.order
@@ -736,8 +736,8 @@ impl<'a> Cycle<'a> {
     pub(super) fn rewind(&mut self, mark: super::LogMark) {
         let (changed, standing) = mark;
         let read_past = self
-            .cost_cache
-            .values()
+            .cost_indexes
+            .iter()
             .any(|i| i.seen > changed || i.seen_standing > standing)
             || self.room_cache.values().any(|i| i.seen > changed)
             || self.eta_version > changed;

@@ -9,7 +9,7 @@ use crate::core::alloc::Request;
 use crate::core::gang::JobShape;
 use crate::core::placer::{give_on, take_on};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// For tests, on this thread: build every cost index from nothing and remember no shape
 /// as victimless, so each job's victims are found as if it were the cycle's first. Nor
@@ -106,25 +106,24 @@ impl<'a> Cycle<'a> {
     /// Rule 4's cost of a victim set; `None` when it takes a team below its guarantee by
     /// another team's priority (rule 3).
     pub(super) fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<(u64, i64, usize)> {
-        let mut by_team: BTreeMap<Option<usize>, (Cause, Vec<usize>)> = BTreeMap::new();
+        let team_of = |h: &usize| self.holders.get(*h).map(|x| x.team_ix);
+        let mut others: Vec<usize> = Vec::with_capacity(set.len());
         let mut lost = 0i64;
         for h in set {
             let holder = self.holders.get(*h)?;
             lost += holder.victim()?.lost;
-            let cause = self.cause_of(*h, asker)?;
-            if cause == Cause::OwnTeam {
-                continue;
+            if self.cause_of(*h, asker)? != Cause::OwnTeam {
+                others.push(*h);
             }
-            by_team
-                .entry(holder.team_ix)
-                .or_insert((cause, Vec::new()))
-                .1
-                .push(*h);
         }
+        // By team, each team's holders in set order (a stable sort; a set is a few
+        // holders): one team's cause is the same for all of its holders.
+        others.sort_by_key(team_of);
         let mut breach = 0u64;
-        for (cause, holders) in by_team.values() {
+        for holders in others.chunk_by(|a, b| team_of(a) == team_of(b)) {
             let b = self.breach(holders);
-            if *cause == Cause::Borrowed && b > 0 {
+            let team = holders.first().and_then(team_of).flatten();
+            if Self::chosen_cause(team, asker) == Cause::Borrowed && b > 0 {
                 return None;
             }
             breach += b;
@@ -288,50 +287,54 @@ impl<'a> Cycle<'a> {
         None
     }
 
-    /// Brings the cost index for `shape` and `asker` up to date and returns its key. For an
-    /// asker with a team of its own (not [`NO_OWN_VICTIMS`]), it covers only the nodes
-    /// where that team has jobs of a lower tier (the overlay over the shared index);
-    /// otherwise every usable node.
+    /// Brings the cost index for `shape` and `asker` up to date and returns its number
+    /// in `cost_indexes`. For an asker with a team of its own (not [`NO_OWN_VICTIMS`]),
+    /// it covers only the nodes where that team has jobs of a lower tier (the overlay
+    /// over the shared index); otherwise every usable node.
     pub(super) fn cost_index(
         &mut self,
         shape: &JobShape,
         usable: &dyn Fn(usize) -> bool,
         asker: &Asker,
-    ) -> CostKey {
+    ) -> usize {
         self.expect_records();
         self.watch_standing();
         let overlay = asker.team != NO_OWN_VICTIMS;
         let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
-        let cached = self
-            .cost_cache
-            .remove(&key)
-            .filter(|_| !self.victims_afresh);
+        let known = self.cost_ids.get(&key).copied();
+        let id = known.unwrap_or(self.cost_indexes.len());
+        if known.is_none() {
+            self.cost_ids.insert(key, id);
+            self.cost_indexes.push(CostIndex::default());
+        }
+        let kept = known.is_some() && !self.victims_afresh;
+        let mut index = self
+            .cost_indexes
+            .get_mut(id)
+            .map(std::mem::take)
+            .unwrap_or_default();
         if overlay {
             self.mark_victim_teams();
         }
-        let (mut index, nodes): (CostIndex, Vec<usize>) = match cached {
-            Some(index) => {
-                let nodes = self.changed_for(index.seen, Some((index.seen_standing, asker)));
-                (index, nodes)
-            }
-            None if overlay => {
-                // In node order, once each (a sort, not a tree: thousands of nodes).
-                let mut nodes: Vec<usize> = self
-                    .holders_of(asker.team)
-                    .iter()
-                    .filter_map(|h| self.holders.get(*h))
-                    .flat_map(|x| x.choices.iter().map(|c| c.node))
-                    .collect();
-                nodes.sort_unstable();
-                nodes.dedup();
-                (CostIndex::default(), nodes)
-            }
-            None => {
-                let nodes = (0..self.holders_on.len())
-                    .filter(|n| !self.holders_on.get(*n).is_empty())
-                    .collect();
-                (CostIndex::default(), nodes)
-            }
+        let nodes: Vec<usize> = if kept {
+            self.changed_for(index.seen, Some((index.seen_standing, asker)))
+        } else if overlay {
+            index = CostIndex::default();
+            // In node order, once each (a sort, not a tree: thousands of nodes).
+            let mut nodes: Vec<usize> = self
+                .holders_of(asker.team)
+                .iter()
+                .filter_map(|h| self.holders.get(*h))
+                .flat_map(|x| x.choices.iter().map(|c| c.node))
+                .collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+            nodes
+        } else {
+            index = CostIndex::default();
+            (0..self.holders_on.len())
+                .filter(|n| !self.holders_on.get(*n).is_empty())
+                .collect()
         };
         let mut scratch = std::mem::take(&mut self.cost_scratch);
         for node in nodes {
@@ -349,8 +352,10 @@ impl<'a> Cycle<'a> {
         }
         self.cost_scratch = scratch;
         (index.seen, index.seen_standing) = self.log_mark();
-        self.cost_cache.insert(key.clone(), index);
-        key
+        if let Some(slot) = self.cost_indexes.get_mut(id) {
+            *slot = index;
+        }
+        id
     }
 
     /// Fills `victim_teams` on first use: the victim candidates on each node do not
