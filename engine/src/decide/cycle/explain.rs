@@ -20,7 +20,13 @@ pub(super) type EtaKey = (Option<(i64, Option<i64>)>, Option<(usize, Option<i64>
 
 impl Cycle<'_> {
     /// The reason for a job that stays blocked, with its ETA and what would unblock it.
-    pub(super) fn explain(&mut self, js: &JobState, shape: &JobShape, blocked: Blocked) -> Reason {
+    pub(super) fn explain(
+        &mut self,
+        js: &JobState,
+        shape_no: usize,
+        shape: &JobShape,
+        blocked: Blocked,
+    ) -> Reason {
         self.expect_records();
         match blocked {
             Blocked::Capacity(u) => {
@@ -32,7 +38,7 @@ impl Cycle<'_> {
                 };
                 let r = Reason::new(code, u.message);
                 match code {
-                    ReasonCode::NoCapacity => self.capacity_reason(js, shape, r),
+                    ReasonCode::NoCapacity => self.capacity_reason(js, shape_no, shape, r),
                     ReasonCode::NoSuchModel => r.unblock(
                         "add a node with an allowed model to an allowed pool, or widen `models`/`pools`",
                     ),
@@ -94,7 +100,7 @@ impl Cycle<'_> {
                         return reserved;
                     }
                 }
-                r.eta_s = self.eta(shape, self.runtime(js));
+                r.eta_s = self.eta(shape_no, shape, self.runtime(js));
                 r
             }
         }
@@ -102,11 +108,17 @@ impl Cycle<'_> {
 
     /// A no-capacity reason with an ETA, holding the reservation if this is the head
     /// blocked job.
-    fn capacity_reason(&mut self, js: &JobState, shape: &JobShape, mut r: Reason) -> Reason {
+    fn capacity_reason(
+        &mut self,
+        js: &JobState,
+        shape_no: usize,
+        shape: &JobShape,
+        mut r: Reason,
+    ) -> Reason {
         if let Some(reserved) = self.hold_reservation(js, shape, &r.message) {
             return reserved;
         }
-        r.eta_s = self.eta(shape, self.runtime(js));
+        r.eta_s = self.eta(shape_no, shape, self.runtime(js));
         r.unblock = Some(match r.eta_s {
             Some(eta) => format!(
                 "fits in about {}, when running jobs end (by their runtime estimates)",
@@ -204,7 +216,7 @@ impl Cycle<'_> {
     /// Seconds until `shape` could start by the running jobs' estimates, with the
     /// reservation's GPUs counted only from the reserving job's expected end. Memoised
     /// per shape while the allocation state is unchanged.
-    fn eta(&mut self, shape: &JobShape, runtime: Option<i64>) -> Option<i64> {
+    fn eta(&mut self, shape_no: usize, shape: &JobShape, runtime: Option<i64>) -> Option<i64> {
         if self.eta_version != self.changed.len() {
             self.eta_memo.clear();
             self.eta_version = self.changed.len();
@@ -218,7 +230,7 @@ impl Cycle<'_> {
             res.as_ref().map(|r| (r.start_at, r.ends_at)),
             booked.then(|| (self.bookings.len(), runtime)),
         );
-        if let Some(hit) = self.eta_memo.get(shape, &key) {
+        if let Some(hit) = self.eta_memo.get(shape_no, &key) {
             return *hit;
         }
         if self.eta_estimates >= ETA_BUDGET {
@@ -233,7 +245,7 @@ impl Cycle<'_> {
             .earliest_start(shape, held, runtime)
             .map(|(t, _)| t - self.now)
             .filter(|eta| *eta > 0);
-        self.eta_memo.insert(shape, key, eta);
+        self.eta_memo.insert(shape_no, key, eta);
         eta
     }
 

@@ -547,14 +547,14 @@ impl<'a> Cycle<'a> {
             let Some(queue_order::Queued {
                 job,
                 admission,
-                shape,
+                shape: shape_no,
                 resolved: (team, tier),
                 ..
             }) = queue.get(q)
             else {
                 continue;
             };
-            let Some(shape) = shapes.list.get(*shape) else {
+            let Some(shape) = shapes.list.get(*shape_no) else {
                 continue;
             };
             let Some(js) = snapshot.jobs.get(*job) else {
@@ -562,7 +562,7 @@ impl<'a> Cycle<'a> {
             };
             let admission = admission.as_deref().unwrap_or(&no_admission);
             self.placing = Some((job_address(js), *team, *tier));
-            let outcome = self.place(js, shape);
+            let outcome = self.place(js, *shape_no, shape);
             let decision = match outcome {
                 Outcome::Placed {
                     choices,

@@ -18,9 +18,9 @@ fn counts_room(shape: &JobShape, why: &Unplaced) -> bool {
 }
 
 impl<'a> Cycle<'a> {
-    /// Places one job: the quota gate first, then directly, or by preempting, or not
-    /// (with a reason).
-    pub(super) fn place(&mut self, js: &'a JobState, shape: &JobShape) -> Outcome {
+    /// Places one job of shape number `shape_no` (see `queue_order::QueueShapes`): the
+    /// quota gate first, then directly, or by preempting, or not (with a reason).
+    pub(super) fn place(&mut self, js: &'a JobState, shape_no: usize, shape: &JobShape) -> Outcome {
         let ends_at = self.runtime(js).map(|r| self.now + r);
         let held = self.held.clone();
         let takes_none = std::rc::Rc::clone(&self.takes_none);
@@ -73,7 +73,7 @@ impl<'a> Cycle<'a> {
                 // Free capacity only grows when a running job is released; until then a
                 // shape that did not fit still does not.
                 let known = (!self.victims_afresh)
-                    .then(|| self.unfit.get(shape, &within_key))
+                    .then(|| self.unfit.get(shape_no, &within_key))
                     .flatten()
                     .filter(|(epoch, _)| *epoch == self.released)
                     .map(|(_, why)| why.clone());
@@ -104,7 +104,7 @@ impl<'a> Cycle<'a> {
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
                     self.unfit
-                        .insert(shape, within_key, (self.released, why.clone()));
+                        .insert(shape_no, within_key, (self.released, why.clone()));
                 }
                 self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {
@@ -123,10 +123,10 @@ impl<'a> Cycle<'a> {
         // Preemption and explanations read the holders; a placement that fits at once
         // does not.
         self.record_holders();
-        if let Some(done) = self.preempt(js, shape, &blocked, &respects, within_key) {
+        if let Some(done) = self.preempt(js, shape_no, shape, &blocked, &respects, within_key) {
             return done;
         }
-        let reason = self.explain(js, shape, blocked);
+        let reason = self.explain(js, shape_no, shape, blocked);
         Outcome::Blocked(self.gang_timeout(js, shape, reason))
     }
 

@@ -275,6 +275,7 @@ impl<'a> Cycle<'a> {
     pub(super) fn preempt(
         &mut self,
         js: &'a JobState,
+        shape_no: usize,
         shape: &JobShape,
         blocked: &Blocked,
         within: &dyn Fn(usize) -> bool,
@@ -333,7 +334,7 @@ impl<'a> Cycle<'a> {
             // is in the log; until one, a search finds what the last one found.
             let key = (asker.clone(), job, within_key);
             let log = self.log_mark();
-            if !self.victims_afresh && self.no_victims.get(shape, &key) == Some(&log) {
+            if !self.victims_afresh && self.no_victims.get(shape_no, &key) == Some(&log) {
                 self.tell(js, |_| {
                     "preemption: no victim set (none was found for this shape earlier in the cycle)"
                         .into()
@@ -349,7 +350,7 @@ impl<'a> Cycle<'a> {
                     "preemption: no victim set the rules allow frees room".into()
                 });
                 let log = self.log_mark();
-                self.no_victims.insert(shape, key, log);
+                self.no_victims.insert(shape_no, key, log);
                 return None;
             };
             let broken = self.teams_taken_below_guarantee(&needed, &asker);

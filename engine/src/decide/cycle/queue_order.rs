@@ -37,11 +37,14 @@ pub(super) struct OrderKey<'a> {
 
 /// The shapes of the queue's jobs as placed, each once: most jobs share their shape with
 /// many others, and a copy per job (pool and model names) was made and dropped each cycle.
+/// Equal shapes have one number, so the cycle's memos may be kept by number.
 #[derive(Default)]
 pub(super) struct QueueShapes<'a> {
     pub list: Vec<JobShape>,
     /// By the job's own shape, then the pool admission routed it to.
     by_source: FxHashMap<&'a JobShape, Vec<(Option<String>, usize)>>,
+    /// Each shape's number, by the shape: two sources may come to one shape.
+    numbers: FxHashMap<JobShape, usize>,
 }
 
 impl<'a> QueueShapes<'a> {
@@ -62,8 +65,15 @@ impl<'a> QueueShapes<'a> {
             shape.pools = vec![pool.to_string()];
         }
         super::apply_policy_topology(&mut shape, placement);
-        let n = self.list.len();
-        self.list.push(shape);
+        let n = match self.numbers.get(&shape) {
+            Some(n) => *n,
+            None => {
+                let n = self.list.len();
+                self.numbers.insert(shape.clone(), n);
+                self.list.push(shape);
+                n
+            }
+        };
         made.push((routed.map(str::to_string), n));
         n
     }
@@ -196,6 +206,13 @@ mod tests {
         assert_ne!(routed, a);
         assert_eq!(shapes.number(&same, Some("infer"), &placement), routed);
         let own = shapes.number(&own_topology, None, &placement);
+        assert_eq!(shapes.list.len(), 3);
+        // Routed to the pool it names already: the same shape as the routed one.
+        let named = JobShape {
+            pools: vec!["infer".into()],
+            ..plain.clone()
+        };
+        assert_eq!(shapes.number(&named, None, &placement), routed);
         assert_eq!(shapes.list.len(), 3);
         for (n, source, route) in [
             (a, &plain, None),

@@ -1,40 +1,35 @@
-//! [`ShapeMemo`]: a cycle's memos keyed by a job's shape and a small key, looked up by a
-//! borrowed shape. A shape holds pool and model names, so a key that owned one cloned it
-//! (allocating) at every lookup, for every job.
+//! [`ShapeMemo`]: a cycle's memos keyed by the number of a queued job's shape
+//! (`queue_order::QueueShapes`, where equal shapes share a number) and a small key. A
+//! key that owned the shape cloned it at every lookup, and one that borrowed it hashed
+//! and compared its pool and model names.
 
-use crate::core::gang::JobShape;
 use rustc_hash::FxHashMap as HashMap;
 use std::hash::Hash;
 
 #[derive(Debug)]
 pub(super) struct ShapeMemo<K, V> {
-    by_shape: HashMap<JobShape, HashMap<K, V>>,
+    by_shape: Vec<HashMap<K, V>>,
 }
 
 impl<K, V> Default for ShapeMemo<K, V> {
     fn default() -> Self {
         ShapeMemo {
-            by_shape: HashMap::default(),
+            by_shape: Vec::new(),
         }
     }
 }
 
 impl<K: Eq + Hash, V> ShapeMemo<K, V> {
-    pub fn get(&self, shape: &JobShape, key: &K) -> Option<&V> {
+    pub fn get(&self, shape: usize, key: &K) -> Option<&V> {
         self.by_shape.get(shape)?.get(key)
     }
 
-    /// Remembers `value`; the shape is cloned only the first time it is seen.
-    pub fn insert(&mut self, shape: &JobShape, key: K, value: V) {
-        match self.by_shape.get_mut(shape) {
-            Some(memo) => {
-                memo.insert(key, value);
-            }
-            None => {
-                let mut memo = HashMap::default();
-                memo.insert(key, value);
-                self.by_shape.insert(shape.clone(), memo);
-            }
+    pub fn insert(&mut self, shape: usize, key: K, value: V) {
+        if self.by_shape.len() <= shape {
+            self.by_shape.resize_with(shape + 1, HashMap::default);
+        }
+        if let Some(memo) = self.by_shape.get_mut(shape) {
+            memo.insert(key, value);
         }
     }
 
@@ -49,21 +44,19 @@ mod tests {
 
     #[test]
     fn remembers_per_shape_and_key_and_forgets_on_clear() {
-        let a = JobShape::default();
-        let b = JobShape {
-            pools: vec!["train".into()],
-            ..JobShape::default()
-        };
         let mut memo: ShapeMemo<u32, &str> = ShapeMemo::default();
-        memo.insert(&a, 1, "a1");
-        memo.insert(&a, 2, "a2");
-        memo.insert(&b, 1, "b1");
-        memo.insert(&a, 1, "a1 again");
-        assert_eq!(memo.get(&a, &1), Some(&"a1 again"));
-        assert_eq!(memo.get(&a, &2), Some(&"a2"));
-        assert_eq!(memo.get(&b, &1), Some(&"b1"));
-        assert_eq!(memo.get(&b, &2), None);
+        memo.insert(0, 1, "a1");
+        memo.insert(0, 2, "a2");
+        memo.insert(3, 1, "b1");
+        memo.insert(0, 1, "a1 again");
+        assert_eq!(memo.get(0, &1), Some(&"a1 again"));
+        assert_eq!(memo.get(0, &2), Some(&"a2"));
+        assert_eq!(memo.get(3, &1), Some(&"b1"));
+        assert_eq!(memo.get(3, &2), None);
+        assert_eq!(memo.get(1, &1), None);
+        assert_eq!(memo.get(7, &1), None);
         memo.clear();
-        assert_eq!(memo.get(&a, &1), None);
+        assert_eq!(memo.get(0, &1), None);
+        assert_eq!(memo.get(3, &1), None);
     }
 }
