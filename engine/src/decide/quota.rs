@@ -16,7 +16,16 @@ use lang::ir::{Program, Team};
 
 /// Which guarantee a placement counts against: a pool the team has a per-pool guarantee
 /// in, or its overall guarantee (`None`).
-type Bucket = Option<String>;
+type Bucket = Option<PoolIx>;
+
+/// A pool as the ledger numbers it ([`Ledger::pool_ix`]): in name order, so buckets sort
+/// as their names would. A bucket was the pool's name, and the merges and lookups that
+/// run for every placement tried compared names.
+pub type PoolIx = u32;
+
+/// The number of every pool name neither the fleet nor a guarantee has: nothing is
+/// charged to it, and no guarantee is in it.
+const UNKNOWN_POOL: PoolIx = PoolIx::MAX;
 
 /// A team as its index into the policy's teams; an index past them is no team the
 /// ledger counts.
@@ -45,7 +54,7 @@ struct Book {
 
 impl Book {
     /// What `pool`'s bucket has used, if it has been charged.
-    fn used_in(&mut self, pool: Option<&str>) -> Option<&mut u64> {
+    fn used_in(&mut self, pool: Option<PoolIx>) -> Option<&mut u64> {
         let per_pool = self.per_pool;
         self.used
             .iter_mut()
@@ -54,7 +63,7 @@ impl Book {
     }
 
     /// Adds `milli` to `pool`'s bucket in `used`, leaving the derived figures stale.
-    fn add(&mut self, pool: Option<&str>, milli: u64) {
+    fn add(&mut self, pool: Option<PoolIx>, milli: u64) {
         match self.used_in(pool) {
             Some(u) => *u += milli,
             None => {
@@ -90,7 +99,7 @@ impl Book {
     }
     /// [`Book::cached`] as it would be with `milli` more used in `pool`'s bucket, without
     /// changing the book.
-    fn cached_with(&self, pool: Option<&str>, milli: u64) -> (u64, u64) {
+    fn cached_with(&self, pool: Option<PoolIx>, milli: u64) -> (u64, u64) {
         let used = self.entry_of(&self.used, pool).copied().unwrap_or(0);
         let guaranteed = self.entry_of(&self.guaranteed, pool).copied().unwrap_or(0);
         let borrowed = self.cached.0 - used.saturating_sub(guaranteed)
@@ -121,15 +130,15 @@ impl Book {
             .sum();
         self.lend.map_or(idle, |l| idle.min(l))
     }
-    fn bucket(&self, pool: Option<&str>) -> Bucket {
+    fn bucket(&self, pool: Option<PoolIx>) -> Bucket {
         if self.per_pool {
-            pool.map(str::to_string)
+            pool
         } else {
             None
         }
     }
     /// `map`'s entry for `pool`'s bucket.
-    fn entry_of<'m>(&self, map: &'m BucketMap<Bucket>, pool: Option<&str>) -> Option<&'m u64> {
+    fn entry_of<'m>(&self, map: &'m BucketMap<Bucket>, pool: Option<PoolIx>) -> Option<&'m u64> {
         let per_pool = self.per_pool;
         map.iter()
             .find(|(k, _)| in_bucket(per_pool, pool, k))
@@ -139,18 +148,18 @@ impl Book {
 
 /// Whether a charge in `pool` goes to `bucket` of a book counted per pool or not (no
 /// bucket is built: this runs for every placement tried).
-fn in_bucket(per_pool: bool, pool: Option<&str>, bucket: &Bucket) -> bool {
+fn in_bucket(per_pool: bool, pool: Option<PoolIx>, bucket: &Bucket) -> bool {
     if per_pool {
-        bucket.as_deref() == pool
+        *bucket == pool
     } else {
         bucket.is_none()
     }
 }
 
 /// When every charge goes to one bucket of `b`: a pool of it and the charges' sum.
-fn one_bucket<'p>(b: &Book, charges: &[(Option<&'p str>, u64)]) -> Option<(Option<&'p str>, u64)> {
+fn one_bucket(b: &Book, charges: &[(Option<PoolIx>, u64)]) -> Option<(Option<PoolIx>, u64)> {
     let (first, _) = charges.first()?;
-    let same = |p: &Option<&str>| !b.per_pool || p == first;
+    let same = |p: &Option<PoolIx>| !b.per_pool || p == first;
     charges
         .iter()
         .all(|(p, _)| same(p))
@@ -158,7 +167,7 @@ fn one_bucket<'p>(b: &Book, charges: &[(Option<&'p str>, u64)]) -> Option<(Optio
 }
 
 /// [`Ledger::within_guarantee`] by a merge of the book's buckets with the charges.
-fn within_by_merge(b: &Book, charges: &[(Option<&str>, u64)]) -> bool {
+fn within_by_merge(b: &Book, charges: &[(Option<PoolIx>, u64)]) -> bool {
     // Usage per bucket after the charges, without copying the book: buckets the
     // charges touch get them added, the others are as they are.
     let added = |bucket: &Bucket| -> u64 {
@@ -206,6 +215,8 @@ enum Break {
 pub struct Ledger {
     /// In the policy's team order.
     books: Vec<Book>,
+    /// Pool names by [`PoolIx`]: the fleet's and the guarantees', sorted.
+    pools: Vec<String>,
     cohorts: usize,
     /// Fleet GPUs no team is guaranteed, in milli-GPUs.
     unguaranteed: u64,
@@ -250,7 +261,26 @@ fn gpus_by_float(milli: u64) -> String {
 }
 
 impl Ledger {
-    pub fn new(program: &Program, fleet_gpu_milli: u64) -> Ledger {
+    /// The ledger of `program`'s teams on a fleet of `fleet_gpu_milli` whose nodes are in
+    /// `fleet_pools` (names, repeats allowed).
+    pub fn new<'p>(
+        program: &Program,
+        fleet_gpu_milli: u64,
+        fleet_pools: impl IntoIterator<Item = &'p str>,
+    ) -> Ledger {
+        // Names borrowed and sorted first: a fleet names a few pools over many nodes.
+        let mut fleet: Vec<&str> = fleet_pools.into_iter().collect();
+        fleet.sort_unstable();
+        fleet.dedup();
+        let mut pools: Vec<String> = fleet.into_iter().map(str::to_string).collect();
+        pools.extend(
+            program
+                .teams
+                .iter()
+                .flat_map(|t| t.guaranteed.per_pool_milli.keys().cloned()),
+        );
+        pools.sort_unstable();
+        pools.dedup();
         let mut cohorts: Vec<&str> = Vec::new();
         let books: Vec<Book> = program
             .teams
@@ -262,16 +292,22 @@ impl Ledger {
                         cohorts.len() - 1
                     })
                 });
-                book(t, cohort_ix)
+                book(t, cohort_ix, &pools)
             })
             .collect();
         let guaranteed: u64 = books.iter().map(Book::total_guaranteed).sum();
         Ledger {
             books,
+            pools,
             cohorts: cohorts.len(),
             unguaranteed: fleet_gpu_milli.saturating_sub(guaranteed),
             settled: true,
         }
+    }
+
+    /// A pool's number; [`UNKNOWN_POOL`] for a name neither the fleet nor a guarantee has.
+    pub fn pool_ix(&self, name: &str) -> PoolIx {
+        pool_ix(&self.pools, name)
     }
 
     fn book(&self, team: Option<TeamIx>) -> Option<&Book> {
@@ -293,7 +329,7 @@ impl Ledger {
     }
 
     /// Counts `milli` of `team`'s usage in `pool` (uncounted teams are ignored).
-    pub fn charge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
+    pub fn charge(&mut self, team: Option<TeamIx>, pool: Option<PoolIx>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             b.add(pool, milli);
             b.recache();
@@ -303,7 +339,7 @@ impl Ledger {
     /// [`Ledger::charge`] for a batch (the running jobs at the start of a cycle): the
     /// derived figures are left stale until [`Ledger::settle`], and nothing may read them
     /// in between.
-    pub fn charge_unsettled(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
+    pub fn charge_unsettled(&mut self, team: Option<TeamIx>, pool: Option<PoolIx>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             self.settled = false;
             if b.per_pool {
@@ -326,7 +362,7 @@ impl Ledger {
         self.settled = true;
     }
 
-    pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<&str>, milli: u64) {
+    pub fn uncharge(&mut self, team: Option<TeamIx>, pool: Option<PoolIx>, milli: u64) {
         if let Some(b) = team.and_then(|t| self.books.get_mut(t)) {
             if let Some(u) = b.used_in(pool) {
                 *u = u.saturating_sub(milli);
@@ -346,7 +382,11 @@ impl Ledger {
     }
 
     /// Whether `charges` (pool, milli) stay inside `team`'s own guarantee.
-    pub fn within_guarantee(&self, team: Option<TeamIx>, charges: &[(Option<&str>, u64)]) -> bool {
+    pub fn within_guarantee(
+        &self,
+        team: Option<TeamIx>,
+        charges: &[(Option<PoolIx>, u64)],
+    ) -> bool {
         let Some(b) = self.book(team) else {
             return false;
         };
@@ -373,7 +413,7 @@ impl Ledger {
     pub fn check(
         &mut self,
         team: Option<TeamIx>,
-        charges: &[(Option<&str>, u64)],
+        charges: &[(Option<PoolIx>, u64)],
     ) -> Result<(), QuotaBlock> {
         let need = charges.iter().map(|c| c.1).sum();
         if let Some((t, broken)) = self.quick_break(team, charges) {
@@ -402,7 +442,7 @@ impl Ledger {
     fn allows_quickly(
         &self,
         team: Option<TeamIx>,
-        charges: &[(Option<&str>, u64)],
+        charges: &[(Option<PoolIx>, u64)],
     ) -> Option<bool> {
         self.quick_break(team, charges).map(|(_, b)| b.is_none())
     }
@@ -413,7 +453,7 @@ impl Ledger {
     fn quick_break(
         &self,
         team: Option<TeamIx>,
-        charges: &[(Option<&str>, u64)],
+        charges: &[(Option<PoolIx>, u64)],
     ) -> Option<(TeamIx, Option<Break>)> {
         let t = team.filter(|t| *t < self.books.len())?;
         let b = self.books.get(t)?;
@@ -438,7 +478,7 @@ impl Ledger {
     fn allows_checked(
         &mut self,
         team: Option<TeamIx>,
-        charges: &[(Option<&str>, u64)],
+        charges: &[(Option<PoolIx>, u64)],
     ) -> Option<bool> {
         let quick = self.allows_quickly(team, charges)?;
         debug_assert_eq!(
@@ -454,7 +494,7 @@ impl Ledger {
     fn charged<R>(
         &mut self,
         team: Option<TeamIx>,
-        charges: &[(Option<&str>, u64)],
+        charges: &[(Option<PoolIx>, u64)],
         judge: impl FnOnce(&Ledger, TeamIx, u64) -> R,
     ) -> Option<R> {
         let t = team.filter(|t| *t < self.books.len())?;
@@ -541,7 +581,7 @@ impl Ledger {
 
     /// [`Ledger::check`] without working out why not: for trial placements whose reason
     /// nobody reads.
-    pub fn allows(&mut self, team: Option<TeamIx>, charges: &[(Option<&str>, u64)]) -> bool {
+    pub fn allows(&mut self, team: Option<TeamIx>, charges: &[(Option<PoolIx>, u64)]) -> bool {
         if let Some(quick) = self.allows_checked(team, charges) {
             return quick;
         }
@@ -604,7 +644,7 @@ impl Ledger {
     /// Milli-GPUs by which giving up `removed` (pool, milli) would take `team` further
     /// below its guarantee, bucket by bucket: 0 when the team keeps its guarantee (or has
     /// none the policy knows).
-    pub fn breach(&self, team: Option<TeamIx>, removed: &[(Option<&str>, u64)]) -> u64 {
+    pub fn breach(&self, team: Option<TeamIx>, removed: &[(Option<PoolIx>, u64)]) -> u64 {
         let Some(b) = self.book(team) else {
             return 0;
         };
@@ -629,7 +669,7 @@ impl Ledger {
     }
 
     /// Whether `team` now uses less than its guarantee in any bucket of `pools`.
-    pub fn below_guarantee(&self, team: Option<TeamIx>, pools: &[Option<&str>]) -> bool {
+    pub fn below_guarantee(&self, team: Option<TeamIx>, pools: &[Option<PoolIx>]) -> bool {
         let Some(b) = self.book(team) else {
             return false;
         };
@@ -678,7 +718,11 @@ impl Ledger {
 
     /// The position among [`Ledger::guaranteed_buckets`] of the bucket a charge to
     /// `pool` goes to; `None` where the team has no guarantee for it.
-    pub fn guaranteed_bucket_of(&self, team: Option<TeamIx>, pool: Option<&str>) -> Option<usize> {
+    pub fn guaranteed_bucket_of(
+        &self,
+        team: Option<TeamIx>,
+        pool: Option<PoolIx>,
+    ) -> Option<usize> {
         let b = self.book(team)?;
         b.guaranteed
             .iter()
@@ -692,13 +736,21 @@ impl Ledger {
     }
 }
 
-fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
+fn pool_ix(pools: &[String], name: &str) -> PoolIx {
+    pools
+        .binary_search_by(|p| p.as_str().cmp(name))
+        .ok()
+        .and_then(|i| PoolIx::try_from(i).ok())
+        .unwrap_or(UNKNOWN_POOL)
+}
+
+fn book(t: &Team, cohort_ix: Option<usize>, pools: &[String]) -> Book {
     let per_pool = t.guaranteed.total_milli.is_none() && !t.guaranteed.per_pool_milli.is_empty();
     let guaranteed: BucketMap<Bucket> = if per_pool {
         t.guaranteed
             .per_pool_milli
             .iter()
-            .map(|(p, m)| (Some(p.clone()), *m))
+            .map(|(p, m)| (Some(pool_ix(pools, p)), *m))
             .collect()
     } else {
         [(None, t.guaranteed.total_milli.unwrap_or(0))]
@@ -725,12 +777,31 @@ fn book(t: &Team, cohort_ix: Option<usize>) -> Book {
 mod tests {
     use super::*;
 
+    /// Two pools, a team with a guarantee in each and a team with one overall.
+    const TWO_POOLS: &str = "use std.nodes.{dgx_h100}\nuse std.tiers\n\
+         pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+         pool b { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
+         team per_pool { guaranteed = [8 gpu in a, 4 gpu in b] }\n\
+         team overall { guaranteed = 12 gpu }\n";
+
     /// The program of a test policy, which must check and define `teams` teams.
     fn policy(source: &str, teams: usize) -> Program {
         let checked = lang::check(&[("p.gantry".to_string(), source.to_string())]);
         let program = checked.program.unwrap_or_default();
         assert_eq!(program.teams.len(), teams, "the test policy checks");
         program
+    }
+
+    /// Pools are numbered in name order, over the fleet's and the guarantees' names once
+    /// each; a name neither has is the unknown pool.
+    #[test]
+    fn pools_are_numbered_in_name_order() {
+        let program = policy(TWO_POOLS, 2);
+        let ledger = Ledger::new(&program, 64_000, ["z", "b", "z"]);
+        let ix = |p| ledger.pool_ix(p);
+        assert_eq!((ix("a"), ix("b"), ix("z")), (0, 1, 2));
+        assert_eq!(ix("c"), UNKNOWN_POOL);
+        assert_eq!(ix(""), UNKNOWN_POOL);
     }
 
     /// The integer formatting prints what the float one does.
@@ -769,8 +840,10 @@ mod tests {
             3,
         );
         // Little capacity no team is guaranteed (2 GPUs): what the cohort lends decides.
-        let mut ledger = Ledger::new(&program, 30_000);
-        let pools = [Some("a"), Some("b"), Some("c"), None];
+        let mut ledger = Ledger::new(&program, 30_000, ["a", "b"]);
+        // "c" is a pool no node and no guarantee has.
+        let [a, b, c] = ["a", "b", "c"].map(|p| Some(ledger.pool_ix(p)));
+        let pools = [a, b, c, None];
         let (mut yes, mut no) = (0, 0);
         for step in 0..600u64 {
             let team = Some((step % 3) as usize);
@@ -834,14 +907,15 @@ mod tests {
             (0, 2, 6_000, "team alone is past its 4 gpu guarantee and the fleet has 2 gpu less idle capacity to lend than it needs",
              "fits when other teams free 2 gpu of unguaranteed capacity", None),
         ];
-        let mut ledger = Ledger::new(&program, 24_000);
+        let mut ledger = Ledger::new(&program, 24_000, ["a"]);
+        let a = Some(ledger.pool_ix("a"));
         for (change, team, milli, message, unblock, free) in cases {
             match change {
                 0 => {}
-                c if c > 0 => ledger.charge(Some(0), Some("a"), c as u64),
-                c => ledger.uncharge(Some(0), Some("a"), c.unsigned_abs()),
+                c if c > 0 => ledger.charge(Some(0), a, c as u64),
+                c => ledger.uncharge(Some(0), a, c.unsigned_abs()),
             }
-            let q = ledger.check(Some(team), &[(Some("a"), milli)]);
+            let q = ledger.check(Some(team), &[(a, milli)]);
             let q = q.err().unwrap_or_else(QuotaBlock::unsaid);
             assert_eq!(q.message(&ledger), message);
             assert_eq!(q.unblock(&ledger), unblock);
@@ -859,16 +933,10 @@ mod tests {
     /// in one pool is not within it in another).
     #[test]
     fn within_guarantee_by_one_bucket_matches_the_merge() {
-        let program = policy(
-            "use std.nodes.{dgx_h100}\nuse std.tiers\n\
-             pool a { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
-             pool b { capacity = reserved; node = dgx_h100; nodes = 4 }\n\
-             team per_pool { guaranteed = [8 gpu in a, 4 gpu in b] }\n\
-             team overall { guaranteed = 12 gpu }\n",
-            2,
-        );
-        let mut ledger = Ledger::new(&program, 64_000);
-        let pools = [Some("a"), Some("b"), Some("c"), None];
+        let program = policy(TWO_POOLS, 2);
+        let mut ledger = Ledger::new(&program, 64_000, ["b", "a", "b"]);
+        let [a, b, c] = ["a", "b", "c"].map(|p| Some(ledger.pool_ix(p)));
+        let pools = [a, b, c, None];
         let (mut within, mut outside) = (0, 0);
         for step in 0..400u64 {
             let team = Some((step % 2) as usize);

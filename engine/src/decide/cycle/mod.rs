@@ -45,7 +45,7 @@ use super::plan::{
     Action, Assignment, Booked, BookedNode, Decision, EtaKind, Plan, Preemption, Reason,
     ReasonCode, Reservation, Routed,
 };
-use super::quota::{Ledger, QuotaBlock};
+use super::quota::{Ledger, PoolIx, QuotaBlock};
 use super::snapshot::{JobState, Snapshot};
 use crate::core::alloc::Request;
 use crate::core::frag::Workload;
@@ -70,6 +70,8 @@ struct Cycle<'a> {
     now: i64,
     placer: Placer<'a>,
     ledger: Ledger,
+    /// Each node's pool as the ledger numbers it.
+    node_pools: Vec<Option<PoolIx>>,
     shares: FairShares,
     holders: Vec<Holder<'a>>,
     /// Holder records not written yet (until [`Cycle::record_holders`]).
@@ -330,12 +332,20 @@ fn decide_cycle(
     holders_on.reset(fleet.nodes.len());
     protected_on.reset(fleet.nodes.len());
     holders_of.reset(program.teams.len() + 2);
+    let pool_names = fleet.nodes.iter().filter_map(|n| n.pool.as_deref());
+    let ledger = Ledger::new(program, capacity.gpu_milli, pool_names);
+    let node_pools = fleet
+        .nodes
+        .iter()
+        .map(|n| n.pool.as_deref().map(|p| ledger.pool_ix(p)))
+        .collect();
     let mut cycle = Cycle {
         program,
         snapshot,
         now,
         placer,
-        ledger: Ledger::new(program, capacity.gpu_milli),
+        ledger,
+        node_pools,
         shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
         holders,
         unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),
@@ -668,12 +678,9 @@ impl<'a> Cycle<'a> {
         self.snapshot.fleet.nodes.get(i).map(|n| n.name.clone())
     }
 
-    fn pool_of(&self, node: usize) -> Option<&'a str> {
-        self.snapshot
-            .fleet
-            .nodes
-            .get(node)
-            .and_then(|n| n.pool.as_deref())
+    /// The node's pool as the ledger numbers it.
+    fn pool_of(&self, node: usize) -> Option<PoolIx> {
+        self.node_pools.get(node).copied().flatten()
     }
 
     fn decision(
@@ -772,7 +779,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Charges per pool for a placement.
-    fn charges(&self, member_milli: u64, choices: &[Choice]) -> Vec<(Option<&'a str>, u64)> {
+    fn charges(&self, member_milli: u64, choices: &[Choice]) -> Vec<(Option<PoolIx>, u64)> {
         choices
             .iter()
             .map(|c| (self.pool_of(c.node), member_milli))

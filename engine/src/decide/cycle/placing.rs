@@ -174,8 +174,10 @@ impl<'a> Cycle<'a> {
                     .per_pool_milli
                     .keys()
                     .filter(|p| {
-                        self.ledger
-                            .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                        self.ledger.within_guarantee(
+                            team,
+                            &[(Some(self.ledger.pool_ix(p)), js.gpu_milli())],
+                        )
                     })
                     .cloned()
                     .collect();

@@ -19,6 +19,7 @@ use super::{Blocked, Cycle, Outcome};
 use crate::core::gang::{JobShape, UnplacedCode};
 use crate::core::placer::{give_on, Choice};
 use crate::decide::plan::Preemption;
+use crate::decide::quota::PoolIx;
 use crate::decide::snapshot::{JobState, Running};
 use lang::ir::{PreemptMode, Tier};
 use std::collections::BTreeSet;
@@ -409,8 +410,10 @@ impl<'a> Cycle<'a> {
                 .and_then(|t| self.program.teams.get(t))
                 .is_some_and(|t| {
                     t.guaranteed.per_pool_milli.keys().any(|p| {
-                        self.ledger
-                            .within_guarantee(team, &[(Some(p.as_str()), js.gpu_milli())])
+                        self.ledger.within_guarantee(
+                            team,
+                            &[(Some(self.ledger.pool_ix(p)), js.gpu_milli())],
+                        )
                     })
                 });
         if !reclaiming {
@@ -433,7 +436,7 @@ impl<'a> Cycle<'a> {
             if Self::chosen_cause(holder.team_ix, asker) != Cause::Borrowed {
                 continue;
             }
-            let pools: Vec<Option<&str>> = holder
+            let pools: Vec<Option<PoolIx>> = holder
                 .choices
                 .iter()
                 .map(|c| self.pool_of(c.node))
@@ -578,7 +581,7 @@ impl<'a> Cycle<'a> {
                 .saturating_sub(st.used.saturating_sub(removed));
             return short_after - short_before.min(short_after);
         }
-        let charges: Vec<(Option<&str>, u64)> = holders
+        let charges: Vec<(Option<PoolIx>, u64)> = holders
             .iter()
             .filter_map(of)
             .flat_map(|x| self.charges(x.member_milli(), &x.choices))

@@ -14,7 +14,7 @@
 use super::{Blocked, Cycle};
 use crate::core::gang::JobShape;
 use crate::decide::plan::{Reason, ReasonCode};
-use crate::decide::quota::{gpus, QuotaBlock};
+use crate::decide::quota::{gpus, PoolIx, QuotaBlock};
 use crate::decide::snapshot::JobState;
 use lang::ir::PreemptMode;
 
@@ -92,7 +92,10 @@ impl<'a> Cycle<'a> {
             return Limits::OverBurstNow;
         }
         if guarantee_only {
-            let within = |pool: Option<&str>| self.ledger.within_guarantee(ix, &[(pool, need)]);
+            let within = |pool: Option<&str>| {
+                let pool = pool.map(|p| self.ledger.pool_ix(p));
+                self.ledger.within_guarantee(ix, &[(pool, need)])
+            };
             let fits = if shape.pools.is_empty() {
                 self.placer.pools().any(within)
             } else {
@@ -118,7 +121,7 @@ impl<'a> Cycle<'a> {
     pub(super) fn quota_allows_charges(
         &mut self,
         js: &JobState,
-        charges: &[(Option<&str>, u64)],
+        charges: &[(Option<PoolIx>, u64)],
     ) -> Result<bool, QuotaBlock> {
         let team = self.job_team(js);
         let within = self.ledger.within_guarantee(team, charges);
