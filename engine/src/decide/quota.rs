@@ -38,6 +38,9 @@ struct Book {
     /// The cohort as an index into the policy's cohort names, in order of appearance.
     cohort_ix: Option<usize>,
     guaranteed: BucketMap<Bucket>,
+    /// The pools the team's guarantee names, in name order (an overall guarantee beside
+    /// them leaves the book counted overall).
+    named_pools: Vec<PoolIx>,
     per_pool: bool,
     burst: Option<u64>,
     lend: Option<u64>,
@@ -308,6 +311,17 @@ impl Ledger {
     /// A pool's number; [`UNKNOWN_POOL`] for a name neither the fleet nor a guarantee has.
     pub fn pool_ix(&self, name: &str) -> PoolIx {
         pool_ix(&self.pools, name)
+    }
+
+    /// A pool's name by its number.
+    pub fn pool_name(&self, pool: PoolIx) -> Option<&str> {
+        let i = usize::try_from(pool).ok()?;
+        self.pools.get(i).map(String::as_str)
+    }
+
+    /// The pools `team`'s guarantee names (per pool), in name order.
+    pub fn guarantee_pools(&self, team: Option<TeamIx>) -> &[PoolIx] {
+        self.book(team).map_or(&[], |b| b.named_pools.as_slice())
     }
 
     fn book(&self, team: Option<TeamIx>) -> Option<&Book> {
@@ -762,6 +776,12 @@ fn book(t: &Team, cohort_ix: Option<usize>, pools: &[String]) -> Book {
         cohort: t.cohort.clone(),
         cohort_ix,
         guaranteed,
+        named_pools: t
+            .guaranteed
+            .per_pool_milli
+            .keys()
+            .map(|p| pool_ix(pools, p))
+            .collect(),
         per_pool,
         burst: t.burst.as_ref().map(|q| q.effective_total_milli()),
         lend: t.lend.as_ref().map(|q| q.effective_total_milli()),

@@ -72,6 +72,9 @@ struct Cycle<'a> {
     ledger: Ledger,
     /// Each node's pool as the ledger numbers it.
     node_pools: Vec<Option<PoolIx>>,
+    /// The pools nodes are in, each once, as the ledger numbers them (`None`: nodes in
+    /// no pool).
+    fleet_pools: Vec<Option<PoolIx>>,
     shares: FairShares,
     holders: Vec<Holder<'a>>,
     /// Holder records not written yet (until [`Cycle::record_holders`]).
@@ -332,8 +335,12 @@ fn decide_cycle(
     holders_on.reset(fleet.nodes.len());
     protected_on.reset(fleet.nodes.len());
     holders_of.reset(program.teams.len() + 2);
-    let pool_names = fleet.nodes.iter().filter_map(|n| n.pool.as_deref());
-    let ledger = Ledger::new(program, capacity.gpu_milli, pool_names);
+    // The fleet's pools, each once, as the placer numbered them.
+    let ledger = Ledger::new(program, capacity.gpu_milli, placer.pools().flatten());
+    let fleet_pools = placer
+        .pools()
+        .map(|p| p.map(|p| ledger.pool_ix(p)))
+        .collect();
     let node_pools = fleet
         .nodes
         .iter()
@@ -346,6 +353,7 @@ fn decide_cycle(
         placer,
         ledger,
         node_pools,
+        fleet_pools,
         shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
         holders,
         unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),

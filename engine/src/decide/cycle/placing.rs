@@ -168,25 +168,21 @@ impl<'a> Cycle<'a> {
         // The team's guaranteed pools it is still inside first, when the job names none.
         let mut guaranteed_first = None;
         if shape.pools.is_empty() {
-            if let Some(t) = team.and_then(|t| self.program.teams.get(t)) {
-                let pools: Vec<String> = t
-                    .guaranteed
-                    .per_pool_milli
-                    .keys()
-                    .filter(|p| {
-                        self.ledger.within_guarantee(
-                            team,
-                            &[(Some(self.ledger.pool_ix(p)), js.gpu_milli())],
-                        )
-                    })
-                    .cloned()
-                    .collect();
-                if !pools.is_empty() {
-                    guaranteed_first = Some(JobShape {
-                        pools,
-                        ..shape.clone()
-                    });
-                }
+            let pools: Vec<String> = self
+                .ledger
+                .guarantee_pools(team)
+                .iter()
+                .filter(|p| {
+                    self.ledger
+                        .within_guarantee(team, &[(Some(**p), js.gpu_milli())])
+                })
+                .filter_map(|p| self.ledger.pool_name(*p).map(str::to_string))
+                .collect();
+            if !pools.is_empty() {
+                guaranteed_first = Some(JobShape {
+                    pools,
+                    ..shape.clone()
+                });
             }
         }
         let mut last: Option<Blocked> = None;

@@ -406,16 +406,10 @@ impl<'a> Cycle<'a> {
         let reclaiming = self
             .ledger
             .within_guarantee(team, &[(None, js.gpu_milli())])
-            || team
-                .and_then(|t| self.program.teams.get(t))
-                .is_some_and(|t| {
-                    t.guaranteed.per_pool_milli.keys().any(|p| {
-                        self.ledger.within_guarantee(
-                            team,
-                            &[(Some(self.ledger.pool_ix(p)), js.gpu_milli())],
-                        )
-                    })
-                });
+            || self.ledger.guarantee_pools(team).iter().any(|p| {
+                self.ledger
+                    .within_guarantee(team, &[(Some(*p), js.gpu_milli())])
+            });
         if !reclaiming {
             return Vec::new();
         }

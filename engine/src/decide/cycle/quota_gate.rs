@@ -92,14 +92,14 @@ impl<'a> Cycle<'a> {
             return Limits::OverBurstNow;
         }
         if guarantee_only {
-            let within = |pool: Option<&str>| {
-                let pool = pool.map(|p| self.ledger.pool_ix(p));
-                self.ledger.within_guarantee(ix, &[(pool, need)])
-            };
+            let within = |pool: Option<PoolIx>| self.ledger.within_guarantee(ix, &[(pool, need)]);
             let fits = if shape.pools.is_empty() {
-                self.placer.pools().any(within)
+                self.fleet_pools.iter().copied().any(within)
             } else {
-                shape.pools.iter().any(|p| within(Some(p)))
+                shape
+                    .pools
+                    .iter()
+                    .any(|p| within(Some(self.ledger.pool_ix(p))))
             };
             if !fits {
                 return Limits::OutsideGuaranteeNow;
