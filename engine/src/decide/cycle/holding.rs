@@ -338,6 +338,14 @@ impl<'a> Cycle<'a> {
                 .or_default()
                 .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         }
+        let m = &js.job.shape.member;
+        debug_assert_eq!(
+            self.member_sizes.len(),
+            h,
+            "member sizes beside the holders"
+        );
+        self.member_sizes
+            .push([m.cpu_milli, m.memory_mib, m.gpu_milli_total()]);
         self.holders.push(Holder {
             job: js,
             team_ix,

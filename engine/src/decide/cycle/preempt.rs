@@ -612,7 +612,7 @@ impl<'a> Cycle<'a> {
         let shared = self.cost_index(shape, &usable, &shared_asker);
         let own = (asker.team != NO_OWN_VICTIMS).then(|| self.cost_index(shape, &usable, asker));
         let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
-        let mut plans: Vec<(usize, Cost)> = Vec::new();
+        let mut plans: Vec<(usize, Cost)> = Vec::with_capacity(attempts);
         {
             let (shared_ix, own_ix) = (
                 self.cost_indexes.get(shared),
@@ -673,7 +673,7 @@ impl<'a> Cycle<'a> {
             }
         }
         let mark = self.log_mark();
-        let mut taken: Vec<usize> = Vec::new();
+        let mut taken: Vec<usize> = Vec::with_capacity(plans.iter().map(|(_, c)| c.1.len()).sum());
         let mut placed = None;
         let mut used = 0;
         for (node, (cost, victims)) in plans {

@@ -243,7 +243,7 @@ impl<'a> Cycle<'a> {
             }
         };
         let mark = self.log_mark();
-        let mut taken = Vec::new();
+        let mut taken = Vec::with_capacity(ranked.len());
         // The team's own limits read only the ledger: victims leave the placer only once
         // the limits pass (`taken[..in_placer]`), as most searches that fail never get
         // that far, and giving GPUs back and taking them again is most of their cost.
@@ -254,7 +254,7 @@ impl<'a> Cycle<'a> {
         let in_pools = self.placer.in_pools(&shape.pools);
         // The teams whose usage the ledger moves since changed: their standing (which
         // nothing in the search reads) is noted once before a try and at the end.
-        let mut unnoted: Vec<Option<usize>> = Vec::new();
+        let mut unnoted: Vec<Option<usize>> = Vec::with_capacity(asker.reclaimable.len() + 1);
         for (_, _, _, h) in ranked {
             let team = self.charge_in_ledger(h, false);
             if !unnoted.contains(&team) {

@@ -191,12 +191,18 @@ impl<'a> Cycle<'a> {
             else {
                 continue;
             };
+            let Some(&[m_cpu, m_memory, m_milli]) = self.member_sizes.get(h) else {
+                continue;
+            };
             eligible.push(h);
-            let m = x.member();
-            let members = x.choices.iter().filter(|c| c.node == node).count() as u64;
-            cpu = cpu.saturating_add(m.cpu_milli.saturating_mul(members));
-            memory = memory.saturating_add(m.memory_mib.saturating_mul(members));
-            milli = milli.saturating_add(m.gpu_milli_total().saturating_mul(members));
+            // A single member needs no look at where it is (the list is of its nodes).
+            let members = match x.choices.len() {
+                1 => 1,
+                _ => x.choices.iter().filter(|c| c.node == node).count() as u64,
+            };
+            cpu = cpu.saturating_add(m_cpu.saturating_mul(members));
+            memory = memory.saturating_add(m_memory.saturating_mul(members));
+            milli = milli.saturating_add(m_milli.saturating_mul(members));
         }
         if eligible.is_empty()
             || cpu < member.cpu_milli
