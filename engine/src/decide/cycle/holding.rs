@@ -34,6 +34,22 @@ pub(super) struct Holder<'a> {
     member_milli: u32,
 }
 
+/// What the per-node victim searches read of a holder for every candidate on each node
+/// they look at, packed beside `Cycle::holders`: a holder spans two cache lines, and its
+/// member's size is in the job's record, a cache miss further.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Brief {
+    /// One member's CPU milli, memory MiB and milli-GPUs in all.
+    pub size: [u64; 3],
+    /// Its tier's priority, when it is a victim candidate.
+    pub priority: i64,
+    pub team: Option<usize>,
+    /// How many members it has (on how many nodes, at most).
+    pub members: usize,
+    /// It may be preempted ([`Stand::Victim`]) and was not evicted this cycle.
+    pub candidate: bool,
+}
+
 /// Whether a holder may be preempted now.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Stand {
@@ -339,13 +355,18 @@ impl<'a> Cycle<'a> {
                 .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         }
         let m = &js.job.shape.member;
-        debug_assert_eq!(
-            self.member_sizes.len(),
-            h,
-            "member sizes beside the holders"
-        );
-        self.member_sizes
-            .push([m.cpu_milli, m.memory_mib, m.gpu_milli_total()]);
+        debug_assert_eq!(self.briefs.len(), h, "briefs beside the holders");
+        let victim = match stand {
+            Stand::Victim(v) => Some(v.priority),
+            _ => None,
+        };
+        self.briefs.push(Brief {
+            size: [m.cpu_milli, m.memory_mib, m.gpu_milli_total()],
+            priority: victim.unwrap_or(i64::MAX),
+            team: team_ix,
+            members: choices.len(),
+            candidate: victim.is_some(),
+        });
         self.holders.push(Holder {
             job: js,
             team_ix,

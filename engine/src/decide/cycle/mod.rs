@@ -77,10 +77,8 @@ struct Cycle<'a> {
     fleet_pools: Vec<Option<PoolIx>>,
     shares: FairShares,
     holders: Vec<Holder<'a>>,
-    /// Each holder's member as (CPU milli, memory MiB, milli-GPUs in all), beside
-    /// `holders`: the per-node victim bound reads it for every candidate on each node it
-    /// looks at, and the job's record is a cache miss away.
-    member_sizes: Vec<[u64; 3]>,
+    /// Each holder in brief, beside `holders` (see [`holding::Brief`]).
+    briefs: Vec<holding::Brief>,
     /// Holder records not written yet (until [`Cycle::record_holders`]).
     unrecorded: holding::Unrecorded<'a>,
     reservation: Option<Reserved>,
@@ -360,7 +358,7 @@ fn decide_cycle(
         fleet_pools,
         shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
         holders,
-        member_sizes: Vec::with_capacity(snapshot.jobs.len()),
+        briefs: Vec::with_capacity(snapshot.jobs.len()),
         unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),
         reservation: None,
         held: None,

@@ -461,6 +461,9 @@ impl<'a> Cycle<'a> {
             let cause = Self::chosen_cause(holder.team_ix, asker);
             let was_candidate = !holder.evicted;
             holder.evicted = true;
+            if let Some(b) = self.briefs.get_mut(*h) {
+                b.candidate = false;
+            }
             let holder = holder.clone();
             if let (true, Some(v), Some(slot)) = (
                 was_candidate,
@@ -536,7 +539,12 @@ impl<'a> Cycle<'a> {
     }
 
     /// Rules 2 and 3 for a holder of `team` at `priority`, the guarantee floor aside.
-    fn may_make_way(&self, team: Option<usize>, priority: i64, asker: &Asker) -> Option<Cause> {
+    pub(super) fn may_make_way(
+        &self,
+        team: Option<usize>,
+        priority: i64,
+        asker: &Asker,
+    ) -> Option<Cause> {
         let cause = Self::chosen_cause(team, asker);
         if cause == Cause::Borrowed {
             // A team the policy gives no guarantee has nothing of its own to protect.

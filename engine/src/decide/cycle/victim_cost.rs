@@ -184,22 +184,27 @@ impl<'a> Cycle<'a> {
             current.gpu_milli_total(),
         );
         for &h in self.holders_on.get(node) {
-            let Some(x) = self
-                .holders
+            let Some(b) = self
+                .briefs
                 .get(h)
-                .filter(|x| !x.evicted && self.cause_of(h, asker).is_some())
+                .filter(|b| b.candidate && self.may_make_way(b.team, b.priority, asker).is_some())
             else {
                 continue;
             };
-            let Some(&[m_cpu, m_memory, m_milli]) = self.member_sizes.get(h) else {
-                continue;
-            };
+            #[cfg(debug_assertions)]
+            debug_assert!(self
+                .holders
+                .get(h)
+                .is_some_and(|x| !x.evicted && self.cause_of(h, asker).is_some()));
             eligible.push(h);
             // A single member needs no look at where it is (the list is of its nodes).
-            let members = match x.choices.len() {
+            let members = match b.members {
                 1 => 1,
-                _ => x.choices.iter().filter(|c| c.node == node).count() as u64,
+                _ => self.holders.get(h).map_or(0, |x| {
+                    x.choices.iter().filter(|c| c.node == node).count() as u64
+                }),
             };
+            let [m_cpu, m_memory, m_milli] = b.size;
             cpu = cpu.saturating_add(m_cpu.saturating_mul(members));
             memory = memory.saturating_add(m_memory.saturating_mul(members));
             milli = milli.saturating_add(m_milli.saturating_mul(members));
@@ -393,13 +398,24 @@ impl<'a> Cycle<'a> {
         {
             return false;
         }
-        self.holders_on.get(node).iter().any(|h| {
-            self.holders.get(*h).is_some_and(|x| {
-                !x.evicted
-                    && x.team_ix == asker.team
-                    && x.victim().is_some_and(|v| v.priority < asker.priority)
-            })
-        })
+        let own = self.holders_on.get(node).iter().any(|h| {
+            self.briefs
+                .get(*h)
+                .is_some_and(|b| b.candidate && b.team == asker.team && b.priority < asker.priority)
+        });
+        #[cfg(debug_assertions)]
+        debug_assert_eq!(
+            own,
+            self.holders_on.get(node).iter().any(|h| {
+                self.holders.get(*h).is_some_and(|x| {
+                    !x.evicted
+                        && x.team_ix == asker.team
+                        && x.victim().is_some_and(|v| v.priority < asker.priority)
+                })
+            }),
+            "a holder's brief out of step"
+        );
+        own
     }
 
     /// A victim set considered on `node`, for the story.
