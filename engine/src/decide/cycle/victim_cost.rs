@@ -177,12 +177,8 @@ impl<'a> Cycle<'a> {
         eligible.clear();
         // What the node's free resources could at most add up to with them gone: a
         // member needs at least that much, and most nodes fall short (their state is then
-        // not copied).
-        let (mut cpu, mut memory, mut milli) = (
-            current.cpu_milli,
-            current.memory_mib,
-            current.gpu_milli_total(),
-        );
+        // not copied). The free state is read only where there are candidates.
+        let (mut cpu, mut memory, mut milli) = (0u64, 0u64, 0u64);
         for &h in self.holders_on.get(node) {
             let Some(b) = self
                 .briefs
@@ -210,9 +206,9 @@ impl<'a> Cycle<'a> {
             milli = milli.saturating_add(m_milli.saturating_mul(members));
         }
         if eligible.is_empty()
-            || cpu < member.cpu_milli
-            || memory < member.memory_mib
-            || milli < member.gpu_milli_total()
+            || cpu.saturating_add(current.cpu_milli) < member.cpu_milli
+            || memory.saturating_add(current.memory_mib) < member.memory_mib
+            || milli.saturating_add(current.gpu_milli_total()) < member.gpu_milli_total()
         {
             return false;
         }
