@@ -468,6 +468,16 @@ impl<'a> Placer<'a> {
             .chain(self.outside_pools.then_some(None))
     }
 
+    /// Each node's pool by the placer's number for it (see [`Placer::pool_numbers`]).
+    pub fn node_pool_numbers(&self) -> &[Option<u32>] {
+        &self.pool_of
+    }
+
+    /// The fleet's pool names with the placer's numbers for them.
+    pub fn pool_numbers(&self) -> impl Iterator<Item = (&str, u32)> + '_ {
+        self.pool_ids.iter().map(|(name, n)| (name.as_str(), *n))
+    }
+
     /// Whether a node is in one of `pools` (any node when `pools` is empty), checked by
     /// pool number rather than by name. The predicate shares the placer's pool index, so
     /// it stays usable while the placer changes.

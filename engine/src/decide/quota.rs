@@ -267,23 +267,22 @@ impl Ledger {
     /// The ledger of `program`'s teams on a fleet of `fleet_gpu_milli` whose nodes are in
     /// `fleet_pools` (names, repeats allowed).
     pub fn new<'p>(
-        program: &Program,
+        program: &'p Program,
         fleet_gpu_milli: u64,
         fleet_pools: impl IntoIterator<Item = &'p str>,
     ) -> Ledger {
-        // Names borrowed and sorted first: a fleet names a few pools over many nodes.
-        let mut fleet: Vec<&str> = fleet_pools.into_iter().collect();
-        fleet.sort_unstable();
-        fleet.dedup();
-        let mut pools: Vec<String> = fleet.into_iter().map(str::to_string).collect();
-        pools.extend(
+        // Names borrowed, sorted and made distinct before any is copied: a cycle makes a
+        // ledger, and the guarantees name their pools team by team.
+        let mut names: Vec<&str> = fleet_pools.into_iter().collect();
+        names.extend(
             program
                 .teams
                 .iter()
-                .flat_map(|t| t.guaranteed.per_pool_milli.keys().cloned()),
+                .flat_map(|t| t.guaranteed.per_pool_milli.keys().map(String::as_str)),
         );
-        pools.sort_unstable();
-        pools.dedup();
+        names.sort_unstable();
+        names.dedup();
+        let pools: Vec<String> = names.into_iter().map(str::to_string).collect();
         let mut cohorts: Vec<&str> = Vec::new();
         let books: Vec<Book> = program
             .teams

@@ -50,6 +50,20 @@ pub(super) struct Brief {
     pub candidate: bool,
 }
 
+impl Brief {
+    fn of(holder: &Holder<'_>) -> Brief {
+        let m = holder.member();
+        let priority = holder.victim().map(|v| v.priority);
+        Brief {
+            size: [m.cpu_milli, m.memory_mib, m.gpu_milli_total()],
+            priority: priority.unwrap_or(i64::MAX),
+            team: holder.team_ix,
+            members: holder.choices.len(),
+            candidate: priority.is_some() && !holder.evicted,
+        }
+    }
+}
+
 /// Whether a holder may be preempted now.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Stand {
@@ -354,19 +368,6 @@ impl<'a> Cycle<'a> {
                 .or_default()
                 .insert((ends_at.unwrap_or(i64::MAX), self.holders.len()));
         }
-        let m = &js.job.shape.member;
-        debug_assert_eq!(self.briefs.len(), h, "briefs beside the holders");
-        let victim = match stand {
-            Stand::Victim(v) => Some(v.priority),
-            _ => None,
-        };
-        self.briefs.push(Brief {
-            size: [m.cpu_milli, m.memory_mib, m.gpu_milli_total()],
-            priority: victim.unwrap_or(i64::MAX),
-            team: team_ix,
-            members: choices.len(),
-            candidate: victim.is_some(),
-        });
         self.holders.push(Holder {
             job: js,
             team_ix,
@@ -381,6 +382,27 @@ impl<'a> Cycle<'a> {
                 self.end_gives.index(h, holder);
             }
         }
+        if let (Some(briefs), Some(holder)) = (self.briefs.as_mut(), self.holders.get(h)) {
+            debug_assert_eq!(briefs.len(), h, "briefs beside the holders");
+            briefs.push(Brief::of(holder));
+        }
+    }
+
+    /// Writes every holder's [`Brief`] on first use in a cycle (a cycle that searches no
+    /// victims by node writes none: the replay's, mostly).
+    pub(super) fn write_briefs(&mut self) {
+        if self.briefs.is_none() {
+            self.briefs = Some(self.holders.iter().map(Brief::of).collect());
+        }
+    }
+
+    /// Holder `h`'s brief; `None` before [`Cycle::write_briefs`].
+    pub(super) fn brief(&self, h: usize) -> Option<&Brief> {
+        debug_assert!(
+            self.briefs.is_some(),
+            "briefs read before they were written"
+        );
+        self.briefs.as_ref()?.get(h)
     }
 
     /// Settles what [`Cycle::hold_committed`] deferred while the running jobs were held

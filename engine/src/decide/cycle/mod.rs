@@ -78,7 +78,7 @@ struct Cycle<'a> {
     shares: FairShares,
     holders: Vec<Holder<'a>>,
     /// Each holder in brief, beside `holders` (see [`holding::Brief`]).
-    briefs: Vec<holding::Brief>,
+    briefs: Option<Vec<holding::Brief>>,
     /// Holder records not written yet (until [`Cycle::record_holders`]).
     unrecorded: holding::Unrecorded<'a>,
     reservation: Option<Reserved>,
@@ -343,11 +343,30 @@ fn decide_cycle(
         .pools()
         .map(|p| p.map(|p| ledger.pool_ix(p)))
         .collect();
-    let node_pools = fleet
-        .nodes
+    // Each node's pool from the placer's numbering, not by name: a replay runs a cycle
+    // per event on the same fleet.
+    let mut by_number: Vec<Option<PoolIx>> = vec![None; placer.pool_numbers().count()];
+    for (name, n) in placer.pool_numbers() {
+        if let Some(slot) = usize::try_from(n).ok().and_then(|n| by_number.get_mut(n)) {
+            *slot = Some(ledger.pool_ix(name));
+        }
+    }
+    let node_pools: Vec<Option<PoolIx>> = placer
+        .node_pool_numbers()
         .iter()
-        .map(|n| n.pool.as_deref().map(|p| ledger.pool_ix(p)))
+        .map(|p| {
+            p.and_then(|n| usize::try_from(n).ok())
+                .and_then(|n| by_number.get(n).copied().flatten())
+        })
         .collect();
+    debug_assert!(
+        fleet.nodes.iter().zip(&node_pools).all(|(n, p)| n
+            .pool
+            .as_deref()
+            .map(|name| ledger.pool_ix(name))
+            == *p),
+        "each node's pool numbered as by its name"
+    );
     let mut cycle = Cycle {
         program,
         snapshot,
@@ -358,7 +377,7 @@ fn decide_cycle(
         fleet_pools,
         shares: FairShares::new(program, capacity.resources, &snapshot.usage, now),
         holders,
-        briefs: Vec::with_capacity(snapshot.jobs.len()),
+        briefs: None,
         unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),
         reservation: None,
         held: None,

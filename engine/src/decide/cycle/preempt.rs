@@ -461,7 +461,7 @@ impl<'a> Cycle<'a> {
             let cause = Self::chosen_cause(holder.team_ix, asker);
             let was_candidate = !holder.evicted;
             holder.evicted = true;
-            if let Some(b) = self.briefs.get_mut(*h) {
+            if let Some(b) = self.briefs.as_mut().and_then(|b| b.get_mut(*h)) {
                 b.candidate = false;
             }
             let holder = holder.clone();

@@ -8,8 +8,9 @@ use crate::core::gang::JobShape;
 use crate::decide::admission::Admission;
 use crate::decide::fairshare::{FairShares, Resources};
 use crate::decide::snapshot::JobState;
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 
 /// A job that waits, as the queue holds it.
 pub(super) struct Queued<'a> {
@@ -43,8 +44,9 @@ pub(super) struct QueueShapes<'a> {
     pub list: Vec<JobShape>,
     /// By the job's own shape, then the pool admission routed it to.
     by_source: FxHashMap<&'a JobShape, Vec<(Option<String>, usize)>>,
-    /// Each shape's number, by the shape: two sources may come to one shape.
-    numbers: FxHashMap<JobShape, usize>,
+    /// The numbers of the shapes in `list` by the shape's hash (two sources may come to
+    /// one shape): the list holds the shapes, so none is copied as a key.
+    numbers: FxHashMap<u64, Vec<usize>>,
 }
 
 impl<'a> QueueShapes<'a> {
@@ -65,13 +67,17 @@ impl<'a> QueueShapes<'a> {
             shape.pools = vec![pool.to_string()];
         }
         super::apply_policy_topology(&mut shape, placement);
-        let n = match self.numbers.get(&shape) {
+        let same = self
+            .numbers
+            .entry(FxBuildHasher.hash_one(&shape))
+            .or_default();
+        let list = &mut self.list;
+        let n = match same.iter().find(|n| list.get(**n) == Some(&shape)) {
             Some(n) => *n,
             None => {
-                let n = self.list.len();
-                self.numbers.insert(shape.clone(), n);
-                self.list.push(shape);
-                n
+                same.push(list.len());
+                list.push(shape);
+                list.len() - 1
             }
         };
         made.push((routed.map(str::to_string), n));

@@ -181,8 +181,7 @@ impl<'a> Cycle<'a> {
         let (mut cpu, mut memory, mut milli) = (0u64, 0u64, 0u64);
         for &h in self.holders_on.get(node) {
             let Some(b) = self
-                .briefs
-                .get(h)
+                .brief(h)
                 .filter(|b| b.candidate && self.may_make_way(b.team, b.priority, asker).is_some())
             else {
                 continue;
@@ -306,6 +305,7 @@ impl<'a> Cycle<'a> {
     ) -> usize {
         self.expect_records();
         self.watch_standing();
+        self.write_briefs();
         let overlay = asker.team != NO_OWN_VICTIMS;
         let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
         let known = self.cost_ids.get(&key).copied();
@@ -395,8 +395,7 @@ impl<'a> Cycle<'a> {
             return false;
         }
         let own = self.holders_on.get(node).iter().any(|h| {
-            self.briefs
-                .get(*h)
+            self.brief(*h)
                 .is_some_and(|b| b.candidate && b.team == asker.team && b.priority < asker.priority)
         });
         #[cfg(debug_assertions)]
