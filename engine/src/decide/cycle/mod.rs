@@ -9,6 +9,7 @@ mod holding;
 mod intake;
 mod job_lookup;
 mod job_memo;
+mod ledger_pools;
 mod names;
 mod node_bits;
 mod placing;
@@ -339,34 +340,7 @@ fn decide_cycle(
     holders_of.reset(program.teams.len() + 2);
     // The fleet's pools, each once, as the placer numbered them.
     let ledger = Ledger::new(program, capacity.gpu_milli, placer.pools().flatten());
-    let fleet_pools = placer
-        .pools()
-        .map(|p| p.map(|p| ledger.pool_ix(p)))
-        .collect();
-    // Each node's pool from the placer's numbering, not by name: a replay runs a cycle
-    // per event on the same fleet.
-    let mut by_number: Vec<Option<PoolIx>> = vec![None; placer.pool_numbers().count()];
-    for (name, n) in placer.pool_numbers() {
-        if let Some(slot) = usize::try_from(n).ok().and_then(|n| by_number.get_mut(n)) {
-            *slot = Some(ledger.pool_ix(name));
-        }
-    }
-    let node_pools: Vec<Option<PoolIx>> = placer
-        .node_pool_numbers()
-        .iter()
-        .map(|p| {
-            p.and_then(|n| usize::try_from(n).ok())
-                .and_then(|n| by_number.get(n).copied().flatten())
-        })
-        .collect();
-    debug_assert!(
-        fleet.nodes.iter().zip(&node_pools).all(|(n, p)| n
-            .pool
-            .as_deref()
-            .map(|name| ledger.pool_ix(name))
-            == *p),
-        "each node's pool numbered as by its name"
-    );
+    let (node_pools, fleet_pools) = ledger_pools::number(&ledger, &placer, fleet);
     let mut cycle = Cycle {
         program,
         snapshot,
