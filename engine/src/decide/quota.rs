@@ -759,11 +759,17 @@ fn pool_ix(pools: &[String], name: &str) -> PoolIx {
 
 fn book(t: &Team, cohort_ix: Option<usize>, pools: &[String]) -> Book {
     let per_pool = t.guaranteed.total_milli.is_none() && !t.guaranteed.per_pool_milli.is_empty();
+    let named_pools: Vec<PoolIx> = t
+        .guaranteed
+        .per_pool_milli
+        .keys()
+        .map(|p| pool_ix(pools, p))
+        .collect();
     let guaranteed: BucketMap<Bucket> = if per_pool {
-        t.guaranteed
-            .per_pool_milli
+        named_pools
             .iter()
-            .map(|(p, m)| (Some(pool_ix(pools, p)), *m))
+            .zip(t.guaranteed.per_pool_milli.values())
+            .map(|(p, m)| (Some(*p), *m))
             .collect()
     } else {
         [(None, t.guaranteed.total_milli.unwrap_or(0))]
@@ -775,12 +781,7 @@ fn book(t: &Team, cohort_ix: Option<usize>, pools: &[String]) -> Book {
         cohort: t.cohort.clone(),
         cohort_ix,
         guaranteed,
-        named_pools: t
-            .guaranteed
-            .per_pool_milli
-            .keys()
-            .map(|p| pool_ix(pools, p))
-            .collect(),
+        named_pools,
         per_pool,
         burst: t.burst.as_ref().map(|q| q.effective_total_milli()),
         lend: t.lend.as_ref().map(|q| q.effective_total_milli()),
