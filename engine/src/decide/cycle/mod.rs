@@ -12,6 +12,7 @@ mod job_memo;
 mod ledger_pools;
 mod names;
 mod node_bits;
+mod numbering;
 mod placing;
 mod preempt;
 mod queue_order;
@@ -142,6 +143,9 @@ struct Cycle<'a> {
     /// Per (member, pools, asker): each node's cheapest victim set, numbered in
     /// `cost_ids` so that a job's victim search hashes its key once.
     cost_ids: HashMap<victim_cost::CostKey, usize>,
+    /// Numbers for the askers and the shapes' members and pools those keys hold.
+    asker_numbers: numbering::AskerNumbers,
+    member_pools: numbering::MemberPools,
     cost_indexes: Vec<victim_cost::CostIndex>,
     cost_scratch: victim_cost::CostScratch,
     /// Nodes whose allocation changed, in order; indexes remember how far they read.
@@ -278,6 +282,19 @@ fn decide_kept(
 /// Room for the running members (or their nodes) without reading every job first: most
 /// jobs run one member; gangs run several. A list sized by jobs alone grew, copying
 /// itself, every cycle.
+/// Reads ahead in queue order so each job's records are in cache when its turn comes:
+/// the queue is in no memory order, and each job sits behind a chain of pointers (its
+/// queue entry, its state, its boxed record, its id's bytes). Each step of the chain
+/// is read one job further ahead than the next, so no step waits on another.
+fn touch_ahead(queue: &[queue_order::Queued], order: &[usize], at: usize, jobs: &[JobState]) {
+    let queued = |ahead: usize| order.get(at + ahead).and_then(|q| queue.get(*q));
+    let state = |ahead: usize| queued(ahead).and_then(|e| jobs.get(e.job));
+    std::hint::black_box(queued(4).map(|e| e.job));
+    std::hint::black_box(state(3).map(|js| js.member_milli));
+    std::hint::black_box(state(2).map(|js| js.job.runtime_s));
+    std::hint::black_box(state(1).and_then(|js| js.job.id.as_bytes().first().copied()));
+}
+
 fn members_hint(snapshot: &Snapshot) -> usize {
     snapshot.jobs.len() * 3 / 2
 }
@@ -383,6 +400,8 @@ fn decide_cycle(
         standing: vec![Standing::default(); program.teams.len()],
         victim_teams: Vec::new(),
         cost_ids: HashMap::default(),
+        asker_numbers: numbering::AskerNumbers::default(),
+        member_pools: numbering::MemberPools::default(),
         cost_indexes: Vec::new(),
         cost_scratch: victim_cost::CostScratch::default(),
         // Every running member is logged once.
@@ -557,7 +576,8 @@ impl<'a> Cycle<'a> {
         }
         let mut decisions = Vec::with_capacity(waiting);
         let no_admission = Admission::default();
-        for q in order {
+        for (i, &q) in order.iter().enumerate() {
+            touch_ahead(&queue, &order, i, &snapshot.jobs);
             let Some(queue_order::Queued {
                 job,
                 admission,

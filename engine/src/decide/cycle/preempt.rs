@@ -84,6 +84,36 @@ pub(super) struct Asker {
 }
 
 impl Asker {
+    #[cfg(test)]
+    pub(super) fn for_test(
+        team: Option<usize>,
+        priority: i64,
+        reclaimable: Vec<usize>,
+        spared: Vec<usize>,
+    ) -> Asker {
+        Asker {
+            team,
+            priority,
+            reclaimable,
+            spared,
+        }
+    }
+
+    /// The borrowing teams it may reclaim from and the teams it spares, as bits by
+    /// policy team, when every one is below 64; what the rules read of those lists
+    /// (whether a team is in them). `None` otherwise.
+    pub(super) fn team_bits(&self) -> Option<[u64; 2]> {
+        let bits = |teams: &[usize]| {
+            teams.iter().try_fold(0u64, |bits, t| {
+                u32::try_from(*t)
+                    .ok()
+                    .and_then(|t| 1u64.checked_shl(t))
+                    .map(|b| bits | b)
+            })
+        };
+        Some([bits(&self.reclaimable)?, bits(&self.spared)?])
+    }
+
     /// Below which priority policy team `team`'s jobs are this asker's victims by way of
     /// the team's standing (`i64::MAX`: any, by reclaim); `None` when its standing
     /// bears on none (its own team: rule 2 reads no standing; a team spared).
@@ -104,7 +134,8 @@ impl Asker {
 /// What a victim search's outcome depends on besides the shape and the cycle's state:
 /// the asker, the job's team and tier (its quota check) and how it stands to the
 /// reservation and bookings (the nodes it may take).
-pub(super) type VictimlessKey = (Asker, (Option<usize>, Option<usize>), super::UnfitKey);
+/// The asker by its number (`Cycle::asker_numbers`).
+pub(super) type VictimlessKey = (u32, (Option<usize>, Option<usize>), super::UnfitKey);
 
 /// An asker team no running job belongs to (see `Cycle::own_victims_team`).
 pub(super) const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
@@ -333,7 +364,7 @@ impl<'a> Cycle<'a> {
         for _ in 0..3 {
             // Any change since (a node's allocation, a team's standing where it matters)
             // is in the log; until one, a search finds what the last one found.
-            let key = (asker.clone(), job, within_key);
+            let key = (self.asker_numbers.number(&asker), job, within_key);
             let log = self.log_mark();
             if !self.victims_afresh && self.no_victims.get(shape_no, &key) == Some(&log) {
                 self.tell(js, |_| {
@@ -344,7 +375,7 @@ impl<'a> Cycle<'a> {
             }
             let found = match blocked {
                 Blocked::Quota(_) => self.victims_for_quota(js, shape, within, &asker),
-                _ => self.victims_by_node(js, shape, within, &asker),
+                _ => self.victims_by_node(js, (shape_no, shape), within, &asker),
             };
             let Some((needed, placed)) = found else {
                 self.tell(js, |_| {
@@ -599,7 +630,7 @@ impl<'a> Cycle<'a> {
     fn victims_by_node(
         &mut self,
         js: &'a JobState,
-        shape: &JobShape,
+        (shape_no, shape): (usize, &JobShape),
         within: &dyn Fn(usize) -> bool,
         asker: &Asker,
     ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
@@ -617,8 +648,9 @@ impl<'a> Cycle<'a> {
             team: NO_OWN_VICTIMS,
             ..asker.clone()
         };
-        let shared = self.cost_index(shape, &usable, &shared_asker);
-        let own = (asker.team != NO_OWN_VICTIMS).then(|| self.cost_index(shape, &usable, asker));
+        let numbered = (shape_no, shape);
+        let shared = self.cost_index(numbered, &usable, &shared_asker);
+        let own = (asker.team != NO_OWN_VICTIMS).then(|| self.cost_index(numbered, &usable, asker));
         let attempts = (shape.members as usize).saturating_mul(2).saturating_add(4);
         let mut plans: Vec<(usize, Cost)> = Vec::with_capacity(attempts);
         {

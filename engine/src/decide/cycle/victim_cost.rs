@@ -52,8 +52,9 @@ pub(super) struct CostIndex {
     pub seen_standing: usize,
 }
 
-/// A cost index is kept per (member, pools, asker).
-pub(super) type CostKey = (Request, Vec<String>, Asker);
+/// A cost index is kept per (member and pools, asker), by their numbers
+/// (`Cycle::member_pools`, `Cycle::asker_numbers`).
+pub(super) type CostKey = (u32, u32);
 
 impl CostIndex {
     pub(super) fn set(&mut self, node: usize, cost: Option<Cost>) {
@@ -299,7 +300,7 @@ impl<'a> Cycle<'a> {
     /// over the shared index); otherwise every usable node.
     pub(super) fn cost_index(
         &mut self,
-        shape: &JobShape,
+        (shape_no, shape): (usize, &JobShape),
         usable: &dyn Fn(usize) -> bool,
         asker: &Asker,
     ) -> usize {
@@ -307,7 +308,10 @@ impl<'a> Cycle<'a> {
         self.watch_standing();
         self.write_briefs();
         let overlay = asker.team != NO_OWN_VICTIMS;
-        let key: CostKey = (shape.member.clone(), shape.pools.clone(), asker.clone());
+        let key: CostKey = (
+            self.member_pools.number(shape_no, shape),
+            self.asker_numbers.number(asker),
+        );
         let known = self.cost_ids.get(&key).copied();
         let id = known.unwrap_or(self.cost_indexes.len());
         if known.is_none() {
