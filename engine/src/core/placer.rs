@@ -416,13 +416,19 @@ impl<'a> Placer<'a> {
         node: usize,
         members: impl Iterator<Item = (&'r Request, &'r OnNode)>,
     ) {
-        let Some(empty) = self.empty_state().nodes.get(node).cloned() else {
+        if self.empty_state().nodes.get(node).is_none() {
             return;
-        };
+        }
         self.leave(node);
-        if let (Some(n), Some(free)) = (self.fleet.nodes.get(node), self.state.nodes.get_mut(node))
-        {
-            free.copy_from(&empty);
+        let empty = self
+            .empty
+            .get_or_init(|| ClusterState::new(self.fleet, self.mig_table));
+        if let (Some(n), Some(free), Some(empty)) = (
+            self.fleet.nodes.get(node),
+            self.state.nodes.get_mut(node),
+            empty.nodes.get(node),
+        ) {
+            free.copy_from(empty);
             for (r, on) in members {
                 take_on(&self.ctx, n, free, r, on);
             }
@@ -764,15 +770,20 @@ impl<'a> Placer<'a> {
     /// Gives back what a member placed by `choice` holds (a running job that ends or is
     /// preempted); [`Placer::commit`] with the same choice takes it again.
     pub fn release(&mut self, req: &Request, choice: &Choice) {
-        let Some(capacity) = self.empty_state().nodes.get(choice.node).cloned() else {
+        if self.empty_state().nodes.get(choice.node).is_none() {
             return;
-        };
+        }
         self.leave(choice.node);
-        if let (Some(node), Some(free)) = (
+        // The empty state and the current one are borrowed apart (no copy of the node).
+        let empty = self
+            .empty
+            .get_or_init(|| ClusterState::new(self.fleet, self.mig_table));
+        if let (Some(node), Some(free), Some(capacity)) = (
             self.fleet.nodes.get(choice.node),
             self.state.nodes.get_mut(choice.node),
+            empty.nodes.get(choice.node),
         ) {
-            give_on(&self.ctx, node, free, req, &choice.on, &capacity);
+            give_on(&self.ctx, node, free, req, &choice.on, capacity);
         }
         self.enter(choice.node);
     }

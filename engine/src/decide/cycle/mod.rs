@@ -83,7 +83,9 @@ struct Cycle<'a> {
     briefs: Option<Vec<holding::Brief>>,
     /// Holder records not written yet (until [`Cycle::record_holders`]).
     unrecorded: holding::Unrecorded<'a>,
-    reservation: Option<Reserved>,
+    /// Shared: explanations and ETAs read it for every blocked job, and a copy of its
+    /// node set each time cost more than the read.
+    reservation: Option<std::rc::Rc<Reserved>>,
     /// The reservation's start and nodes as bits, for the node check of every placement
     /// (set with `reservation`).
     held: Option<(i64, std::rc::Rc<node_bits::NodeBits>)>,
@@ -116,6 +118,8 @@ struct Cycle<'a> {
     holders_of: holder_lists::HolderLists,
     /// The same, each team's sorted for quota victim searches (on first use).
     quota_order: quota_victims::QuotaOrder,
+    /// A quota victim search's node copies, reused from search to search.
+    quota_gone: quota_victims::VictimsGone,
     /// Per team slot, its victim candidates not evicted, counted by tier priority: whether
     /// a team has one below a priority, without reading its holders.
     victim_tiers: Vec<Vec<(i64, u32)>>,
@@ -389,6 +393,7 @@ fn decide_cycle(
         ends: BTreeSet::new(),
         holders_of,
         quota_order: quota_victims::QuotaOrder::default(),
+        quota_gone: quota_victims::VictimsGone::default(),
         victim_tiers: Vec::new(),
         team_ends: BTreeMap::new(),
         holding_batch: true,

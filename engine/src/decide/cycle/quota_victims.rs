@@ -25,15 +25,29 @@ const PRUNE_EVICTED: usize = 8;
 
 /// The nodes of a quota search's victims so far, each as it would be with them all gone
 /// and the member slots it would then have (`None` until asked): what bounds the room a
-/// try could find, read before the victims are moved in the placer.
+/// try could find, read before the victims are moved in the placer. Kept by the cycle
+/// from search to search, so the node copies' buffers are reused.
 #[derive(Debug, Default)]
-struct VictimsGone {
+pub(super) struct VictimsGone {
+    /// The search's nodes are the first `len`; the rest are buffers to reuse.
     nodes: Vec<(usize, NodeFree, Option<u64>)>,
+    len: usize,
     /// How many of the search's victims are in `nodes`.
     added: usize,
 }
 
 impl VictimsGone {
+    /// Starts a search: no nodes, no victims.
+    fn reset(&mut self) {
+        self.len = 0;
+        self.added = 0;
+    }
+
+    fn live(&mut self) -> &mut [(usize, NodeFree, Option<u64>)] {
+        let len = self.len.min(self.nodes.len());
+        self.nodes.get_mut(..len).unwrap_or_default()
+    }
+
     /// Adds the victims of `taken` not in yet (a node's state first from the placer).
     fn catch_up(&mut self, cycle: &Cycle<'_>, taken: &[usize]) {
         let ctx = cycle.placer.context();
@@ -49,14 +63,21 @@ impl VictimsGone {
                 ) else {
                     continue;
                 };
-                let at = match self.nodes.iter().position(|e| e.0 == c.node) {
+                let at = match self.live().iter().position(|e| e.0 == c.node) {
                     Some(i) => i,
                     None => {
-                        self.nodes.push((c.node, now.clone(), None));
-                        self.nodes.len() - 1
+                        match self.nodes.get_mut(self.len) {
+                            Some(slot) => {
+                                slot.0 = c.node;
+                                slot.1.copy_from(now);
+                            }
+                            None => self.nodes.push((c.node, now.clone(), None)),
+                        }
+                        self.len += 1;
+                        self.len - 1
                     }
                 };
-                if let Some((_, free, slots)) = self.nodes.get_mut(at) {
+                if let Some((_, free, slots)) = self.live().get_mut(at) {
                     give_on(&ctx, node, free, holder.member(), &c.on, capacity);
                     *slots = None;
                 }
@@ -74,7 +95,7 @@ impl VictimsGone {
     ) -> Vec<(usize, u64)> {
         let ctx = cycle.placer.context();
         let nodes = &cycle.snapshot.fleet.nodes;
-        self.nodes
+        self.live()
             .iter_mut()
             .filter(|e| usable(e.0))
             .filter_map(|(n, free, slots)| {
@@ -242,6 +263,25 @@ impl<'a> Cycle<'a> {
                 ranked
             }
         };
+        let mut gone = std::mem::take(&mut self.quota_gone);
+        gone.reset();
+        let found = self.victims_for_quota_gone(js, shape, within, asker, ranked, &mut gone);
+        self.quota_gone = gone;
+        found
+    }
+
+    /// [`Cycle::victims_for_quota`] over the ranked candidates, with the search's
+    /// [`VictimsGone`].
+    #[allow(clippy::type_complexity)]
+    fn victims_for_quota_gone(
+        &mut self,
+        js: &'a JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+        ranked: Vec<Rank>,
+        gone: &mut VictimsGone,
+    ) -> Option<(Vec<usize>, (Vec<Choice>, bool))> {
         let mark = self.log_mark();
         let mut taken = Vec::with_capacity(ranked.len());
         // The team's own limits read only the ledger: victims leave the placer only once
@@ -250,7 +290,6 @@ impl<'a> Cycle<'a> {
         let mut in_placer = 0;
         let mut placed = None;
         let mut tries = 0;
-        let mut gone = VictimsGone::default();
         let in_pools = self.placer.in_pools(&shape.pools);
         // The teams whose usage the ledger moves since changed: their standing (which
         // nothing in the search reads) is noted once before a try and at the end.

@@ -105,7 +105,7 @@ impl Cycle<'_> {
                     .try_place(js, shape, &|n| snapshot.takes_new(n))
                     .is_ok()
             {
-                return Blocked::Reservation(res);
+                return Blocked::Reservation((*res).clone());
             }
         }
         if !self.bookings.is_empty() {
@@ -199,12 +199,12 @@ impl Cycle<'_> {
             start,
             std::rc::Rc::new(NodeBits::of(nodes.iter().copied(), fleet_size)),
         ));
-        self.reservation = Some(Reserved {
+        self.reservation = Some(std::rc::Rc::new(Reserved {
             job: js.id().to_string(),
             start_at: start,
             ends_at,
             nodes,
-        });
+        }));
         Some((start, false))
     }
 

@@ -343,9 +343,11 @@ impl<'a> Cycle<'a> {
             nodes
         } else {
             index = CostIndex::default();
-            (0..self.holders_on.len())
-                .filter(|n| !self.holders_on.get(*n).is_empty())
-                .collect()
+            // Sized up front: thousands of nodes, and growing it copied them again.
+            let mut nodes = Vec::with_capacity(self.holders_on.len());
+            nodes
+                .extend((0..self.holders_on.len()).filter(|n| !self.holders_on.get(*n).is_empty()));
+            nodes
         };
         let mut scratch = std::mem::take(&mut self.cost_scratch);
         for node in nodes {
