@@ -283,9 +283,6 @@ fn decide_kept(
     }
 }
 
-/// Room for the running members (or their nodes) without reading every job first: most
-/// jobs run one member; gangs run several. A list sized by jobs alone grew, copying
-/// itself, every cycle.
 /// Reads ahead in queue order so each job's records are in cache when its turn comes:
 /// the queue is in no memory order, and each job sits behind a chain of pointers (its
 /// queue entry, its state, its boxed record, its id's bytes). Each step of the chain
@@ -299,6 +296,9 @@ fn touch_ahead(queue: &[queue_order::Queued], order: &[usize], at: usize, jobs: 
     std::hint::black_box(state(1).and_then(|js| js.job.id.as_bytes().first().copied()));
 }
 
+/// Room for the running members (or their nodes) without reading every job first: most
+/// jobs run one member; gangs run several. A list sized by jobs alone grew, copying
+/// itself, every cycle.
 fn members_hint(snapshot: &Snapshot) -> usize {
     snapshot.jobs.len() * 3 / 2
 }
