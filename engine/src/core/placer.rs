@@ -420,17 +420,13 @@ impl<'a> Placer<'a> {
             return;
         }
         self.leave(node);
-        let empty = self
-            .empty
-            .get_or_init(|| ClusterState::new(self.fleet, self.mig_table));
-        if let (Some(n), Some(free), Some(empty)) = (
-            self.fleet.nodes.get(node),
-            self.state.nodes.get_mut(node),
-            empty.nodes.get(node),
-        ) {
+        let (ctx, fleet) = (self.ctx, self.fleet);
+        if let (Some(n), Some((empty, free))) =
+            (fleet.nodes.get(node), self.empty_and_current(node))
+        {
             free.copy_from(empty);
             for (r, on) in members {
-                take_on(&self.ctx, n, free, r, on);
+                take_on(&ctx, n, free, r, on);
             }
         }
         self.enter(node);
@@ -608,6 +604,14 @@ impl<'a> Placer<'a> {
             .get_or_init(|| ClusterState::new(self.fleet, self.mig_table))
     }
 
+    /// Node `node`'s empty and current free state, borrowed together (no copy of the
+    /// empty one); `None` for a node the fleet does not have.
+    fn empty_and_current(&mut self, node: usize) -> Option<(&NodeFree, &mut NodeFree)> {
+        let (fleet, mig) = (self.fleet, self.mig_table);
+        let empty = self.empty.get_or_init(|| ClusterState::new(fleet, mig));
+        Some((empty.nodes.get(node)?, self.state.nodes.get_mut(node)?))
+    }
+
     /// Every class with its free resources and nodes: for counting capacity without
     /// visiting every node.
     pub fn classes(&self) -> impl Iterator<Item = (&NodeFree, &BTreeSet<usize>)> {
@@ -774,16 +778,12 @@ impl<'a> Placer<'a> {
             return;
         }
         self.leave(choice.node);
-        // The empty state and the current one are borrowed apart (no copy of the node).
-        let empty = self
-            .empty
-            .get_or_init(|| ClusterState::new(self.fleet, self.mig_table));
-        if let (Some(node), Some(free), Some(capacity)) = (
-            self.fleet.nodes.get(choice.node),
-            self.state.nodes.get_mut(choice.node),
-            empty.nodes.get(choice.node),
+        let (ctx, fleet) = (self.ctx, self.fleet);
+        if let (Some(node), Some((capacity, free))) = (
+            fleet.nodes.get(choice.node),
+            self.empty_and_current(choice.node),
         ) {
-            give_on(&self.ctx, node, free, req, &choice.on, capacity);
+            give_on(&ctx, node, free, req, &choice.on, capacity);
         }
         self.enter(choice.node);
     }
