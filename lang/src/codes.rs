@@ -136,6 +136,9 @@ pub const GPU_ID_SHADOWS_STDLIB: &str = "W0417";
 pub const CLAMP_ABOVE_MAX: &str = "W0418";
 pub const MIG_START_NOT_ALLOWED: &str = "W0419";
 pub const MIN_RUNTIME_OVER_MAX_LOST: &str = "W0420";
+pub const TEAM_WITHOUT_SUBMITTERS: &str = "W0421";
+pub const OVERLAPPING_BINDINGS: &str = "W0422";
+pub const OPEN_TEAM_BESIDE_BOUND: &str = "W0423";
 
 pub const CODES: &[CodeInfo] = &[
     CodeInfo {
@@ -596,6 +599,38 @@ until it checkpoints, and a job that never checkpoints never can. Make `min_runt
 or keep it and say why in a comment.",
         example: "tier standard { priority = 500; preempt = after_checkpoint; min_runtime = 2h; max_lost = 30m }\n",
         fix: "tier standard { priority = 500; preempt = after_checkpoint; min_runtime = 20m; max_lost = 30m }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: TEAM_WITHOUT_SUBMITTERS,
+        title: "a team no one can submit as",
+        explanation: "`namespaces`, `users` and `groups` say who may submit as a team: the admission webhook \
+checks each pod's namespace and the identity that created it against them. An empty list admits no one, \
+so every pod naming the team is denied. List who may submit as the team, or leave the field out to leave \
+that part open.",
+        example: "team vision { guaranteed = 8 gpu; namespaces = [] }\n",
+        fix: "team vision { guaranteed = 8 gpu; namespaces = [\"vision\"] }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: OVERLAPPING_BINDINGS,
+        title: "teams bound to overlapping namespaces",
+        explanation: "Two teams admit the same namespace (and, where they name users or groups, the same \
+identities). A pod there cannot take its team from its namespace: it must name one with the \
+`gantry.dev/team` label, and a pod that names none is denied unless the default team is one of them. \
+That may be what you want (two teams sharing a namespace); if not, give each team namespaces of its own.",
+        example: "team vision { guaranteed = 8 gpu; namespaces = [\"ml-*\"] }\nteam nlp { guaranteed = 8 gpu; namespaces = [\"ml-nlp\"] }\n",
+        fix: "team vision { guaranteed = 8 gpu; namespaces = [\"ml-vision\"] }\nteam nlp { guaranteed = 8 gpu; namespaces = [\"ml-nlp\"] }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: OPEN_TEAM_BESIDE_BOUND,
+        title: "an open team beside bound teams",
+        explanation: "Some teams say who may submit as them (`namespaces`, `users`, `groups`) and this one \
+says nothing, so a pod in any namespace, from any user, may name it and use its quota and tiers. Bind \
+it too, or say in a comment why it is open to everyone.",
+        example: "team vision { guaranteed = 8 gpu; namespaces = [\"vision\"] }\nteam product { guaranteed = 8 gpu }\n",
+        fix: "team vision { guaranteed = 8 gpu; namespaces = [\"vision\"] }\nteam product { guaranteed = 8 gpu; namespaces = [\"product\"] }\n",
         illustration: "",
     },
 ];

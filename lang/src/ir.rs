@@ -167,6 +167,11 @@ pub struct Team {
     pub default: bool,
     /// The runtime estimate of the team's jobs that give none (before the tier's).
     pub default_runtime_s: Option<u64>,
+    /// Who may submit as the team (`crate::tenancy`): namespace patterns, user patterns
+    /// and group patterns; `None` leaves that part open.
+    pub namespaces: Option<Vec<String>>,
+    pub users: Option<Vec<String>>,
+    pub groups: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -13,6 +13,7 @@ pub use diagnostic::{Diagnostic, Fix};
 pub use source::{FileId, SourceMap, Span};
 pub mod check;
 pub mod ir;
+pub mod tenancy;
 
 pub use check::{check, check_for_editor, check_owned, Checked};
 pub mod format;

@@ -788,7 +788,8 @@ async fn an_update_of_a_pod_being_deleted_is_never_denied() {
 
 /// Issue 18: the queue's own patches — the assignment annotation, the gate removed and the
 /// node affinity added, the eviction mark — are not judged again, so a pod the current
-/// policy would refuse (vision may not run critical) is still placed and evicted.
+/// policy would refuse (vision may not run critical) is still placed and evicted. Issue
+/// 51: only gantry's own identity may make them; anyone else is denied, naming the keys.
 #[tokio::test]
 async fn the_queues_own_patches_are_never_denied() {
     let state = loaded();
@@ -796,6 +797,10 @@ async fn the_queues_own_patches_are_never_denied() {
         serde_json::from_slice(&fixture("update_finalizer_removed.json")).unwrap();
     let old = review["request"]["object"].clone();
     review["request"]["oldObject"] = old;
+    review["request"]["userInfo"] = serde_json::json!({
+        "username": "system:serviceaccount:gantry-system:gantry",
+        "groups": ["system:serviceaccounts", "system:serviceaccounts:gantry-system"]
+    });
     let pod = &mut review["request"]["object"];
     pod["metadata"]["annotations"] = serde_json::json!({
         "gantry.dev/assigned-node": "train-0",
@@ -811,10 +816,16 @@ async fn the_queues_own_patches_are_never_denied() {
         "{}",
         String::from_utf8_lossy(&bytes)
     );
-    // A change of what a decision reads is still judged.
-    review["request"]["object"]["metadata"]["labels"]["gantry.dev/team"] = "vision2".into();
+    // The same patch from a user is denied, naming gantry's keys.
+    review["request"]["userInfo"] = serde_json::json!({"username": "alice"});
     let (_, bytes) = call(&state, "POST", "/admit", review.to_string().into_bytes()).await;
-    assert_eq!(json(&bytes)["response"]["allowed"], false);
+    let answer = json(&bytes);
+    assert_eq!(answer["response"]["allowed"], false);
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("gantry.dev/assigned-node") && message.contains("gantry.dev/preempted"),
+        "{message}"
+    );
 }
 
 /// Issue 18: with `serve --queue` a GPU pod is created gated (`gantry.dev/queue`), other

@@ -108,7 +108,7 @@ pub async fn run(
             nodes
                 .patch(name, &params, &Patch::Merge(&patch))
                 .await
-                .map_err(|e| format!("patching node {name}: {e}"))?;
+                .map_err(|e| format!("patching node {name}: {}", crate::bounded::brief(&e)))?;
             tracing::info!(node = name, patch = %patch, "published the GPUs NVML sees");
             Ok(Step::Patched)
         };
@@ -135,6 +135,5 @@ pub async fn client(options: &AgentOptions) -> Result<Client, String> {
     let mut config =
         crate::watch::config(options.kubeconfig.as_deref(), options.in_cluster).await?;
     config.default_retry = false;
-    let server = config.cluster_url.to_string();
-    Client::try_from(config).map_err(|e| format!("cannot make a client for {server}: {e}"))
+    crate::bounded::client(config)
 }

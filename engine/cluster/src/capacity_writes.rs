@@ -49,7 +49,7 @@ pub async fn apply(client: &Client, action: &CapacityAction, now: i64) -> Result
                 .unwrap_or_default();
             let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
             let object: Pod = serde_json::from_value(pod.clone())
-                .map_err(|e| format!("placeholder {name}: {e}"))?;
+                .map_err(|e| format!("placeholder {name}: {}", crate::bounded::brief(&e)))?;
             match pods.create(&PostParams::default(), &object).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
@@ -94,9 +94,13 @@ pub async fn apply(client: &Client, action: &CapacityAction, now: i64) -> Result
                 .unwrap_or_default();
             let templates: Api<PodTemplate> = Api::namespaced(client.clone(), namespace);
             let object: PodTemplate = serde_json::from_value(template.clone())
-                .map_err(|e| format!("pod template {name}: {e}"))?;
-            exists_ok(templates.create(&PostParams::default(), &object).await)
-                .map_err(|e| format!("create pod template {namespace}/{name}: {e}"))?;
+                .map_err(|e| format!("pod template {name}: {}", crate::bounded::brief(&e)))?;
+            exists_ok(templates.create(&PostParams::default(), &object).await).map_err(|e| {
+                format!(
+                    "create pod template {namespace}/{name}: {}",
+                    crate::bounded::brief(&e)
+                )
+            })?;
             let version = request
                 .get("apiVersion")
                 .and_then(Value::as_str)
@@ -104,10 +108,15 @@ pub async fn apply(client: &Client, action: &CapacityAction, now: i64) -> Result
                 .unwrap_or("v1");
             let requests: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), namespace, &provreq::resource(version));
-            let object: DynamicObject = serde_json::from_value(request.clone())
-                .map_err(|e| format!("provisioning request {name}: {e}"))?;
-            exists_ok(requests.create(&PostParams::default(), &object).await)
-                .map_err(|e| format!("create provisioning request {namespace}/{name}: {e}"))
+            let object: DynamicObject = serde_json::from_value(request.clone()).map_err(|e| {
+                format!("provisioning request {name}: {}", crate::bounded::brief(&e))
+            })?;
+            exists_ok(requests.create(&PostParams::default(), &object).await).map_err(|e| {
+                format!(
+                    "create provisioning request {namespace}/{name}: {}",
+                    crate::bounded::brief(&e)
+                )
+            })
         }
         CapacityAction::DeleteProvisioningRequest {
             api_version,
@@ -118,11 +127,19 @@ pub async fn apply(client: &Client, action: &CapacityAction, now: i64) -> Result
             let version = api_version.rsplit('/').next().unwrap_or("v1");
             let requests: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), namespace, &provreq::resource(version));
-            gone_ok(requests.delete(name, &DeleteParams::default()).await)
-                .map_err(|e| format!("delete provisioning request {namespace}/{name}: {e}"))?;
+            gone_ok(requests.delete(name, &DeleteParams::default()).await).map_err(|e| {
+                format!(
+                    "delete provisioning request {namespace}/{name}: {}",
+                    crate::bounded::brief(&e)
+                )
+            })?;
             let templates: Api<PodTemplate> = Api::namespaced(client.clone(), namespace);
-            gone_ok(templates.delete(name, &DeleteParams::default()).await)
-                .map_err(|e| format!("delete pod template {namespace}/{name}: {e}"))
+            gone_ok(templates.delete(name, &DeleteParams::default()).await).map_err(|e| {
+                format!(
+                    "delete pod template {namespace}/{name}: {}",
+                    crate::bounded::brief(&e)
+                )
+            })
         }
         CapacityAction::KeepNode { node, .. } | CapacityAction::UnkeepNode { node, .. } => {
             let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());

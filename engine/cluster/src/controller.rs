@@ -151,7 +151,14 @@ async fn event(
         .create(&PostParams::default(), &e)
         .await
         .map(|_| ())
-        .map_err(|err| format!("event on {}/{}: {err}", pod.namespace, pod.name))
+        .map_err(|err| {
+            format!(
+                "event on {}/{}: {}",
+                pod.namespace,
+                pod.name,
+                crate::bounded::brief(&err)
+            )
+        })
 }
 
 /// A `policy/v1` Eviction with the tier's grace. Written out rather than through
@@ -184,7 +191,10 @@ async fn evict(client: &Client, pod: &enact::PodRef, grace_s: u64) -> Result<(),
 pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), String> {
     let pod = action.pod();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &pod.namespace);
-    let fail = |what: &str, e: kube::Error| format!("{what} {}/{}: {e}", pod.namespace, pod.name);
+    let fail = |what: &str, e: kube::Error| {
+        let e = crate::bounded::brief(&e);
+        format!("{what} {}/{}: {e}", pod.namespace, pod.name)
+    };
     match action {
         Action::Assign { node, .. } => {
             let patch = enact::assign_patch(&pod.uid, Some(node));
@@ -310,6 +320,13 @@ impl std::fmt::Debug for Queue {
     }
 }
 
+/// How long one read of the engine's memory may take before it is tried again.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The waits between reads of the memory that failed: doubling from the first to the
+/// last.
+const LOAD_BACKOFF_MIN: Duration = Duration::from_millis(500);
+const LOAD_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
 /// How often the leader writes the engine's memory (when it changed).
 pub const SAVE_EVERY: Duration = Duration::from_secs(60);
 
@@ -333,6 +350,7 @@ pub async fn run(q: Queue) {
     // The placer's indexes, kept from cycle to cycle (plans are `decide`'s).
     let mut decider = Decider::new();
     let mut loaded = false;
+    let mut load_backoff = LOAD_BACKOFF_MIN;
     let mut was_leading = false;
     let mut saved = memory.clone();
     let mut saved_at: Option<std::time::Instant> = None;
@@ -344,19 +362,35 @@ pub async fn run(q: Queue) {
         tokio::time::sleep(DEBOUNCE).await;
         changes.borrow_and_update();
         let leading = *leader.borrow_and_update();
-        if !loaded || (leading && !was_leading) {
-            match memory::load(&client, &namespace).await {
-                Ok(m) => {
+        if leading && !was_leading {
+            // What the last leader wrote since this replica read it.
+            loaded = false;
+        }
+        was_leading = leading;
+        if !loaded {
+            // Nothing is decided, enacted or written before the memory is read: a leader
+            // that went on without it would write an empty memory over days of usage.
+            // Only a missing ConfigMap starts empty (`memory::load`).
+            match tokio::time::timeout(LOAD_TIMEOUT, memory::load(&client, &namespace)).await {
+                Ok(Ok(m)) => {
                     memory = m;
                     saved = memory.clone();
+                    saved_at = None;
                     loaded = true;
+                    load_backoff = LOAD_BACKOFF_MIN;
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "engine memory not read; fair share starts from now")
+                failed => {
+                    let error = match failed {
+                        Ok(Err(e)) => e,
+                        _ => format!("no answer in {} s", LOAD_TIMEOUT.as_secs()),
+                    };
+                    tracing::warn!(%error, retry_in_s = load_backoff.as_secs_f64(), "engine memory not read; the queue waits until it is");
+                    tokio::time::sleep(load_backoff).await;
+                    load_backoff = (load_backoff * 2).min(LOAD_BACKOFF_MAX);
+                    continue;
                 }
             }
         }
-        was_leading = leading;
         let Some(policy) = state.policy() else {
             continue;
         };

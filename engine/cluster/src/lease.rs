@@ -63,6 +63,7 @@ pub async fn run(client: Client, e: Election, leader: tokio::sync::watch::Sender
             Ok(true) => renewed_at = Some(Instant::now()),
             Ok(false) => renewed_at = None,
             Err(error) => {
+                let error = crate::bounded::brief(&error);
                 tracing::warn!(%error, lease = %e.name, "lease: cannot read or write");
             }
         }

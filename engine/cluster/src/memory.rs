@@ -41,7 +41,14 @@ pub struct Memory {
     pub pool_nodes: BTreeMap<String, u64>,
     /// Scale-ups given more time once because their nodes were late: (pool, new ready_at).
     pub late: Vec<(String, i64)>,
+    /// What the ConfigMap held under [`KEY`] when it did not parse: written back under
+    /// [`UNREADABLE_KEY`] at every save, so a person can mend it and nothing is lost.
+    #[serde(skip)]
+    pub unreadable: Option<String>,
 }
+
+/// Where a memory that did not parse is kept.
+pub const UNREADABLE_KEY: &str = "memory.unreadable.json";
 
 /// How long past the pool's `boot` a node may still arrive before its request is
 /// dropped (cluster-autoscaler's default `max-node-provision-time`).
@@ -230,20 +237,27 @@ impl Memory {
     }
 }
 
-/// Reads the memory; empty when the ConfigMap does not exist yet. A ConfigMap that does
-/// not parse is reported and replaced at the next save rather than stopping the queue.
+/// Reads the memory. Empty only when the ConfigMap (or its key) does not exist: any
+/// other failure is an `Err`, and the caller writes nothing until a read succeeds. A
+/// memory that does not parse is reported and started afresh, its text kept beside it
+/// ([`Memory::unreadable`]) rather than stopping the queue for good.
 pub async fn load(client: &Client, namespace: &str) -> Result<Memory, String> {
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let found = maps
-        .get_opt(CONFIG_MAP)
-        .await
-        .map_err(|e| format!("read configmap {namespace}/{CONFIG_MAP}: {e}"))?;
+    let found = maps.get_opt(CONFIG_MAP).await.map_err(|e| {
+        format!(
+            "read configmap {namespace}/{CONFIG_MAP}: {}",
+            crate::bounded::brief(&e)
+        )
+    })?;
     let Some(text) = found.and_then(|c| c.data).and_then(|d| d.get(KEY).cloned()) else {
         return Ok(Memory::default());
     };
     serde_json::from_str(&text).or_else(|e| {
-        tracing::warn!(error = %e, "configmap {namespace}/{CONFIG_MAP} does not parse; starting with empty memory");
-        Ok(Memory::default())
+        tracing::warn!(error = %e, "configmap {namespace}/{CONFIG_MAP} does not parse; starting with empty memory, its text kept under {UNREADABLE_KEY}");
+        Ok(Memory {
+            unreadable: Some(text),
+            ..Memory::default()
+        })
     })
 }
 
@@ -251,11 +265,19 @@ pub async fn load(client: &Client, namespace: &str) -> Result<Memory, String> {
 pub async fn save(client: &Client, namespace: &str, memory: &Memory) -> Result<(), String> {
     let maps: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
     let text = serde_json::to_string(memory).map_err(|e| e.to_string())?;
+    let mut data = serde_json::Map::new();
+    data.insert(KEY.into(), serde_json::Value::String(text));
+    if let Some(old) = &memory.unreadable {
+        data.insert(
+            UNREADABLE_KEY.into(),
+            serde_json::Value::String(old.clone()),
+        );
+    }
     let body = serde_json::json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": CONFIG_MAP, "namespace": namespace},
-        "data": {KEY: text}
+        "data": data
     });
     maps.patch(
         CONFIG_MAP,
@@ -264,7 +286,12 @@ pub async fn save(client: &Client, namespace: &str, memory: &Memory) -> Result<(
     )
     .await
     .map(|_| ())
-    .map_err(|e| format!("write configmap {namespace}/{CONFIG_MAP}: {e}"))
+    .map_err(|e| {
+        format!(
+            "write configmap {namespace}/{CONFIG_MAP}: {}",
+            crate::bounded::brief(&e)
+        )
+    })
 }
 
 #[cfg(test)]

@@ -41,6 +41,11 @@ pub const TOPOLOGY_LABELS: &[(&str, &str)] = &[
     ("nvidia.com/gpu.clique", "nvlink_domain"),
 ];
 
+/// The most GPUs a node may claim (allocatable, capacity or GFD's count label). Far above
+/// any real node (an NVL72 rack is 72); a claim above it is broken or hostile, and the
+/// node is closed with a note instead of gantry allocating per GPU it claims.
+pub const MAX_GPUS_PER_NODE: u64 = 1024;
+
 /// A node as the view keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeSeen {
@@ -95,14 +100,20 @@ pub fn node(k: &core::Node, pool_label: &str) -> Option<NodeSeen> {
     };
     let cpu_milli = amount("cpu", -3, "cpu", &mut notes);
     let memory_mib = amount("memory", 0, "memory", &mut notes) / (1024 * 1024);
-    let gpus = gpus(&name, k, &mut notes);
+    let (gpus, over_cap) = match gpus(&name, k, &mut notes) {
+        Ok(g) => (g, None),
+        Err(why) => {
+            notes.push(format!("{name}: {why}; the node is closed"));
+            (Vec::new(), Some(why))
+        }
+    };
     let mut topology = BTreeMap::new();
     for (from, to) in TOPOLOGY_LABELS {
         if let Some(v) = label(labels, from) {
             topology.insert((*to).to_string(), v.to_string());
         }
     }
-    let closed = closed(k);
+    let closed = over_cap.or_else(|| closed(k));
     let annotated = |key: &str| {
         k.metadata
             .annotations
@@ -127,8 +138,9 @@ pub fn node(k: &core::Node, pool_label: &str) -> Option<NodeSeen> {
 }
 
 /// The node's GPUs in index order: whole GPUs (healthy first, as allocatable says), then
-/// GPUs in MIG mode, then the ones the device plugin does not offer (unhealthy).
-fn gpus(name: &str, k: &core::Node, notes: &mut Vec<String>) -> Vec<Gpu> {
+/// GPUs in MIG mode, then the ones the device plugin does not offer (unhealthy). `Err`
+/// (why) when the node claims more than [`MAX_GPUS_PER_NODE`] anywhere.
+fn gpus(name: &str, k: &core::Node, notes: &mut Vec<String>) -> Result<Vec<Gpu>, String> {
     let labels = k.metadata.labels.as_ref();
     let status = k.status.as_ref();
     let allocatable = status.and_then(|s| s.allocatable.as_ref());
@@ -140,6 +152,19 @@ fn gpus(name: &str, k: &core::Node, notes: &mut Vec<String>) -> Vec<Gpu> {
             .any(|(k, v)| k.starts_with(MIG_PREFIX) && count(Some(v)).unwrap_or(0) > 0)
     });
     let labelled: Option<u64> = label(labels, COUNT_LABEL).and_then(|c| c.trim().parse().ok());
+    let claims = [
+        ("allocatable nvidia.com/gpu", Some(whole)),
+        ("capacity nvidia.com/gpu", Some(whole_capacity)),
+        (COUNT_LABEL, labelled),
+    ];
+    if let Some((what, n)) = claims
+        .iter()
+        .find_map(|(what, n)| n.filter(|n| *n > MAX_GPUS_PER_NODE).map(|n| (what, n)))
+    {
+        return Err(format!(
+            "{what} says {n} GPUs, above the {MAX_GPUS_PER_NODE} gantry accepts on one node"
+        ));
+    }
     let strategy = label(labels, MIG_STRATEGY_LABEL).unwrap_or("none");
     let physical = labelled.unwrap_or(whole_capacity).max(whole_capacity);
     let in_mig = if mig_offered && strategy != "single" {
@@ -155,7 +180,7 @@ fn gpus(name: &str, k: &core::Node, notes: &mut Vec<String>) -> Vec<Gpu> {
     let unhealthy = physical.saturating_sub(whole).saturating_sub(in_mig);
     let total = whole + in_mig + unhealthy;
     if total == 0 {
-        return Vec::new();
+        return Ok(Vec::new());
     }
     let product = label(labels, PRODUCT_LABEL);
     let memory_label: Option<u64> = label(labels, MEMORY_LABEL).and_then(|m| m.trim().parse().ok());
@@ -228,7 +253,7 @@ fn gpus(name: &str, k: &core::Node, notes: &mut Vec<String>) -> Vec<Gpu> {
             short -= 1;
         }
     }
-    (0..total)
+    Ok((0..total)
         .map(|i| {
             let index = i as u32;
             let at = i as usize;
@@ -240,7 +265,7 @@ fn gpus(name: &str, k: &core::Node, notes: &mut Vec<String>) -> Vec<Gpu> {
             }
             g
         })
-        .collect()
+        .collect())
 }
 
 /// The catalog model for a GFD product label, its memory (the label's if given), and

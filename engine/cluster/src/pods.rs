@@ -142,6 +142,10 @@ pub fn wire_pod(pod: &core::Pod) -> wire::Pod {
             priority: spec.and_then(|s| s.priority).map(i64::from),
             node_name: spec.and_then(|s| s.node_name.clone()),
             scheduling_gates: None,
+            // Read for the pools it pins the pod to, as the webhook reads them.
+            affinity: spec
+                .and_then(|s| s.affinity.as_ref())
+                .and_then(|a| serde_json::to_value(a).ok()),
         },
         status: wire::PodStatus {
             phase: status.and_then(|s| s.phase.clone()),

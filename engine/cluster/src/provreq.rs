@@ -142,6 +142,7 @@ pub async fn discover(client: &Client) -> Result<String, String> {
         .body(Vec::new())
         .map_err(|e| e.to_string())?;
     let group: Value = client.request(request).await.map_err(|e| {
+        let e = crate::bounded::brief(&e);
         format!(
             "the cluster has no {GROUP} API ({e}): ProvisioningRequest needs cluster-autoscaler 1.29 or later with --enable-provisioning-requests and its CRD installed; use --scale-through placeholders otherwise"
         )

@@ -108,12 +108,17 @@ impl Stores {
             ));
         }
         let mut seen = Seen::default();
-        for n in self.nodes.objects.values().filter(|n| n.has_gpus()) {
+        for n in self.nodes.objects.values() {
+            // A node without GPUs is not in the fleet, but what was assumed of it (a
+            // GPU count past the cap, an unreadable quantity) is still said.
+            seen.notes.extend(n.notes.iter().cloned());
+            if !n.has_gpus() {
+                continue;
+            }
             seen.fleet.nodes.push(n.node.clone());
             if let Some(why) = &n.closed {
                 seen.closed.insert(n.node.name.clone(), why.clone());
             }
-            seen.notes.extend(n.notes.iter().cloned());
         }
         let gpu_node = |name: &str| self.nodes.objects.get(name).is_some_and(NodeSeen::has_gpus);
         let mut unreadable = Vec::new();

@@ -95,8 +95,7 @@ impl Live {
         // Watches back off on their own and the queue retries next cycle.
         config.default_retry = false;
         let server = config.cluster_url.to_string();
-        let client = Client::try_from(config)
-            .map_err(|e| format!("cannot make a client for {server}: {e}"))?;
+        let client = crate::bounded::client(config)?;
         Live::with_client(client, server, options).await
     }
 
@@ -276,7 +275,7 @@ async fn follow<K, T>(
             },
             Ok(Event::Delete(o)) => Change::Delete(key(&o)),
             Err(e) => {
-                let text = e.to_string();
+                let text = crate::bounded::brief(&e);
                 tracing::warn!(kind, error = %text, "cluster watch failed; retrying with backoff");
                 let mut failing = lock(&shared.failing);
                 failing.retain(|(k, _)| *k != kind);

@@ -40,15 +40,7 @@ fn loaded() -> Arc<FakeApi> {
 }
 
 fn options(timeout: Duration) -> ClusterOptions {
-    ClusterOptions {
-        kubeconfig: None,
-        in_cluster: false,
-        pool_label: "gantry.dev/pool".into(),
-        sync_timeout: timeout,
-        watch_jobs: false,
-        placeholder_image: None,
-        provisioning_requests: false,
-    }
+    apiserver::view_options(timeout)
 }
 
 async fn connect(api: &Arc<FakeApi>, timeout: Duration) -> Result<Live, String> {

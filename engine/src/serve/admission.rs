@@ -4,6 +4,7 @@
 //! nodeSelector and toleration for the routed pool, labels and the rules' annotations.
 
 use super::pod::{self, AdmissionReview, Pod, Response, ReviewResponse, Status, POOL_LABEL};
+use super::trust;
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
 use crate::decide::admission::admit;
@@ -48,14 +49,14 @@ pub struct Context<'a> {
     pub occupancy: &'a super::occupancy::Occupancy,
     /// Gantry runs the queue (`serve --queue`): `/mutate` gates GPU pods.
     pub queue: bool,
+    /// Whose requests may write gantry's keys, bind pods directly, act for others.
+    pub trust: &'a super::trust::Trust,
 }
 
-/// The scheduling gate that holds a GPU pod until gantry places it.
-pub const QUEUE_GATE: &str = "gantry.dev/queue";
-/// The node the queue assigned a pod to (the first phase of placing it).
-pub const ASSIGNED_ANNOTATION: &str = "gantry.dev/assigned-node";
-/// Set by the queue on a pod it evicts: the job it makes room for and why.
-pub const PREEMPTED_ANNOTATION: &str = "gantry.dev/preempted";
+/// The scheduling gate that holds a GPU pod until gantry places it; the node the queue
+/// assigned a pod to (the first phase of placing it); set by the queue on a pod it
+/// evicts: the job it makes room for and why.
+pub use super::trust::{ASSIGNED_ANNOTATION, PREEMPTED_ANNOTATION, QUEUE_GATE};
 
 /// Keys gantry itself writes on pods: bookkeeping, never an input of a decision, so the
 /// queue's own patches are not judged again (a policy change must not block them).
@@ -103,7 +104,7 @@ pub fn review(
 }
 
 /// The label `/mutate` sets to the policy revision that admitted the pod.
-const REVISION_LABEL: &str = "gantry.dev/policy-revision";
+use super::trust::REVISION_LABEL;
 
 fn judge(
     ctx: &Context<'_>,
@@ -156,6 +157,52 @@ fn judge(
             "a {operation} of a Pod needs `request.object`"
         )));
     };
+    let who = &req.user_info;
+    let deny = |code: u16, message: String, reason: &str| {
+        Ok((
+            respond(false, Some(Status { code, message }), Vec::new(), None),
+            outcome("deny", reason),
+        ))
+    };
+    // Gantry's own writes (assignments, releases, placeholders) are its bookkeeping.
+    if ctx.trust.is_controller(who) {
+        return Ok((
+            respond(true, None, Vec::new(), None),
+            outcome("pass", "gantry"),
+        ));
+    }
+    let old = req.old_object.as_ref().filter(|_| operation == "UPDATE");
+    let changed = trust::own_keys_changed(old, &object);
+    if !changed.is_empty() {
+        return deny(
+            403,
+            format!(
+                "gantry: {} may be set, changed or removed only by gantry ({}); leave {} as gantry wrote {}",
+                changed.join(", "),
+                ctx.trust.controllers_named(),
+                if changed.len() == 1 { "it" } else { "them" },
+                if changed.len() == 1 { "it" } else { "them" },
+            ),
+            "gantry_key",
+        );
+    }
+    if let Some(old) = old.filter(|o| !trust::is_gated(o)) {
+        let relabelled = trust::team_or_tier_changed(old, &object);
+        if !relabelled.is_empty() {
+            return deny(
+                403,
+                format!(
+                    "gantry: {} of a pod that left the queue never change{}: it was admitted and charged as it was; delete the pod and create it again to change {}",
+                    relabelled.join(" and "),
+                    if relabelled.len() == 1 { "s" } else { "" },
+                    if relabelled.len() == 1 { "it" } else { "them" }
+                ),
+                "placed_pod_relabelled",
+            );
+        }
+    }
+    let team_changed = old.is_some_and(|o| !trust::team_or_tier_changed(o, &object).is_empty());
+    let gated_now = trust::is_gated(&object);
     // An UPDATE that changes nothing a decision reads (labels other than gantry's,
     // finalizers, status, ...) is not judged again: a policy change must not block it.
     if operation == "UPDATE"
@@ -217,6 +264,39 @@ fn judge(
         }
     };
     let mut job = job;
+    if operation == "CREATE" && pod.spec.node_name.is_some() && !ctx.trust.may_bind_directly(who) {
+        return deny(
+            403,
+            format!(
+                "gantry: a GPU pod may not be created bound to a node (spec.nodeName `{}`): GPU pods are placed by gantry; remove spec.nodeName (use a gantry.dev/pool node selector to choose where it may run)",
+                pod.spec.node_name.as_deref().unwrap_or_default()
+            ),
+            "bound_at_create",
+        );
+    }
+    let mut team_label = None;
+    if operation == "CREATE" || team_changed {
+        let namespace = req
+            .namespace
+            .as_deref()
+            .or(pod.metadata.namespace.as_deref())
+            .unwrap_or_default();
+        match trust::team_for(
+            ctx.program,
+            ctx.trust,
+            job.team.as_deref(),
+            namespace,
+            who,
+            mutate && operation == "CREATE",
+        ) {
+            Ok(trust::TeamChoice::Keep) => {}
+            Ok(trust::TeamChoice::Set(team)) => {
+                job.team = Some(team.clone());
+                team_label = Some(team);
+            }
+            Err(m) => return deny(403, format!("gantry: {m}"), "team_binding"),
+        }
+    }
     crate::decide::default_job(ctx.program, &mut job);
     let js = JobState {
         member_milli: member_milli(ctx.fleet, ctx.mig, &job.shape.member),
@@ -238,6 +318,13 @@ fn judge(
     if let Some(reason) = crate::decide::invalid_job(ctx.program, &js) {
         return refuse(reason);
     }
+    if !mutate {
+        if let Some(tier) = js.job.tier.as_deref().and_then(|t| ctx.program.tier(t)) {
+            if let Some(m) = trust::priority_mismatch(&pod, &tier.name, tier.priority) {
+                return deny(403, format!("gantry: {m}"), "priority_mismatch");
+            }
+        }
+    }
     let verdict = admit(ctx.program, &js, ctx.now);
     if let Some((rule, message)) = &verdict.denied {
         let status = Status {
@@ -252,6 +339,22 @@ fn judge(
     if let Some(reason) = crate::decide::unassigned_job(ctx.program, &js) {
         return refuse(reason);
     }
+    // Last, so a pod the policy refuses anyway hears why.
+    if ctx.queue
+        && !mutate
+        && operation == "CREATE"
+        && !gated_now
+        && !ctx.trust.may_bind_directly(who)
+    {
+        return deny(
+            403,
+            format!(
+                "gantry: a GPU pod must wait in gantry's queue, but this one has no `{QUEUE_GATE}` scheduling gate (gantry's mutating webhook did not run for it); create it again once the webhook answers"
+            ),
+            "not_gated",
+        );
+    }
+
     let mut warnings: Vec<String> = verdict.warnings.iter().map(|w| cut(w)).collect();
     let routed_pool = verdict.routed.as_ref().map(|(_, p)| p.as_str());
     if let Some(w) = vram_never_fits(ctx.program, &js, routed_pool) {
@@ -266,6 +369,7 @@ fn judge(
             ctx,
             &pod,
             &js,
+            team_label.as_deref(),
             verdict.routed.as_ref().map(|(_, p)| p.as_str()),
             &verdict.annotations,
         );
@@ -376,6 +480,7 @@ fn patch_ops(
     ctx: &Context<'_>,
     pod: &Pod,
     js: &JobState,
+    team_label: Option<&str>,
     routed: Option<&str>,
     annotations: &std::collections::BTreeMap<String, String>,
 ) -> Vec<Value> {
@@ -388,6 +493,10 @@ fn patch_ops(
         "path": format!("/metadata/labels/{}", pointer(REVISION_LABEL)),
         "value": ctx.revision.replace(':', "-"),
     }));
+    if let Some(team) = team_label {
+        // The one team the pod's namespace and identity admit.
+        ops.push(json!({"op": "add", "path": "/metadata/labels/gantry.dev~1team", "value": team}));
+    }
     if !annotations.is_empty() {
         if pod.metadata.annotations.is_none() {
             ops.push(json!({"op": "add", "path": "/metadata/annotations", "value": {}}));

@@ -143,6 +143,7 @@ fn with_context<T: serde::de::DeserializeOwned>(
         now: state.now(),
         occupancy: &occupancy,
         queue: state.queue,
+        trust: &state.trust,
     };
     handle(&ctx, parsed)
 }

@@ -20,6 +20,7 @@ pub mod reload;
 pub mod resources;
 pub mod state;
 pub mod tls;
+pub mod trust;
 
 use crate::inventory::nvml::probe::{HostInfo, NvmlProbe};
 use state::{
@@ -65,6 +66,20 @@ pub struct ServeArgs {
     /// places, preempts and explains them through the API server. Needs a cluster view.
     #[arg(long)]
     pub queue: bool,
+    /// Gantry's own identity as the API server names it: only requests from it may set,
+    /// change or remove gantry's keys on pods (the queue gate, assignments, preemption
+    /// marks, the revision label). A pattern, `*` for any run of characters; repeat for
+    /// several.
+    #[arg(long = "controller-identity", default_value = trust::DEFAULT_CONTROLLER)]
+    pub controller_identity: Vec<String>,
+    /// Users or groups that may create GPU pods already bound to a node
+    /// (`spec.nodeName`); everyone else's are denied. Repeat for several.
+    #[arg(long = "may-bind-directly", default_value = trust::DEFAULT_DIRECT_BINDER)]
+    pub may_bind_directly: Vec<String>,
+    /// Users or groups that create pods for others (the Job and JobSet controllers):
+    /// their pods' teams are bound by namespace alone. Repeat for several.
+    #[arg(long = "workload-controller", default_value = trust::DEFAULT_WORKLOAD_CONTROLLER)]
+    pub workload_controller: Vec<String>,
     /// With --queue, how the policy's scale-ups, warm pools and scale-downs reach the
     /// cluster: `placeholders` (low-priority pods sized to whole nodes that the cluster's
     /// autoscaler provisions for, and node annotations cluster-autoscaler and Karpenter
@@ -195,8 +210,11 @@ fn inventory_source(args: &ServeArgs) -> Result<Arc<dyn InventorySource>, String
 }
 
 pub(crate) fn init_logs(format: LogFormat) {
+    // kube's client logs a response body it cannot parse whole, at warn level, on every
+    // retry (a broken 20 MiB list: hundreds of MB of log). Gantry logs those failures
+    // itself, cut short (`cluster::bounded::brief`); kube's own lines stay at error.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=error"));
     use std::io::IsTerminal;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -226,6 +244,11 @@ pub fn run(args: &ServeArgs, cluster: Option<&dyn ClusterConnector>) -> Result<(
     let mut state = AppState::new(Box::new(now));
     state.status_detail = args.status_detail;
     state.queue = args.queue;
+    state.trust = trust::Trust {
+        controllers: args.controller_identity.clone(),
+        direct_binders: args.may_bind_directly.clone(),
+        workload_controllers: args.workload_controller.clone(),
+    };
     let state = Arc::new(state);
     state
         .reload_policy(&args.policy)

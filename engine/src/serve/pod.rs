@@ -36,6 +36,18 @@ pub struct AdmissionRequest {
     pub old_object: Option<serde_json::Value>,
     #[serde(default)]
     pub dry_run: bool,
+    /// Who asks (the API server's authenticated identity).
+    #[serde(default)]
+    pub user_info: UserInfo,
+}
+
+/// The identity behind an admission request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct UserInfo {
+    #[serde(default)]
+    pub username: String,
+    #[serde(default)]
+    pub groups: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -139,6 +151,8 @@ pub struct PodSpec {
     /// The node the pod is bound to.
     pub node_name: Option<String>,
     pub scheduling_gates: Option<Vec<serde_json::Value>>,
+    /// Read for the pools required node affinity pins the pod to.
+    pub affinity: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -315,13 +329,7 @@ pub fn job(pod: &Pod, namespace: Option<&str>, now: i64) -> Result<Option<Job>, 
             .filter(|n| (1..=100_000).contains(n))
             .ok_or_else(|| format!("`gantry.dev/gang-size: {v}` is not a member count"))?,
     };
-    let pools = pod
-        .spec
-        .node_selector
-        .as_ref()
-        .and_then(|s| s.get(POOL_LABEL))
-        .map(|p| vec![p.clone()])
-        .unwrap_or_default();
+    let pools = super::trust::pools(pod);
     Ok(Some(Job {
         id: pod.id(namespace),
         name: pod.attribute("gang").map(str::to_string),

@@ -193,6 +193,11 @@ pub fn asks(pod: &Pod) -> Result<Asks, String> {
     finish(pod_total)
 }
 
+/// The most GPUs or MIG instances one pod may ask for: far above any real node (the
+/// cluster view closes a node that claims more), so nothing is ever sized by a larger
+/// count read from a pod.
+pub const MAX_GPUS_PER_POD: u64 = 1024;
+
 /// Past what any node has is an error, not a wrapped-around or clamped number.
 fn finish(a: Amounts) -> Result<Asks, String> {
     const LIMIT: u64 = 1_000_000_000_000_000;
@@ -203,11 +208,19 @@ fn finish(a: Amounts) -> Result<Asks, String> {
     if a.memory_bytes >= LIMIT.saturating_mul(1000) {
         return Err(too_much("memory"));
     }
-    let gpus = u32::try_from(a.gpus).map_err(|_| too_much("GPUs"))?;
+    let capped = |n: u64, what: &str| {
+        if n > MAX_GPUS_PER_POD {
+            return Err(format!(
+                "the pod asks for {n} {what}, above the {MAX_GPUS_PER_POD} gantry accepts for one pod"
+            ));
+        }
+        u32::try_from(n).map_err(|_| too_much(what))
+    };
+    let gpus = capped(a.gpus, "GPUs")?;
     let mut profiles = a.mig.into_iter();
     let mig = match (profiles.next(), profiles.next()) {
         (None, _) => None,
-        (Some((p, n)), None) => Some((p, u32::try_from(n).map_err(|_| too_much("MIG instances"))?)),
+        (Some((p, n)), None) => Some((p, capped(n, "MIG instances")?)),
         (Some((p, _)), Some((q, _))) => {
             return Err(format!(
                 "the containers ask for two MIG profiles, {p} and {q}; one pod uses one"
@@ -326,8 +339,12 @@ mod tests {
         assert!(asks(&containers(&[huge.clone(), huge])).is_err());
         let many = limits(GPU, "64");
         assert_eq!(
-            asks(&containers(&vec![many; 100])).map(|a| a.gpus),
-            Ok(6400)
+            asks(&containers(&vec![many.clone(); 16])).map(|a| a.gpus),
+            Ok(1024)
         );
+        // Past the per-pod cap: refused with the count, never sized by it.
+        let e = asks(&containers(&vec![many; 17])).err().unwrap_or_default();
+        assert!(e.contains("1088 GPUs") && e.contains("1024"), "{e}");
+        assert!(asks(&containers(&[limits(GPU, "2000000000")])).is_err());
     }
 }

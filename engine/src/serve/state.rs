@@ -301,6 +301,10 @@ pub struct AppState {
     pub status_detail: bool,
     /// Gantry runs the queue: the webhook gates GPU pods and the controller places them.
     pub queue: bool,
+    /// Whose admission requests may write gantry's keys, bind pods directly or create
+    /// pods for others (`--controller-identity`, `--may-bind-directly`,
+    /// `--workload-controller`).
+    pub trust: super::trust::Trust,
     /// The queue controller's last cycle, for `/v1/queue` and the queue metrics.
     queue_report: RwLock<Option<Arc<super::queue::QueueReport>>>,
     /// The occupancy of the current inventory under the current policy, built on first
@@ -327,6 +331,7 @@ impl AppState {
             plan_deadline: super::app::PLAN_DEADLINE,
             status_detail: false,
             queue: false,
+            trust: super::trust::Trust::default(),
             queue_report: RwLock::new(None),
             occupancy: Mutex::new(None),
         }

@@ -18,6 +18,7 @@ pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
     mig(c, p);
     scaling_limits(c, p);
     defaults(c, p);
+    super::bindings::run(c, p);
     super::lints::run(c, p);
 }
 

@@ -44,6 +44,9 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("cohort", false),
             ("default", false),
             ("default_runtime", false),
+            ("namespaces", false),
+            ("users", false),
+            ("groups", false),
         ],
         BlockKind::Placement => &[
             ("gang", false),
@@ -85,6 +88,45 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("instance", false),
             ("list_price", false),
         ],
+    }
+}
+
+/// What a team's binding patterns name.
+#[derive(Debug, Clone, Copy)]
+enum Pattern {
+    /// A namespace: lowercase letters, digits and `-`, at most 63 characters.
+    Namespace,
+    /// A user or group as the API server names it: printable, no spaces.
+    Identity,
+}
+
+impl Pattern {
+    fn fault(self, p: &str) -> Option<&'static str> {
+        if p.is_empty() {
+            return Some("is empty");
+        }
+        match self {
+            Pattern::Namespace if p.len() > 63 => Some("is longer than a namespace name (63)"),
+            Pattern::Namespace
+                if !p.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'*'
+                }) =>
+            {
+                Some("is not a namespace name or pattern")
+            }
+            Pattern::Identity if p.len() > 253 => Some("is longer than 253 characters"),
+            Pattern::Identity if p.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                Some("holds white space")
+            }
+            _ => None,
+        }
+    }
+
+    fn help(self) -> &'static str {
+        match self {
+            Pattern::Namespace => "write namespace names (lowercase letters, digits, `-`) with `*` for any run of characters, e.g. `\"ml-*\"`",
+            Pattern::Identity => "write users or groups as the API server names them, e.g. `\"alice@example.com\"` or `\"system:serviceaccount:ci:*\"`",
+        }
     }
 }
 
@@ -586,6 +628,9 @@ impl<'a> Checker<'a> {
         };
         let default = self.flag(&f, "default", &format!("team/{name}/default"));
         let default_runtime_s = self.seconds(&f, "default_runtime");
+        let namespaces = self.patterns(&f, "namespaces", name, Pattern::Namespace);
+        let users = self.patterns(&f, "users", name, Pattern::Identity);
+        let groups = self.patterns(&f, "groups", name, Pattern::Identity);
         self.remember(format!("team/{name}"), f.header);
         if b.template {
             return None;
@@ -600,7 +645,44 @@ impl<'a> Checker<'a> {
             weight,
             default,
             default_runtime_s,
+            namespaces,
+            users,
+            groups,
         })
+    }
+
+    /// A list of name patterns (`["ml-*", "vision"]`) for who may submit as `team`; its
+    /// span is remembered under `team/TEAM/KEY`. Each entry is checked for what a
+    /// namespace name or an identity may hold, with `*` for any run of characters.
+    fn patterns(
+        &mut self,
+        f: &Fields<'a>,
+        key: &str,
+        team: &str,
+        kind: Pattern,
+    ) -> Option<Vec<String>> {
+        let (e, m) = self.field_expr(f, key)?;
+        self.remember(format!("team/{team}/{key}"), e.span);
+        let t = self.expr(e, Some(&Ty::List(Box::new(Ty::Str))), &Ctx::plain(m))?;
+        let ir::Expr::List(items) = t.ir else {
+            return None;
+        };
+        let mut out = Vec::new();
+        for item in items {
+            let ir::Expr::Const(Value::Str(p)) = item else {
+                continue;
+            };
+            if let Some(why) = kind.fault(&p) {
+                self.error(
+                    Diagnostic::new(codes::OUT_OF_RANGE, format!("`{key}` entry `{p}` {why}"))
+                        .with_label(e.span, "in this list")
+                        .with_help(kind.help()),
+                );
+                continue;
+            }
+            out.push(p);
+        }
+        Some(out)
     }
 
     /// A `true`/`false` field (absent: false); its span is remembered under `key`.

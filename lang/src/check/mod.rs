@@ -3,6 +3,7 @@
 //! analyses. Checking never stops at the first error; it collects all it can.
 
 mod analysis;
+mod bindings;
 mod blocks;
 mod exprs;
 pub mod index;

@@ -108,6 +108,21 @@ struct Inner {
     requests: Vec<(String, String, bool)>,
     /// The ProvisioningRequest CRD is installed.
     pub(crate) provisioning: bool,
+    /// Faults for the next requests whose path contains a text, in order.
+    faults: Vec<(String, Fault)>,
+}
+
+/// A broken answer for one request (see [`FakeApi::fault`]).
+#[derive(Debug, Clone)]
+pub enum Fault {
+    /// This status with a Status body (500, 409, 503, ...).
+    Status(u16),
+    /// No answer for this long (a client times out first).
+    Hang(Duration),
+    /// A 200 whose body is this many bytes of one line that is not JSON.
+    Garbage(usize),
+    /// A 500 whose body is this many bytes of plain text.
+    LongError(usize),
 }
 
 #[derive(Debug)]
@@ -118,6 +133,19 @@ pub struct FakeApi {
     hangup: tokio::sync::watch::Sender<u64>,
     paused: tokio::sync::watch::Sender<bool>,
     pub bookmark_every: Duration,
+}
+
+/// The cluster view's options for tests: Nodes and Pods only, the default pool label.
+pub fn view_options(timeout: Duration) -> engine::serve::state::ClusterOptions {
+    engine::serve::state::ClusterOptions {
+        kubeconfig: None,
+        in_cluster: false,
+        pool_label: "gantry.dev/pool".into(),
+        sync_timeout: timeout,
+        watch_jobs: false,
+        placeholder_image: None,
+        provisioning_requests: false,
+    }
 }
 
 /// A kubeconfig file's text pointing at `url`, with no credentials.
@@ -312,6 +340,25 @@ impl FakeApi {
     /// Every request served: (method, path, whether it was a watch).
     pub fn requests(&self) -> Vec<(String, String, bool)> {
         self.lock().requests.clone()
+    }
+
+    /// The next request whose URI (path and query) contains every `*`-separated part of
+    /// `pattern` gets `fault` instead of its answer; faults queued for one pattern are
+    /// used in order.
+    pub fn fault(&self, pattern: &str, fault: Fault) {
+        self.lock().faults.push((pattern.to_string(), fault));
+    }
+
+    /// Stores a ConfigMap as if it had been created (`namespace/name`).
+    pub fn set_config_map(&self, key: &str, cm: Value) {
+        let mut inner = self.lock();
+        inner.rv += 1;
+        inner.config_maps.insert(key.to_string(), cm);
+    }
+
+    /// Faults queued and not used yet.
+    pub fn faults_left(&self) -> usize {
+        self.lock().faults.len()
     }
 
     /// After `n` more writes succeed, refuse every write (409) until `heal`.
@@ -765,12 +812,47 @@ async fn record(
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
-    api.lock().requests.push((
-        request.method().to_string(),
-        request.uri().path().to_string(),
-        watch,
-    ));
-    next.run(request).await
+    let path = request.uri().path().to_string();
+    let uri = request.uri().to_string();
+    let fault = {
+        let mut inner = api.lock();
+        inner
+            .requests
+            .push((request.method().to_string(), path.clone(), watch));
+        let at = inner
+            .faults
+            .iter()
+            .position(|(p, _)| p.split('*').all(|part| uri.contains(part)));
+        at.map(|i| inner.faults.remove(i).1)
+    };
+    match fault {
+        None => next.run(request).await,
+        Some(Fault::Status(code)) => {
+            let status_code =
+                StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            json_response(
+                status_code,
+                &status(code, "InternalError", "injected fault"),
+            )
+        }
+        Some(Fault::Hang(d)) => {
+            tokio::time::sleep(d).await;
+            json_response(
+                StatusCode::GATEWAY_TIMEOUT,
+                &status(504, "Timeout", "injected hang"),
+            )
+        }
+        Some(Fault::Garbage(n)) => axum::response::IntoResponse::into_response((
+            StatusCode::OK,
+            [("content-type", "application/json")],
+            "x".repeat(n),
+        )),
+        Some(Fault::LongError(n)) => axum::response::IntoResponse::into_response((
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [("content-type", "text/plain")],
+            "e".repeat(n),
+        )),
+    }
 }
 
 async fn list_jobs(

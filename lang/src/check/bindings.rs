@@ -1,0 +1,129 @@
+//! Analyses of who may submit as each team (`crate::tenancy`): a team no one can submit
+//! as (W0421), two teams (other than the default) bound to namespaces that overlap, so
+//! pods there must name their team (W0422), and an open team beside bound ones, which any
+//! pod may name (W0423).
+
+use super::Checker;
+use crate::codes;
+use crate::diagnostic::Diagnostic;
+use crate::ir::Program;
+use crate::source::Span;
+use crate::tenancy::lists_overlap;
+
+pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
+    nobody(c, p);
+    overlapping(c, p);
+    open_beside_bound(c, p);
+}
+
+fn span(c: &Checker<'_>, team: &str, key: &str) -> Option<Span> {
+    c.spans.get(&format!("team/{team}/{key}")).copied()
+}
+
+/// W0421: an empty list admits no one.
+fn nobody(c: &mut Checker<'_>, p: &Program) {
+    for t in &p.teams {
+        let identities_empty = matches!(
+            (&t.users, &t.groups),
+            (Some(u), Some(g)) if u.is_empty() && g.is_empty()
+        ) || matches!((&t.users, &t.groups), (Some(u), None) if u.is_empty())
+            || matches!((&t.users, &t.groups), (None, Some(g)) if g.is_empty());
+        let key = if t.namespaces.as_ref().is_some_and(Vec::is_empty) {
+            "namespaces"
+        } else if identities_empty {
+            if t.users.is_some() {
+                "users"
+            } else {
+                "groups"
+            }
+        } else {
+            continue;
+        };
+        let Some(at) = span(c, &t.name, key) else {
+            continue;
+        };
+        c.error(
+            Diagnostic::new(
+                codes::TEAM_WITHOUT_SUBMITTERS,
+                format!("no one can submit as team `{}`", t.name),
+            )
+            .with_label(at, "an empty list admits no one")
+            .with_help(format!(
+                "list who may submit as `{}` (e.g. `namespaces = [\"{}\"]`), or leave `{key}` out",
+                t.name,
+                t.name.replace('_', "-")
+            )),
+        );
+    }
+}
+
+/// W0422: two teams whose namespaces (and identities) can both admit one request.
+fn overlapping(c: &mut Checker<'_>, p: &Program) {
+    // The default team is the fallback for pods no other team admits: sharing its
+    // namespaces is what it is for.
+    let bound: Vec<_> = p
+        .teams
+        .iter()
+        .filter(|t| t.namespaces.is_some() && !t.default)
+        .collect();
+    for (i, a) in bound.iter().enumerate() {
+        for b in bound.iter().skip(i + 1) {
+            let shared = lists_overlap(a.namespaces.as_deref(), b.namespaces.as_deref());
+            let identities = (a.users.is_none() && a.groups.is_none())
+                || (b.users.is_none() && b.groups.is_none())
+                || lists_overlap(a.users.as_deref(), b.users.as_deref())
+                    && a.users.is_some()
+                    && b.users.is_some()
+                || lists_overlap(a.groups.as_deref(), b.groups.as_deref())
+                    && a.groups.is_some()
+                    && b.groups.is_some();
+            if !(shared && identities) {
+                continue;
+            }
+            let Some(at) = span(c, &b.name, "namespaces") else {
+                continue;
+            };
+            let mut d = Diagnostic::new(
+                codes::OVERLAPPING_BINDINGS,
+                format!(
+                    "teams `{}` and `{}` are bound to namespaces that overlap",
+                    a.name, b.name
+                ),
+            )
+            .with_label(at, format!("a namespace here also admits `{}`", a.name))
+            .with_help(
+                "a pod there must name its team with `gantry.dev/team`; give each team namespaces of its own so the team follows from the namespace",
+            );
+            if let Some(other) = span(c, &a.name, "namespaces") {
+                d = d.with_label(other, format!("`{}`'s namespaces", a.name));
+            }
+            c.error(d);
+        }
+    }
+}
+
+/// W0423: an open team in a policy that binds others: any pod may name it.
+fn open_beside_bound(c: &mut Checker<'_>, p: &Program) {
+    let Some(bound) = p.teams.iter().find(|t| t.is_bound()) else {
+        return;
+    };
+    for t in p.teams.iter().filter(|t| !t.is_bound()) {
+        let Some(at) = c.spans.get(&format!("team/{}", t.name)).copied() else {
+            continue;
+        };
+        c.error(
+            Diagnostic::new(
+                codes::OPEN_TEAM_BESIDE_BOUND,
+                format!(
+                    "team `{}` is open to every namespace and identity while `{}` is bound",
+                    t.name, bound.name
+                ),
+            )
+            .with_label(at, "any pod may name this team")
+            .with_help(format!(
+                "bind `{}` with `namespaces = [...]`, `users = [...]` or `groups = [...]`",
+                t.name
+            )),
+        );
+    }
+}
