@@ -57,7 +57,12 @@ pub fn cycle_kept(
     now: i64,
     decider: &mut Decider,
 ) -> Result<(QueueView, Plan, Vec<Action>), String> {
-    let view = queue::view(stores)?;
+    let seal = memory.seal();
+    let trust = queue::Trust {
+        seal: seal.as_ref(),
+        program: Some(&policy.program),
+    };
+    let view = queue::view(stores, trust)?;
     let mut snapshot = snapshot(&view, policy)?;
     snapshot.usage = memory.usage.clone();
     snapshot.scale_state = memory.arrivals(&view.fleet, now).state;
@@ -196,14 +201,14 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
         format!("{what} {}/{}: {e}", pod.namespace, pod.name)
     };
     match action {
-        Action::Assign { node, .. } => {
-            let patch = enact::assign_patch(&pod.uid, Some(node));
+        Action::Assign { node, seal, .. } => {
+            let patch = enact::assign_patch(&pod.uid, Some(node), seal.as_deref());
             pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| fail("assign", e))?;
         }
         Action::Unassign { .. } => {
-            let patch = enact::assign_patch(&pod.uid, None);
+            let patch = enact::assign_patch(&pod.uid, None, None);
             pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
                 .await
                 .map_err(|e| fail("unassign", e))?;
@@ -389,6 +394,37 @@ pub async fn run(q: Queue) {
                     load_backoff = (load_backoff * 2).min(LOAD_BACKOFF_MAX);
                     continue;
                 }
+            }
+        }
+        // The leader seals its assignments with a key kept in the memory: made once, and
+        // written before the first assignment that uses it.
+        if leading && memory.seal().is_none() {
+            let written = match memory.ensure_seal() {
+                Ok(_) => memory::save(&client, &namespace, &memory).await,
+                Err(e) => Err(e),
+            };
+            match written {
+                Ok(()) => {
+                    saved = memory.clone();
+                    saved_at = Some(std::time::Instant::now());
+                }
+                Err(error) => {
+                    memory.seal_key = None;
+                    tracing::warn!(%error, "the assignment seal's key is not written; nothing is placed until it is");
+                    tokio::time::sleep(load_backoff).await;
+                    load_backoff = (load_backoff * 2).min(LOAD_BACKOFF_MAX);
+                    continue;
+                }
+            }
+        }
+        {
+            // The view promises room only for assignments this key sealed.
+            let mut s = match stores.lock() {
+                Ok(s) => s,
+                Err(p) => p.into_inner(),
+            };
+            if s.seal.as_ref().map(crate::seal::Seal::text) != memory.seal_key.as_deref() {
+                s.seal = memory.seal();
             }
         }
         let Some(policy) = state.policy() else {

@@ -44,11 +44,13 @@ impl PodRef {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "action", rename_all = "snake_case")]
 pub enum Action {
-    /// Phase 1: the member's node, as an annotation.
+    /// Phase 1: the member's node, as an annotation, and its seal (`crate::seal`).
     Assign {
         pod: PodRef,
         job: String,
         node: String,
+        #[serde(skip)]
+        seal: Option<String>,
     },
     /// Clears an assignment that did not finish.
     Unassign { pod: PodRef },
@@ -96,6 +98,16 @@ impl Action {
             | Action::Wait { pod, .. } => pod,
         }
     }
+}
+
+/// The node gantry assigned the pod to, when the assignment carries gantry's seal.
+fn sealed_node<'p>(view: &QueueView, p: &'p PodSeen) -> Option<&'p String> {
+    let (node, seal, key) = (
+        p.assigned.as_ref()?,
+        p.seal.as_deref()?,
+        view.seal.as_ref()?,
+    );
+    key.verify(&p.uid, node, seal).then_some(node)
 }
 
 /// The merge patch that releases a gated pod onto `node`: its other gates kept, and a
@@ -227,6 +239,35 @@ pub fn actions(
         .filter(|p| p.terminating)
         .filter_map(|p| p.node.as_deref())
         .collect();
+    // Gang members that disagree: none is queued, each is told what differs.
+    for (key, message) in &view.mismatched {
+        let Some(p) = pods.get(key).filter(|p| !p.terminating) else {
+            continue;
+        };
+        let reason = "GangMismatch".to_string();
+        if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) {
+            out.push(Action::Wait {
+                pod: PodRef::of(p),
+                reason,
+                message: message.clone(),
+            });
+        }
+    }
+    // Gated pods whose gantry labels do not read: they wait, and say which label and why.
+    for p in pods.values().filter(|p| p.gated && !p.terminating) {
+        let Some(error) = &p.asks_error else { continue };
+        let reason = "InvalidLabels".to_string();
+        let message = format!(
+            "gantry cannot queue this pod: {error}; fix the label (a gated pod's labels may change) and it is queued"
+        );
+        if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) {
+            out.push(Action::Wait {
+                pod: PodRef::of(p),
+                reason,
+                message,
+            });
+        }
+    }
     for e in &plan.preemptions {
         for p in view
             .members
@@ -256,11 +297,21 @@ pub fn actions(
                 continue;
             }
             for (p, node) in members.iter().zip(&nodes) {
-                if p.assigned.as_deref() != Some(*node) {
+                // An assignment is kept only when gantry sealed it: a node the pod's
+                // author wrote is written again, with the seal.
+                let sealed = |key: &crate::seal::Seal| {
+                    p.seal
+                        .as_deref()
+                        .is_some_and(|s| key.verify(&p.uid, node, s))
+                };
+                let kept =
+                    p.assigned.as_deref() == Some(*node) && view.seal.as_ref().is_some_and(sealed);
+                if !kept {
                     out.push(Action::Assign {
                         pod: PodRef::of(p),
                         job: d.job.clone(),
                         node: (*node).to_string(),
+                        seal: view.seal.as_ref().map(|k| k.sign(&p.uid, node)),
                     });
                 }
             }
@@ -334,7 +385,7 @@ pub fn actions(
     // tolerate, a node selector, a full node): say so on the pod, once.
     for p in pods.values() {
         if let (false, None, Some(node), Some(why)) =
-            (p.gated, &p.node, &p.assigned, &p.unschedulable)
+            (p.gated, &p.node, sealed_node(view, p), &p.unschedulable)
         {
             let reason = "NotBound".to_string();
             let message = format!(
@@ -381,7 +432,10 @@ pub fn condition_patch(reason: &str, message: &str, now: i64) -> Value {
     }]}})
 }
 
-/// The annotation patch of phase 1 (or its undoing with `None`).
-pub fn assign_patch(uid: &str, node: Option<&str>) -> Value {
-    json!({"metadata": {"uid": uid, "annotations": {ASSIGNED_ANNOTATION: node}}})
+/// The annotation patch of phase 1, the node and its seal (or their undoing with `None`).
+pub fn assign_patch(uid: &str, node: Option<&str>, seal: Option<&str>) -> Value {
+    json!({"metadata": {"uid": uid, "annotations": {
+        ASSIGNED_ANNOTATION: node,
+        crate::seal::SEAL_ANNOTATION: seal,
+    }}})
 }

@@ -27,6 +27,7 @@ pub mod owners;
 pub mod pods;
 pub mod provreq;
 pub mod queue;
+pub mod seal;
 pub mod store;
 pub mod watch;
 

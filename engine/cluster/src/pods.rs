@@ -43,6 +43,8 @@ pub struct PodSeen {
     /// What it asks for while unbound (waiting in gantry's queue, or released and not
     /// bound yet): a one-member job whose `members` is the gang's declared size.
     pub asks: Option<Box<Job>>,
+    /// Unbound, and its gantry labels do not read: why (cut short).
+    pub asks_error: Option<String>,
     /// Bound, but what it holds cannot be read (kept so the problem shows).
     pub unreadable: Option<(String, String)>,
     /// The node it is bound to.
@@ -62,7 +64,10 @@ pub struct PodSeen {
     /// A capacity placeholder of this pool (`gantry.dev/placeholder`, negative priority):
     /// it holds a node for the autoscaler and any real pod may take its room.
     pub placeholder: Option<String>,
+    /// The node gantry assigned it to, as the pod says; trusted only with its seal
+    /// (`crate::seal`), which `queue::view` checks.
     pub assigned: Option<String>,
+    pub seal: Option<String>,
     pub preempted: Option<String>,
     pub terminating: bool,
     /// The waiting condition as it is on the pod: (reason, message).
@@ -196,13 +201,14 @@ pub fn pod(k: &core::Pod) -> PodSeen {
         .and_then(wire::unix_seconds);
     // Unbound pods: what a gated one asks for, and what a released one (not bound yet)
     // will hold where it was assigned.
-    let asks = if p.spec.node_name.is_none() {
-        wire::job(&p, None, created_at.unwrap_or(0))
-            .ok()
-            .flatten()
-            .map(Box::new)
+    let (asks, asks_error) = if p.spec.node_name.is_none() {
+        match wire::job(&p, None, created_at.unwrap_or(0)) {
+            Ok(job) => (job.map(Box::new), None),
+            // A label's value may be long: what is said of it is cut short.
+            Err(e) => (None, Some(crate::bounded::cut(&e))),
+        }
     } else {
-        None
+        (None, None)
     };
     let status = k.status.as_ref();
     let condition = |t: &str| {
@@ -229,6 +235,7 @@ pub fn pod(k: &core::Pod) -> PodSeen {
         resource_version: k.metadata.resource_version.clone().unwrap_or_default(),
         holds,
         asks,
+        asks_error,
         unreadable,
         node: p.spec.node_name.clone(),
         gated,
@@ -250,6 +257,9 @@ pub fn pod(k: &core::Pod) -> PodSeen {
             .map(|o| o.name.clone()),
         assigned: annotations
             .and_then(|a| a.get(ASSIGNED_ANNOTATION))
+            .cloned(),
+        seal: annotations
+            .and_then(|a| a.get(crate::seal::SEAL_ANNOTATION))
             .cloned(),
         preempted: annotations
             .and_then(|a| a.get(PREEMPTED_ANNOTATION))

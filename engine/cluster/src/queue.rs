@@ -15,16 +15,80 @@
 //!   their node's resources but are never victims: their GPUs are taken out of the fleet
 //!   (a MIG instance takes its whole GPU: which slices it holds is not known) and their
 //!   CPU and memory off the node. CPU-only pods likewise.
+//! - **Trusted only as gantry wrote it** ([`Trust`]): an assignment counts only with its
+//!   seal (`crate::seal`), so one a pod's author wrote neither holds room nor is
+//!   released; and a pod whose team is bound to namespaces that do not hold it (a pod
+//!   the webhooks never judged) is foreign, never charged to that team.
 
 use crate::owners::{Membership, Owners};
 use crate::pods::PodSeen;
+use crate::seal::Seal;
 use crate::store::Stores;
 use engine::core::fleet::Fleet;
 use engine::inventory::jobs_file::{Job, PlacedMember};
+use lang::ir::Program;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The label the mutating webhook sets on pods it admitted.
 pub const REVISION_LABEL: &str = "gantry.dev/policy-revision";
+
+/// What the view trusts of what pods say.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Trust<'a> {
+    /// The assignment seal's key; without one no assignment is trusted.
+    pub seal: Option<&'a Seal>,
+    /// The policy, for the namespaces each team is bound to.
+    pub program: Option<&'a Program>,
+}
+
+impl Trust<'_> {
+    /// Whether the pod's assignment is one gantry made (its seal verifies).
+    fn sealed(&self, p: &PodSeen) -> bool {
+        match (self.seal, &p.assigned, &p.seal) {
+            (Some(key), Some(node), Some(seal)) => key.verify(&p.uid, node, seal),
+            _ => false,
+        }
+    }
+
+    /// Whether the pod's namespace may hold its team (the policy's bindings; the default
+    /// team for a pod that names none).
+    fn team_admits(&self, p: &PodSeen) -> bool {
+        let Some(program) = self.program else {
+            return true;
+        };
+        let named = p
+            .asks
+            .as_deref()
+            .or(p.holds.as_deref())
+            .and_then(|j| j.team.as_deref());
+        let team = match named {
+            Some(t) => program.team(t),
+            None => program.teams.iter().find(|t| t.default),
+        };
+        team.is_none_or(|t| t.admits_namespace(&p.namespace))
+    }
+
+    /// The pod as the view may believe it: itself, or a copy without what it cannot
+    /// have been given (`None` when nothing needs taking away).
+    fn doubt(&self, p: &PodSeen) -> Option<PodSeen> {
+        let forged = p.assigned.is_some() && !self.sealed(p);
+        let stranger = !self.team_admits(p);
+        if !forged && !stranger {
+            return None;
+        }
+        let mut copy = p.clone();
+        if forged {
+            copy.assigned = None;
+        }
+        if stranger {
+            // Not gantry's to queue or charge: what it holds once bound is foreign.
+            copy.managed = false;
+            copy.gated = false;
+            copy.assigned = None;
+        }
+        Some(copy)
+    }
+}
 
 /// The cluster as the decision cycle sees it.
 #[derive(Debug, Clone, Default)]
@@ -44,6 +108,11 @@ pub struct QueueView {
     pub committing: BTreeSet<String>,
     /// Gated pods left out of this cycle: their owning Job is not in the view yet.
     pub owner_unseen: Vec<String>,
+    /// The key assignments are sealed with (phase 1 writes a seal beside the node).
+    pub seal: Option<Seal>,
+    /// Gated pods of gangs whose members disagree on team, tier or shape: no member is
+    /// queued, and each is told what differs (pod key, message).
+    pub mismatched: Vec<(String, String)>,
 }
 
 /// Gantry admitted it (the webhook's label), queued it or assigned it.
@@ -51,13 +120,22 @@ fn is_foreign(p: &PodSeen) -> bool {
     !(p.managed || p.gated || p.assigned.is_some())
 }
 
-/// The decision cycle's view of `stores`; `Err` until both are listed.
-pub fn view(stores: &Stores) -> Result<QueueView, String> {
+/// The decision cycle's view of `stores`, believing of each pod what `trust` allows;
+/// `Err` until both are listed.
+pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
     let seen = stores.seen()?;
     let mut out = QueueView {
         fleet: seen.fleet,
+        seal: trust.seal.cloned(),
         ..QueueView::default()
     };
+    // Pods that claim more than they were given, as the view believes them: usually none.
+    let doubted: BTreeMap<&str, PodSeen> = stores
+        .pods
+        .objects
+        .iter()
+        .filter_map(|(k, p)| Some((k.as_str(), trust.doubt(p)?)))
+        .collect();
     let index: BTreeMap<String, usize> = out
         .fleet
         .nodes
@@ -78,7 +156,8 @@ pub fn view(stores: &Stores) -> Result<QueueView, String> {
     // Group gantry's pods into jobs; take foreign and CPU-only pods out of the fleet.
     let owners = Owners::new(stores.jobs.as_ref().map(|c| &c.objects));
     let mut groups: BTreeMap<String, (u32, Vec<&PodSeen>)> = BTreeMap::new();
-    for p in stores.pods.objects.values() {
+    for (k, p) in &stores.pods.objects {
+        let p = doubted.get(k.as_str()).unwrap_or(p);
         if p.placeholder.is_some() {
             // Holds a node for the autoscaler, not for work: any job may take its room.
             continue;
@@ -241,10 +320,44 @@ fn running_job(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
     out.jobs.push(job);
 }
 
+/// Why the members of one gang cannot be one job: they must agree on team, tier, what
+/// each asks for and where it may run, or the gang would be sized and charged as its
+/// first member.
+fn disagreement(pods: &[&PodSeen]) -> Option<String> {
+    let first = pods.first()?;
+    let template = first.asks.as_deref()?;
+    for p in pods.iter().skip(1) {
+        let Some(job) = p.asks.as_deref() else {
+            continue;
+        };
+        let what = if job.team != template.team {
+            "team"
+        } else if job.tier != template.tier {
+            "tier"
+        } else if job.shape.member != template.shape.member {
+            "resources (GPUs, CPU, memory, GPU memory)"
+        } else if job.shape.pools != template.shape.pools {
+            "pool"
+        } else {
+            continue;
+        };
+        return Some(format!(
+            "the members of this gang differ in {what}: {} and {} (every member of a gang must ask for the same); make them agree and the gang is queued",
+            first.name, p.name
+        ));
+    }
+    None
+}
+
 fn pending(out: &mut QueueView, id: &str, pods: Vec<&PodSeen>, size: u32) {
     let Some(template) = pods.first().and_then(|p| p.asks.as_deref()) else {
         return;
     };
+    if let Some(why) = disagreement(&pods) {
+        out.mismatched
+            .extend(pods.iter().map(|p| (p.key(), why.clone())));
+        return;
+    }
     let mut job = template.clone();
     job.id = id.to_string();
     job.shape.members = size.max(1);

@@ -77,12 +77,23 @@ pub struct Stores {
     pub jobs: Option<Cache<OwnerJob>>,
     /// cluster-autoscaler's ProvisioningRequests (`--scale-through provisioning-request`).
     pub provreqs: Option<Cache<crate::provreq::ProvReqSeen>>,
+    /// The assignment seal's key, once the queue's leader has read or made it: only an
+    /// assignment whose seal verifies promises its pod room.
+    pub seal: Option<crate::seal::Seal>,
 }
 
 /// How many problems are listed by name in the notes; the rest are counted.
 const NOTES_SHOWN: usize = 10;
 
 impl Stores {
+    /// Whether the pod's assignment carries gantry's seal.
+    fn sealed(&self, p: &PodSeen) -> bool {
+        match (&self.seal, &p.assigned, &p.seal) {
+            (Some(key), Some(node), Some(seal)) => key.verify(&p.uid, node, seal),
+            _ => false,
+        }
+    }
+
     /// The fleet (nodes with GPUs, by name), what runs on it, closed nodes and notes.
     /// `Err` until every watched kind's cache holds a complete first list.
     pub fn seen(&self) -> Result<Seen, String> {
@@ -131,7 +142,9 @@ impl Stores {
                 if job.placement.iter().all(|m| gpu_node(&m.node)) {
                     seen.running.push(job.clone());
                 }
-            } else if let (Some(node), Some(job)) = (&p.assigned, p.asks.as_deref()) {
+            } else if let (Some(node), Some(job), true) =
+                (&p.assigned, p.asks.as_deref(), self.sealed(p))
+            {
                 // Assigned by the queue, not bound yet: its capacity is promised, so no
                 // other pod may take it (the extender lets the pod itself through).
                 if gpu_node(node) && !p.terminating {

@@ -46,8 +46,20 @@ fn node(name: &str) -> Node {
     serde_json::from_value(gpu_node(name, "training")).unwrap()
 }
 
+/// The engine's memory with a fixed assignment seal key.
+fn memory() -> cluster::memory::Memory {
+    cluster::memory::Memory {
+        seal_key: Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into()),
+        ..Default::default()
+    }
+}
+
+/// Assigned by gantry: the node and its seal.
 fn assigned(mut p: Value, node: &str) -> Value {
-    p["metadata"]["annotations"] = json!({"gantry.dev/assigned-node": node});
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let seal = memory().seal().unwrap().sign(&uid, node);
+    p["metadata"]["annotations"] =
+        json!({"gantry.dev/assigned-node": node, "gantry.dev/assignment-seal": seal});
     p
 }
 
@@ -86,7 +98,8 @@ fn stores(pods_json: &[Value]) -> Stores {
 
 fn actions(pods_json: &[Value]) -> Vec<String> {
     let (policy, _dir) = policy();
-    let (_, _, actions) = controller::cycle(&stores(pods_json), &policy, NOW).unwrap();
+    let (_, _, actions) =
+        controller::cycle_with(&stores(pods_json), &policy, &memory(), NOW).unwrap();
     actions
         .iter()
         .map(|a| {
@@ -137,7 +150,7 @@ fn a_placed_gang_needs_nothing_more() {
 fn a_waiting_reason_is_written_once() {
     let (policy, _dir) = policy();
     let only = [member("a")];
-    let (_, _, first) = controller::cycle(&stores(&only), &policy, NOW).unwrap();
+    let (_, _, first) = controller::cycle_with(&stores(&only), &policy, &memory(), NOW).unwrap();
     let Some(Action::Wait {
         reason, message, ..
     }) = first.first()
@@ -148,7 +161,7 @@ fn a_waiting_reason_is_written_once() {
     // The pod now carries the condition: the next cycle writes nothing.
     let mut with = member("a");
     with["status"]["conditions"] = json!([{"type": "gantry.dev/Queued", "status": "True", "reason": reason, "message": message}]);
-    let (_, _, second) = controller::cycle(&stores(&[with]), &policy, NOW).unwrap();
+    let (_, _, second) = controller::cycle_with(&stores(&[with]), &policy, &memory(), NOW).unwrap();
     assert!(second.is_empty(), "{second:?}");
 }
 
@@ -182,9 +195,10 @@ fn a_pod_kube_scheduler_will_not_bind_says_so_once() {
     let got = actions(&[refused.clone(), released(member("b"), "n1")]);
     assert_eq!(got, ["wait a"]);
     let (policy, _dir) = policy();
-    let (_, _, acts) = controller::cycle(
+    let (_, _, acts) = controller::cycle_with(
         &stores(&[refused.clone(), released(member("b"), "n1")]),
         &policy,
+        &memory(),
         NOW,
     )
     .unwrap();
@@ -213,7 +227,8 @@ fn a_preemptor_names_victims_whose_eviction_was_refused() {
     lender["metadata"]["labels"] = json!({"gantry.dev/team": "beta", "gantry.dev/tier": "standard", "gantry.dev/policy-revision": "r1"});
     let message = |pods_json: &[Value]| {
         let (policy, _dir) = policy();
-        let (_, _, acts) = controller::cycle(&stores(pods_json), &policy, NOW).unwrap();
+        let (_, _, acts) =
+            controller::cycle_with(&stores(pods_json), &policy, &memory(), NOW).unwrap();
         acts.iter()
             .find_map(|a| match a {
                 Action::Wait {
@@ -243,5 +258,61 @@ fn a_preemptor_names_victims_whose_eviction_was_refused() {
     assert!(
         then.contains("refused to evict ml/a, ml/b") && then.contains("PodDisruptionBudget"),
         "{then}"
+    );
+}
+
+/// A gated pod whose gantry labels do not read waits with a condition and an Event that
+/// say which label and why, once.
+#[test]
+fn a_gated_pod_with_labels_that_do_not_read_is_told_why() {
+    let mut broken = member("a");
+    broken["metadata"]["labels"]["gantry.dev/gang-size"] = json!("many");
+    let (policy, _dir) = policy();
+    let (_, _, acts) =
+        controller::cycle_with(&stores(&[broken.clone()]), &policy, &memory(), NOW).unwrap();
+    let Some(Action::Wait {
+        reason, message, ..
+    }) = acts.first()
+    else {
+        panic!("{acts:?}")
+    };
+    assert_eq!(reason, "InvalidLabels");
+    assert!(message.contains("gantry.dev/gang-size: many"), "{message}");
+    broken["status"]["conditions"] = json!([{"type": "gantry.dev/Queued", "status": "True",
+        "reason": reason, "message": message}]);
+    assert!(actions(&[broken]).is_empty(), "said once");
+}
+
+/// A gang whose members differ (here one asks for 4 GPUs, the other for 8, so it would
+/// be sized and charged as its first member) is not queued: every member is told why.
+#[test]
+fn a_gang_whose_members_differ_waits_and_says_how() {
+    let mut small = member("b");
+    small["spec"]["containers"][0]["resources"] = json!({
+        "requests": {"cpu": "8", "nvidia.com/gpu": "4"}, "limits": {"nvidia.com/gpu": "4"}});
+    let got = actions(&[member("a"), small.clone()]);
+    assert_eq!(got, ["wait a", "wait b"]);
+    let (policy, _dir) = policy();
+    let (_, _, acts) =
+        controller::cycle_with(&stores(&[member("a"), small]), &policy, &memory(), NOW).unwrap();
+    for a in &acts {
+        let Action::Wait {
+            reason, message, ..
+        } = a
+        else {
+            panic!("{acts:?}")
+        };
+        assert_eq!(reason, "GangMismatch");
+        assert!(message.contains("differ in resources"), "{message}");
+    }
+    let mut retiered = member("b");
+    retiered["metadata"]["labels"]["gantry.dev/tier"] = json!("standard");
+    let (_, _, acts) =
+        controller::cycle_with(&stores(&[member("a"), retiered]), &policy, &memory(), NOW).unwrap();
+    assert!(
+        acts.iter().all(
+            |a| matches!(a, Action::Wait { message, .. } if message.contains("differ in tier"))
+        ),
+        "{acts:?}"
     );
 }

@@ -287,3 +287,64 @@ async fn a_memory_that_does_not_parse_is_kept_beside_the_new_one() {
         .await
         .is_err());
 }
+
+/// While hostile Nodes arrive and a watch line never ends, the service keeps answering
+/// `/healthz` (and reads the view) without delay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_is_answered_throughout() {
+    use tower::ServiceExt;
+    let api = FakeApi::new();
+    api.apply(Kind::Nodes, node("n0"));
+    let live = connect(&api, Duration::from_secs(10)).await.unwrap();
+    let state = Arc::new(AppState::new(Box::new(|| harness::NOW)));
+    state.refresh_inventory(&live).unwrap();
+    let attack = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            for i in 0..20 {
+                let mut n = node(&format!("hostile-{i}"));
+                n["metadata"]["labels"]["nvidia.com/gpu.count"] = json!("2000000000");
+                n["status"]["allocatable"]["nvidia.com/gpu"] = json!("8Gi");
+                api.apply(Kind::Nodes, n);
+                if i % 5 == 0 {
+                    api.fault("/api/v1/nodes?*watch=true", Fault::Garbage(70 << 20));
+                    api.hang_up();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let mut slowest = Duration::ZERO;
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        let asked = Instant::now();
+        let request = axum::http::Request::builder()
+            .uri("/healthz")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let response = engine::serve::app::app(state.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        assert_eq!(response.status(), axum::http::StatusCode::OK);
+        slowest = slowest.max(asked.elapsed());
+        state.refresh_inventory(&live).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    attack.await.unwrap();
+    assert!(slowest < Duration::from_millis(500), "{slowest:?}");
+    let seen = until(&live, "every hostile node seen", |s| {
+        s.notes
+            .iter()
+            .filter(|n| n.contains("the node is closed"))
+            .count()
+            >= 20
+    })
+    .await;
+    assert_eq!(seen.fleet.nodes.len(), 1);
+    assert!(
+        peak_rss_mib() < PEAK_RSS_BOUND_MIB,
+        "{} MiB",
+        peak_rss_mib()
+    );
+}

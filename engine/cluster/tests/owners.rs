@@ -183,7 +183,8 @@ async fn a_pod_whose_job_is_not_seen_yet_waits_without_a_write() {
     let h = harness().await;
     h.api.apply(Kind::Pods, job_pod("late-0", "late", None));
     h.settle().await;
-    let (view, _, actions) = controller::cycle(&h.live.stores(), &h.policy, NOW).unwrap();
+    let (view, _, actions) =
+        controller::cycle_with(&h.live.stores(), &h.policy, &h.memory, NOW).unwrap();
     assert!(actions.is_empty(), "{actions:?}");
     assert_eq!(view.owner_unseen, ["ml/late-0"]);
     h.api.apply(Kind::Jobs, job("late", 1, None, None));

@@ -603,6 +603,7 @@ async fn a_refused_write_holds_up_only_its_own_job() {
             pod: pod("gone"),
             job: "ml/g".into(),
             node: "n0".into(),
+            seal: None,
         },
         Action::Release {
             pod: pod("gone-too"),

@@ -129,8 +129,9 @@ fn one() -> u32 {
     1
 }
 
-const MAX_MEMBERS: u32 = 100_000;
-const MAX_GPUS_PER_MEMBER: u32 = 64;
+/// The most members and GPUs per member a job may have (imports apply them too).
+pub const MAX_MEMBERS: u32 = 100_000;
+pub const MAX_GPUS_PER_MEMBER: u32 = 64;
 
 pub fn level(name: &str) -> Option<TopologyLevel> {
     Some(match name {

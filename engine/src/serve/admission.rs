@@ -61,7 +61,13 @@ pub use super::trust::{ASSIGNED_ANNOTATION, PREEMPTED_ANNOTATION, QUEUE_GATE};
 /// Keys gantry itself writes on pods: bookkeeping, never an input of a decision, so the
 /// queue's own patches are not judged again (a policy change must not block them).
 fn bookkeeping(key: &str) -> bool {
-    [REVISION_LABEL, ASSIGNED_ANNOTATION, PREEMPTED_ANNOTATION].contains(&key)
+    [
+        REVISION_LABEL,
+        ASSIGNED_ANNOTATION,
+        trust::SEAL_ANNOTATION,
+        PREEMPTED_ANNOTATION,
+    ]
+    .contains(&key)
 }
 
 pub fn review(

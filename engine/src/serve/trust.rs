@@ -2,8 +2,8 @@
 //! the namespace), never from the object: every label, annotation and gate on a pod is a
 //! claim that is checked here.
 //!
-//! - **Gantry's keys are gantry's**: the queue gate, the assignment, the preemption mark
-//!   and the revision label are set, changed or removed by gantry's own identity only
+//! - **Gantry's keys are gantry's**: the queue gate, the assignment and its seal, the
+//!   preemption mark and the revision label are set, changed or removed by gantry's own identity only
 //!   ([`Trust::controllers`]); anyone else is denied, naming the key.
 //! - **No way around the queue**: a GPU pod bound to a node at CREATE (`spec.nodeName`)
 //!   is denied unless its creator may bind directly ([`Trust::direct_binders`]: the
@@ -80,6 +80,8 @@ impl Trust {
 pub const REVISION_LABEL: &str = "gantry.dev/policy-revision";
 pub const ASSIGNED_ANNOTATION: &str = "gantry.dev/assigned-node";
 pub const PREEMPTED_ANNOTATION: &str = "gantry.dev/preempted";
+/// The seal beside an assignment (the cluster crate's `seal.rs`).
+pub const SEAL_ANNOTATION: &str = "gantry.dev/assignment-seal";
 pub const QUEUE_GATE: &str = "gantry.dev/queue";
 
 fn meta<'a>(pod: &'a Value, map: &str, key: &str) -> Option<&'a Value> {
@@ -106,7 +108,7 @@ pub fn is_gated(pod: &Value) -> bool {
 /// validating webhook sees the pod after it), so only the controller's keys count.
 pub fn own_keys_changed(old: Option<&Value>, new: &Value) -> Vec<String> {
     let mut changed = Vec::new();
-    for key in [ASSIGNED_ANNOTATION, PREEMPTED_ANNOTATION] {
+    for key in [ASSIGNED_ANNOTATION, SEAL_ANNOTATION, PREEMPTED_ANNOTATION] {
         let before = old.and_then(|o| meta(o, "annotations", key));
         if before != meta(new, "annotations", key) {
             changed.push(format!("annotation `{key}`"));

@@ -67,6 +67,8 @@ pub fn gated(name: &str, team: &str, tier: &str, gpus: u32, gang: Option<(&str, 
 
 pub struct Harness {
     pub api: Arc<FakeApi>,
+    /// The engine's memory as the leader keeps it (with the assignment seal's key).
+    pub memory: cluster::memory::Memory,
     pub live: Live,
     pub client: kube::Client,
     pub policy: Arc<LoadedPolicy>,
@@ -101,8 +103,13 @@ pub async fn harness_with(policy: &str, placeholder_image: Option<String>) -> Ha
     std::fs::write(dir.path().join("policy.gantry"), policy).unwrap();
     let state = AppState::new(Box::new(|| NOW));
     state.reload_policy(dir.path()).unwrap();
+    let mut memory = cluster::memory::Memory::default();
+    memory.ensure_seal().unwrap();
+    // As the controller does once it has the key: the view promises sealed room only.
+    live.stores().seal = memory.seal();
     Harness {
         api,
+        memory,
         live,
         client,
         policy: state.policy().unwrap(),
@@ -156,7 +163,8 @@ impl Harness {
     /// does. Returns the actions and how many succeeded.
     pub async fn cycle(&self) -> (Vec<Action>, usize) {
         self.settle().await;
-        let (_, _, actions) = controller::cycle(&self.live.stores(), &self.policy, NOW).unwrap();
+        let (_, _, actions) =
+            controller::cycle_with(&self.live.stores(), &self.policy, &self.memory, NOW).unwrap();
         let (done, _) = controller::enact(&self.client, &actions, NOW, || true).await;
         self.settle().await;
         (actions, done.len())

@@ -20,6 +20,25 @@ pub const MIG_ANNOTATION: &str = "gantry.dev/mig-instances";
 /// The annotations the agent owns: it removes them when they no longer apply.
 pub const OWNED_ANNOTATIONS: &[&str] = &[ISLANDS_ANNOTATION, UNHEALTHY_ANNOTATION, MIG_ANNOTATION];
 
+/// The most memory a GPU is believed to have (16 TiB, far above any GPU): a reading above
+/// it (NVML has answered 2^64 − 1) publishes no memory label.
+pub const MAX_GPU_MEMORY_MIB: u64 = 16 << 20;
+
+/// A label value as GPU Feature Discovery cleans one: runs of white space become `-`,
+/// characters a label value may not hold (anything but letters, digits, `-`, `_`, `.`)
+/// are dropped, it starts and ends with a letter or digit, and it is at most 63
+/// characters. `None` when nothing is left.
+pub fn label_value(raw: &str) -> Option<String> {
+    let joined = raw.split_whitespace().collect::<Vec<_>>().join("-");
+    let kept: String = joined
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(63)
+        .collect();
+    let trimmed = kept.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    (!trimmed.is_empty()).then(|| trimmed.to_string())
+}
+
 /// Labels and annotations for the node a reading describes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Published {
@@ -37,13 +56,20 @@ pub fn published(reading: &HostReading) -> Published {
     }
     out.labels
         .insert(COUNT_LABEL.into(), devices.len().to_string());
-    if let Some(name) = devices.iter().find_map(|d| d.name.as_deref()) {
-        out.labels
-            .insert(PRODUCT_LABEL.into(), name.trim().replace(' ', "-"));
+    if let Some(name) = devices
+        .iter()
+        .find_map(|d| d.name.as_deref())
+        .and_then(label_value)
+    {
+        out.labels.insert(PRODUCT_LABEL.into(), name);
     }
-    if let Some(bytes) = devices.iter().find_map(|d| d.memory_total_bytes) {
-        out.labels
-            .insert(MEMORY_LABEL.into(), (bytes / MIB).to_string());
+    if let Some(mib) = devices
+        .iter()
+        .find_map(|d| d.memory_total_bytes)
+        .map(|bytes| bytes / MIB)
+        .filter(|mib| (1..=MAX_GPU_MEMORY_MIB).contains(mib))
+    {
+        out.labels.insert(MEMORY_LABEL.into(), mib.to_string());
     }
     let island_of = islands(devices);
     if island_of.iter().all(Option::is_some) {
@@ -105,4 +131,25 @@ pub fn parse_mig(text: &str) -> BTreeMap<u32, Vec<(String, u32)>> {
             Some((i.trim().parse().ok()?, instances))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_cleaned_as_gfd_cleans_them() {
+        assert_eq!(
+            label_value(" NVIDIA H100 80GB HBM3 ").as_deref(),
+            Some("NVIDIA-H100-80GB-HBM3")
+        );
+        assert_eq!(
+            label_value("NVIDIA\nH100;rm -rf /").as_deref(),
+            Some("NVIDIA-H100rm--rf")
+        );
+        let long = label_value(&"A".repeat(100)).unwrap_or_default();
+        assert_eq!(long.len(), 63);
+        assert_eq!(label_value(" ;; \t").as_deref(), None);
+        assert_eq!(label_value("-._x_.-").as_deref(), Some("x"));
+    }
 }

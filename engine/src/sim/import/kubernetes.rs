@@ -110,7 +110,7 @@ fn job(out: &mut Imported, map: &Mapping, id: &str, pods: &[Seen]) {
         .tier
         .clone()
         .or_else(|| map.tier(&[first.priority_class.as_deref().unwrap_or("")]));
-    out.jobs.push(TraceJob {
+    out.admit(TraceJob {
         id: id.to_string(),
         team,
         tier,
@@ -136,7 +136,9 @@ fn read(pod: &Value) -> Option<Seen> {
             .and_then(Value::as_str)
             .map(str::to_string)
     };
-    let gpus: u32 = pod
+    // Added up without wrapping: a count past u32 is kept at u32::MAX, which the
+    // import then skips as past simulate's per-member limit.
+    let gpus: u64 = pod
         .pointer("/spec/containers")
         .and_then(Value::as_array)
         .into_iter()
@@ -147,12 +149,13 @@ fn read(pod: &Value) -> Option<Seen> {
                 .pointer("/limits/nvidia.com~1gpu")
                 .or_else(|| r.pointer("/requests/nvidia.com~1gpu"))?;
             match q {
-                Value::String(s) => s.parse().ok(),
-                Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+                Value::String(s) => s.parse::<u64>().ok(),
+                Value::Number(n) => n.as_u64(),
                 _ => None,
             }
         })
-        .sum();
+        .fold(0u64, u64::saturating_add);
+    let gpus = u32::try_from(gpus).unwrap_or(u32::MAX);
     let finished = pod
         .pointer("/status/containerStatuses")
         .and_then(Value::as_array)

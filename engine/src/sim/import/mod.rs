@@ -120,6 +120,23 @@ impl Imported {
         *self.skipped.entry(why.to_string()).or_insert(0) += 1;
     }
 
+    /// Keeps `job` if `simulate` would take it, else counts it as skipped with why: a
+    /// trace that imports is a trace that replays.
+    fn admit(&mut self, job: TraceJob) {
+        use crate::inventory::jobs_file::{MAX_GPUS_PER_MEMBER, MAX_MEMBERS};
+        if job.members == 0 || job.members > MAX_MEMBERS {
+            self.skip(&format!(
+                "more than {MAX_MEMBERS} members (simulate's limit)"
+            ));
+        } else if job.gpus_per_member > MAX_GPUS_PER_MEMBER {
+            self.skip(&format!(
+                "more than {MAX_GPUS_PER_MEMBER} GPUs per member (simulate's limit)"
+            ));
+        } else {
+            self.jobs.push(job);
+        }
+    }
+
     /// The trace: jobs in submit order (ties by id), one JSON object per line.
     pub fn to_jsonl(&mut self) -> String {
         self.jobs

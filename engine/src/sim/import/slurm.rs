@@ -99,7 +99,7 @@ pub fn import(file: &str, text: &str, map: &Mapping) -> Result<Imported, String>
         let account = get("Account");
         let user = get("User");
         let partition = get("Partition");
-        out.jobs.push(TraceJob {
+        out.admit(TraceJob {
             id: id.to_string(),
             team: map.team(&[account, user]),
             tier: map.tier(&[get("QOS"), partition]),
@@ -127,7 +127,7 @@ fn gpus(tres: &str) -> u64 {
         };
         match key.trim() {
             "gres/gpu" => plain = Some(count),
-            k if k.starts_with("gres/gpu:") => typed += count,
+            k if k.starts_with("gres/gpu:") => typed = typed.saturating_add(count),
             _ => {}
         }
     }
@@ -197,6 +197,34 @@ mod tests {
         assert!(
             first.starts_with("{\"gpus_per_member\":4,\"id\":\"7\""),
             "{first}"
+        );
+    }
+
+    /// Counts that `simulate` would refuse, or that would wrap, are skipped at import and
+    /// counted with why.
+    #[test]
+    fn jobs_past_simulates_limits_are_skipped_with_the_reason() {
+        let header = EXPORT.lines().next().unwrap_or_default();
+        let export = format!(
+            "{header}
+20|a|x|gpu|normal|2026-11-24T10:00:00|2026-11-24T10:00:05|2026-11-24T11:00:05|COMPLETED|1|gres/gpu=128,node=1|
+21|a|x|gpu|normal|2026-11-24T10:00:00|2026-11-24T10:00:05|2026-11-24T11:00:05|COMPLETED|200000|gres/gpu=200000,node=200000|
+22|a|x|gpu|normal|2026-11-24T10:00:00|2026-11-24T10:00:05|2026-11-24T11:00:05|COMPLETED|1|gres/gpu:a=18446744073709551615,gres/gpu:b=2,node=1|
+23|a|x|gpu|normal|2026-11-24T10:00:00|2026-11-24T10:00:05|2026-11-24T11:00:05|COMPLETED|2|gres/gpu=16,node=2|
+"
+        );
+        let got = import("sacct.txt", &export, &Mapping::default()).unwrap();
+        assert_eq!(got.jobs.len(), 1, "{:?}", got.jobs);
+        assert_eq!(got.jobs[0].gpus_per_member, 8);
+        assert_eq!(
+            got.skipped
+                .get("more than 64 GPUs per member (simulate's limit)"),
+            Some(&2)
+        );
+        assert_eq!(
+            got.skipped
+                .get("more than 100000 members (simulate's limit)"),
+            Some(&1)
         );
     }
 

@@ -1,0 +1,386 @@
+//! Pods whose labels, annotations, gates and bindings an adversary chose, beside honest
+//! ones, through the queue for many cycles (pure: view → plan → actions, the actions
+//! applied as the API server and kube-scheduler would). Whatever the adversary writes:
+//! - no pod is released unless gantry assigned it, with its own seal, before (this cycle
+//!   or an earlier one): a forged or copied assignment never jumps the queue;
+//! - no job is charged to a team whose namespaces do not hold its pods;
+//! - no running job holds room on a node it was not given: each member is bound there or
+//!   carries gantry's seal for it;
+//! - gantry never assigns, releases or evicts a pod its policy does not let into the queue
+//!   (it may say why such a pod waits).
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+mod harness_cases {
+    /// `n`, times `GANTRY_SOAK` when set.
+    pub fn cases(n: u32) -> u32 {
+        let soak = std::env::var("GANTRY_SOAK")
+            .ok()
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        n.saturating_mul(soak.unwrap_or(1).max(1))
+    }
+}
+
+use cluster::controller;
+use cluster::enact::Action;
+use cluster::memory::Memory;
+use cluster::seal::SEAL_ANNOTATION;
+use cluster::store::{Change, Stores};
+use cluster::{nodes, pods};
+use engine::serve::state::{AppState, LoadedPolicy};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+const NOW: i64 = 1_795_510_000;
+const NODES: [&str; 3] = ["n0", "n1", "n2"];
+const POLICY: &str = r#"
+use std.nodes.{dgx_h100}
+use std.tiers
+pool training { capacity = reserved; node = dgx_h100; nodes = 3 }
+placement { gang = all_or_nothing; gang_timeout = 15m }
+cohort lab {
+  team alpha { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu; namespaces = ["alpha"] }
+  team beta { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 8 gpu; namespaces = ["beta"] }
+}
+"#;
+
+fn policy() -> (Arc<LoadedPolicy>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    let state = AppState::new(Box::new(|| NOW));
+    state.reload_policy(dir.path()).unwrap();
+    (state.policy().unwrap(), dir)
+}
+
+fn memory() -> Memory {
+    Memory {
+        seal_key: Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into()),
+        ..Memory::default()
+    }
+}
+
+fn node_json(name: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gantry.dev/pool": "training"}},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"},
+                   "conditions": [{"type": "Ready", "status": "True"}]}})
+}
+
+/// What the adversary chooses for one pod.
+#[derive(Debug, Clone)]
+struct Claim {
+    namespace: &'static str,
+    team: Option<&'static str>,
+    revision: bool,
+    gated: bool,
+    /// An assignment annotation: the node, and the seal (none, garbage, or copied from
+    /// another pod's genuine assignment).
+    assigned: Option<(usize, SealClaim)>,
+    bound: Option<usize>,
+    gpus: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum SealClaim {
+    None,
+    Garbage,
+    CopiedFromHonest,
+}
+
+fn claim() -> impl Strategy<Value = Claim> {
+    (
+        prop::sample::select(vec!["alpha", "beta", "mallory"]),
+        prop::option::of(prop::sample::select(vec!["alpha", "beta", "ghost"])),
+        any::<bool>(),
+        any::<bool>(),
+        prop::option::of((
+            0..NODES.len(),
+            prop::sample::select(vec![
+                SealClaim::None,
+                SealClaim::Garbage,
+                SealClaim::CopiedFromHonest,
+            ]),
+        )),
+        prop::option::weighted(0.25, 0..NODES.len()),
+        prop::sample::select(vec![1u32, 2, 4, 8]),
+    )
+        .prop_map(
+            |(namespace, team, revision, gated, assigned, bound, gpus)| Claim {
+                namespace,
+                team,
+                revision,
+                gated,
+                assigned,
+                bound,
+                gpus,
+            },
+        )
+}
+
+/// An honest pod as the webhook leaves it: its namespace's team, gated.
+fn honest(i: usize, team: &str, gpus: u32) -> Value {
+    pod(&format!("honest-{i}"), team, Some(team), true, true, gpus)
+}
+
+fn pod(
+    name: &str,
+    namespace: &str,
+    team: Option<&str>,
+    revision: bool,
+    gated: bool,
+    gpus: u32,
+) -> Value {
+    let mut labels = json!({"gantry.dev/tier": "best_effort"});
+    if let Some(t) = team {
+        labels["gantry.dev/team"] = json!(t);
+    }
+    if revision {
+        labels["gantry.dev/policy-revision"] = json!("r1");
+    }
+    let mut p = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": format!("uid-{namespace}-{name}"),
+            "creationTimestamp": "2026-11-24T08:40:00Z", "labels": labels, "annotations": {}},
+        "spec": {"containers": [{"name": "main", "resources": {
+            "requests": {"cpu": "1", "nvidia.com/gpu": gpus.to_string()},
+            "limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+        "status": {"phase": "Pending"}});
+    if gated {
+        p["spec"]["schedulingGates"] = json!([{"name": "gantry.dev/queue"}]);
+    }
+    p
+}
+
+fn hostile(i: usize, c: &Claim, honest_seal: &str) -> Value {
+    let mut p = pod(
+        &format!("adv-{i}"),
+        c.namespace,
+        c.team,
+        c.revision,
+        c.gated,
+        c.gpus,
+    );
+    if let Some((n, seal)) = c.assigned {
+        p["metadata"]["annotations"]["gantry.dev/assigned-node"] = json!(NODES[n]);
+        match seal {
+            SealClaim::None => {}
+            SealClaim::Garbage => {
+                p["metadata"]["annotations"][SEAL_ANNOTATION] =
+                    json!("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
+            }
+            SealClaim::CopiedFromHonest => {
+                p["metadata"]["annotations"][SEAL_ANNOTATION] = json!(honest_seal)
+            }
+        }
+    }
+    if let Some(n) = c.bound {
+        p["spec"]["nodeName"] = json!(NODES[n]);
+        p["status"] = json!({"phase": "Running", "startTime": "2026-11-24T08:41:00Z"});
+    }
+    p
+}
+
+fn stores(pods_json: &BTreeMap<String, Value>) -> Stores {
+    let mut s = Stores::default();
+    for n in NODES {
+        let node: Node = serde_json::from_value(node_json(n)).unwrap();
+        s.nodes.apply(Change::InitApply(
+            n.to_string(),
+            nodes::node(&node, "gantry.dev/pool").unwrap(),
+        ));
+    }
+    s.nodes.apply(Change::InitDone);
+    for p in pods_json.values() {
+        let p: Pod = serde_json::from_value(p.clone()).unwrap();
+        s.pods
+            .apply(Change::InitApply(pods::key(&p), pods::pod(&p)));
+    }
+    s.pods.apply(Change::InitDone);
+    s
+}
+
+fn key(p: &Value) -> String {
+    format!(
+        "{}/{}",
+        p["metadata"]["namespace"].as_str().unwrap(),
+        p["metadata"]["name"].as_str().unwrap()
+    )
+}
+
+/// A pod the policy lets into the queue: its namespace holds its team.
+fn admitted(p: &Value) -> bool {
+    let ns = p["metadata"]["namespace"].as_str().unwrap();
+    match p["metadata"]["labels"]["gantry.dev/team"].as_str() {
+        Some(t @ ("alpha" | "beta")) => t == ns,
+        Some(_) => true, // an unknown team is the cycle's to refuse, with a reason
+        None => false,   // no default team: nothing admits it
+    }
+}
+
+fn sealed(p: &Value, memory: &Memory) -> Option<String> {
+    let node = p["metadata"]["annotations"]["gantry.dev/assigned-node"].as_str()?;
+    let seal = p["metadata"]["annotations"][SEAL_ANNOTATION].as_str()?;
+    let uid = p["metadata"]["uid"].as_str()?;
+    memory
+        .seal()?
+        .verify(uid, node, seal)
+        .then(|| node.to_string())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: harness_cases::cases(48), ..ProptestConfig::default() })]
+
+    #[test]
+    fn adversarial_pods_never_jump_the_queue_or_hold_what_they_were_not_given(
+        claims in prop::collection::vec(claim(), 1..8),
+        honest_pods in prop::collection::vec((prop::sample::select(vec!["alpha", "beta"]), prop::sample::select(vec![2u32, 4, 8])), 1..6),
+        binds in prop::collection::vec(any::<bool>(), 8),
+    ) {
+        let (policy, _dir) = policy();
+        let memory = memory();
+        let seal = memory.seal().unwrap();
+        let mut pods: BTreeMap<String, Value> = BTreeMap::new();
+        for (i, (team, gpus)) in honest_pods.iter().enumerate() {
+            let p = honest(i, team, *gpus);
+            pods.insert(key(&p), p);
+        }
+        // A genuine seal, of an honest pod's assignment, for the adversary to copy.
+        let honest_seal = seal.sign("uid-alpha-honest-0", "n0");
+        for (i, c) in claims.iter().enumerate() {
+            let p = hostile(i, c, &honest_seal);
+            pods.insert(key(&p), p);
+        }
+        let hostile_keys: BTreeSet<String> = pods.keys().filter(|k| k.contains("/adv-")).cloned().collect();
+        for cycle in 0..6 {
+            let (view, _plan, actions) =
+                controller::cycle_with(&stores(&pods), &policy, &memory, NOW + cycle * 10).unwrap();
+            let mut assigned_now: BTreeSet<String> = BTreeSet::new();
+            for a in &actions {
+                let k = format!("{}/{}", a.pod().namespace, a.pod().name);
+                let p = &pods[&k];
+                let acts_on = matches!(a, Action::Assign { .. } | Action::Release { .. } | Action::Evict { .. });
+                prop_assert!(!acts_on || admitted(p) || !hostile_keys.contains(&k),
+                    "cycle {cycle}: gantry placed or evicted {k}, which its policy does not let in: {a:?}");
+                match a {
+                    Action::Assign { node, seal: s, .. } => {
+                        prop_assert!(s.as_deref().is_some_and(|s| seal.verify(&a.pod().uid, node, s)), "{a:?}");
+                        assigned_now.insert(k.clone());
+                    }
+                    Action::Release { node, .. } => {
+                        let given = sealed(p, &memory).as_deref() == Some(node.as_str());
+                        prop_assert!(given || assigned_now.contains(&k),
+                            "cycle {cycle}: {k} released onto {node} without gantry's assignment");
+                    }
+                    _ => {}
+                }
+            }
+            // Who is charged, and for what room.
+            for job in view.jobs.iter().filter(|j| !j.placement.is_empty()) {
+                let members = &view.members[&job.id];
+                for (m, placed) in members.iter().zip(&job.placement) {
+                    let p = &pods[m];
+                    if let Some(team) = job.team.as_deref() {
+                        if team == "alpha" || team == "beta" {
+                            prop_assert_eq!(p["metadata"]["namespace"].as_str(), Some(team),
+                                "cycle {}: {} charged to {}", cycle, m, team);
+                        }
+                    }
+                    let bound = p["spec"]["nodeName"].as_str() == Some(placed.node.as_str());
+                    let given = sealed(p, &memory).as_deref() == Some(placed.node.as_str());
+                    prop_assert!(bound || given,
+                        "cycle {cycle}: {m} holds room on {} it was not given", placed.node);
+                }
+            }
+            // Carry the actions out as the API server and kube-scheduler would.
+            for a in &actions {
+                let k = format!("{}/{}", a.pod().namespace, a.pod().name);
+                let p = pods.get_mut(&k).unwrap();
+                match a {
+                    Action::Assign { node, seal: s, .. } => {
+                        p["metadata"]["annotations"]["gantry.dev/assigned-node"] = json!(node);
+                        p["metadata"]["annotations"][SEAL_ANNOTATION] = json!(s);
+                    }
+                    Action::Unassign { .. } => {
+                        p["metadata"]["annotations"] = json!({});
+                    }
+                    Action::Release { node, .. } => {
+                        p["spec"]["schedulingGates"] = Value::Null;
+                        if binds[(cycle as usize) % binds.len()] {
+                            p["spec"]["nodeName"] = json!(node);
+                            p["status"] = json!({"phase": "Running", "startTime": "2026-11-24T08:41:00Z"});
+                        }
+                    }
+                    Action::Evict { .. } => {
+                        p["status"]["phase"] = json!("Succeeded");
+                    }
+                    Action::Wait { .. } => {}
+                }
+            }
+            pods.retain(|_, p| p["status"]["phase"] != "Succeeded");
+        }
+    }
+}
+
+/// The issue's own case: a pod created with `gantry.dev/assigned-node` naming a node
+/// that is already full is not released there, and holds nothing, while honest pods are
+/// placed; its forged annotation is not written over until gantry places it itself.
+#[test]
+fn a_self_assigned_pod_is_neither_released_nor_counted() {
+    let (policy, _dir) = policy();
+    let memory = memory();
+    let seal = memory.seal().unwrap();
+    let mut running = honest(0, "alpha", 8);
+    running["spec"]["schedulingGates"] = Value::Null;
+    running["spec"]["nodeName"] = json!("n0");
+    running["status"] = json!({"phase": "Running", "startTime": "2026-11-24T08:41:00Z"});
+    running["metadata"]["annotations"] = json!({"gantry.dev/assigned-node": "n0",
+        SEAL_ANNOTATION: seal.sign("uid-alpha-honest-0", "n0")});
+    let mut forged = pod("jumper", "beta", Some("beta"), true, true, 8);
+    forged["metadata"]["annotations"]["gantry.dev/assigned-node"] = json!("n0");
+    let waiting = honest(1, "alpha", 8);
+    let pods: BTreeMap<String, Value> = [running, forged, waiting]
+        .into_iter()
+        .map(|p| (key(&p), p))
+        .collect();
+    let (view, _, actions) = controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
+    let on_n0: u32 = view
+        .jobs
+        .iter()
+        .filter(|j| j.placement.iter().any(|m| m.node == "n0"))
+        .map(|j| j.shape.member.num_gpu)
+        .sum();
+    assert_eq!(
+        on_n0, 8,
+        "only the honest running pod holds n0: {:?}",
+        view.jobs
+    );
+    for a in &actions {
+        if let Action::Release { pod, node, .. } | Action::Assign { pod, node, .. } = a {
+            assert_ne!(node, "n0", "{a:?}");
+            if pod.name == "jumper" {
+                assert!(
+                    matches!(a, Action::Assign { .. })
+                        || actions.iter().any(
+                            |b| matches!(b, Action::Assign { pod: p, .. } if p.name == "jumper")
+                        ),
+                    "{a:?}"
+                );
+            }
+        }
+    }
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Assign { pod, .. } if pod.name == "honest-1")),
+        "{actions:?}"
+    );
+}
