@@ -73,14 +73,22 @@ pub fn cycle_kept(
 }
 
 /// The decision snapshot of `view`. Running jobs that do not fit their node as gantry
-/// knows it (the node shrank) are left out with a warning rather than stopping the queue.
+/// knows it (the node shrank, a GPU failed under them) are left out with a warning rather
+/// than stopping the queue, and their nodes are closed: what a running pod holds it still
+/// holds, so its node takes nothing new rather than being counted free.
 pub fn snapshot(view: &QueueView, policy: &LoadedPolicy) -> Result<Snapshot, String> {
     let mut jobs = view.jobs.clone();
+    let mut left_out_on: BTreeSet<String> = BTreeSet::new();
     let mut snapshot =
         match Snapshot::build(view.fleet.clone(), jobs.clone(), Vec::new(), &policy.mig) {
             Ok(s) => s,
             Err(errors) => {
                 let bad: BTreeSet<&str> = errors.iter().map(|e| e.job.as_str()).collect();
+                left_out_on.extend(
+                    jobs.iter()
+                        .filter(|j| bad.contains(j.id.as_str()))
+                        .flat_map(|j| j.placement.iter().map(|m| m.node.clone())),
+                );
                 for e in &errors {
                     tracing::warn!(job = %e.job, error = %e.message, "left out of the cycle");
                 }
@@ -94,6 +102,14 @@ pub fn snapshot(view: &QueueView, policy: &LoadedPolicy) -> Result<Snapshot, Str
             }
         };
     snapshot.closed = view.closed.keys().copied().collect();
+    snapshot.closed.extend(
+        view.fleet
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| left_out_on.contains(&n.name))
+            .map(|(i, _)| i),
+    );
     snapshot.interrupted = view.interrupted.keys().copied().collect();
     Ok(snapshot)
 }

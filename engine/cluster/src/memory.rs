@@ -159,7 +159,9 @@ impl Memory {
         let bucket = now - now.rem_euclid(HOUR);
         let mut added: BTreeMap<String, (f64, f64, f64)> = BTreeMap::new();
         for j in running.iter().filter(|j| !j.placement.is_empty()) {
-            let Some(team) = &j.team else { continue };
+            let Some(team) = j.team.as_ref().filter(|t| *t != crate::queue::FOREIGN) else {
+                continue;
+            };
             let m = &j.shape.member;
             let members = j.placement.len() as f64;
             let gpus = if m.mig_profile.is_some() {

@@ -12,9 +12,10 @@
 //!   released) is **reverted**: the assignments are cleared and it is pending again. One
 //!   with a member already released is **completed** (see `enact`).
 //! - **Foreign**: pods gantry did not admit (no `gantry.dev/policy-revision` label) hold
-//!   their node's resources but are never victims: their GPUs are taken out of the fleet
-//!   (a MIG instance takes its whole GPU: which slices it holds is not known) and their
-//!   CPU and memory off the node. CPU-only pods likewise.
+//!   their node's resources but are never victims: whole GPUs as a running job of the
+//!   team and tier [`FOREIGN`], which no policy names (busy, never counted unhealthy); a
+//!   MIG instance takes its whole GPU out of the fleet (which slices it holds is not
+//!   known), and its CPU and memory come off the node. CPU-only pods likewise.
 //! - **Trusted only as gantry wrote it** ([`Trust`]): an assignment counts only with its
 //!   seal (`crate::seal`), so one a pod's author wrote neither holds room nor is
 //!   released; and a pod whose team is bound to namespaces that do not hold it (a pod
@@ -28,6 +29,10 @@ use engine::core::fleet::Fleet;
 use engine::inventory::jobs_file::{Job, PlacedMember};
 use lang::ir::Program;
 use std::collections::{BTreeMap, BTreeSet};
+
+/// The team and tier of a bound pod gantry did not admit: no policy name can be this, so
+/// the cycle never preempts it and charges no team for it.
+pub const FOREIGN: &str = "(foreign)";
 
 /// The label the mutating webhook sets on pods it admitted.
 pub const REVISION_LABEL: &str = "gantry.dev/policy-revision";
@@ -164,6 +169,16 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         }
         let holds_gpus = p.holds_gpus();
         if let (Some(job), Some(node)) = (p.holds.as_deref(), p.node.as_deref()) {
+            if holds_gpus && is_foreign(p) && job.shape.member.mig_profile.is_none() {
+                // Busy, not broken: it holds its GPUs as a running job of no team and no
+                // tier of the policy's, which is never a victim and charges no one.
+                let mut held = job.clone();
+                held.id = p.key();
+                held.team = Some(FOREIGN.into());
+                held.tier = Some(FOREIGN.into());
+                out.jobs.push(held);
+                continue;
+            }
             if is_foreign(p) || !holds_gpus {
                 if let Some(&i) = index.get(node) {
                     take_out(&mut out.fleet, i, job);

@@ -285,6 +285,12 @@ proptest! {
             }
             // Who is charged, and for what room.
             for job in view.jobs.iter().filter(|j| !j.placement.is_empty()) {
+                if job.team.as_deref() == Some(cluster::queue::FOREIGN) {
+                    // Not gantry's: bound where it holds, never placed by gantry.
+                    let p = &pods[&job.id];
+                    prop_assert_eq!(p["spec"]["nodeName"].as_str(), job.placement.first().map(|m| m.node.as_str()));
+                    continue;
+                }
                 let members = &view.members[&job.id];
                 for (m, placed) in members.iter().zip(&job.placement) {
                     let p = &pods[m];
@@ -383,4 +389,102 @@ fn a_self_assigned_pod_is_neither_released_nor_counted() {
             .any(|a| matches!(a, Action::Assign { pod, .. } if pod.name == "honest-1")),
         "{actions:?}"
     );
+}
+
+/// A bound pod gantry did not admit holds its GPUs as busy: never a victim, charged to no
+/// team, and the node's GPUs stay healthy, so a job that would fit the node when it is
+/// gone waits for capacity instead of being told the node is too small.
+#[test]
+fn a_foreign_pod_is_busy_not_broken() {
+    let (policy, _dir) = policy();
+    let memory = memory();
+    let mut foreign = pod("outsider", "mallory", None, false, false, 4);
+    foreign["spec"]["nodeName"] = json!("n0");
+    foreign["status"] = json!({"phase": "Running", "startTime": "2026-11-24T08:41:00Z"});
+    let mut pods: BTreeMap<String, Value> = BTreeMap::new();
+    pods.insert(key(&foreign), foreign);
+    for i in 0..3 {
+        let p = honest(i, "alpha", 8);
+        pods.insert(key(&p), p);
+    }
+    let (view, plan, actions) =
+        controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
+    assert!(view
+        .fleet
+        .nodes
+        .iter()
+        .all(|n| n.gpus.iter().all(|g| g.healthy)));
+    let outsider = view
+        .jobs
+        .iter()
+        .find(|j| j.id == "mallory/outsider")
+        .unwrap();
+    assert_eq!(outsider.team.as_deref(), Some(cluster::queue::FOREIGN));
+    assert!(plan.preemptions.iter().all(|p| p.job != "mallory/outsider"));
+    assert!(
+        actions.iter().all(|a| a.pod().name != "outsider"),
+        "{actions:?}"
+    );
+    // Two of alpha's 8-GPU pods fit the two free nodes (its burst is 16); the third
+    // waits for capacity or quota, never as if no node could hold it.
+    for d in plan.decisions.iter().filter(|d| d.reason.is_some()) {
+        let code = d
+            .reason
+            .as_ref()
+            .map(|r| format!("{:?}", r.code))
+            .unwrap_or_default();
+        assert!(!code.contains("NeverFits"), "{d:?}");
+    }
+}
+
+/// Issue 52's double booking: a GPU fails under two running 4-GPU pods. The pod that no
+/// longer fits is left out of the cycle, but what it holds it still holds: its node is
+/// closed to new work, never counted free, so no waiting pod is released onto it (the
+/// other nodes are full, so before this it went to the "free" room on the failed node).
+#[test]
+fn a_node_whose_gpus_no_longer_cover_its_pods_is_closed_not_freed() {
+    let (policy, _dir) = policy();
+    let memory = memory();
+    let seal = memory.seal().unwrap();
+    let mut pods: BTreeMap<String, Value> = BTreeMap::new();
+    let running = [
+        ("alpha", 4, "n0"),
+        ("alpha", 4, "n0"),
+        ("beta", 8, "n1"),
+        ("beta", 8, "n2"),
+    ];
+    for (i, (team, gpus, node)) in running.into_iter().enumerate() {
+        let mut p = honest(10 + i, team, gpus);
+        let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+        p["spec"]["schedulingGates"] = Value::Null;
+        p["spec"]["nodeName"] = json!(node);
+        p["status"] = json!({"phase": "Running", "startTime": "2026-11-24T08:41:00Z"});
+        p["metadata"]["annotations"] =
+            json!({"gantry.dev/assigned-node": node, SEAL_ANNOTATION: seal.sign(&uid, node)});
+        pods.insert(key(&p), p);
+    }
+    let waiting = honest(20, "alpha", 2);
+    pods.insert(key(&waiting), waiting);
+    let mut stores = stores(&pods);
+    let mut failed = node_json("n0");
+    failed["status"]["capacity"] = json!({"cpu": "192", "memory": "2000Gi", "nvidia.com/gpu": "8"});
+    failed["status"]["allocatable"]["nvidia.com/gpu"] = json!("7");
+    let failed: Node = serde_json::from_value(failed).unwrap();
+    stores.nodes.apply(Change::Apply(
+        "n0".into(),
+        nodes::node(&failed, "gantry.dev/pool").unwrap(),
+    ));
+    let (_, plan, actions) = controller::cycle_with(&stores, &policy, &memory, NOW).unwrap();
+    for a in &actions {
+        assert!(
+            !matches!(a, Action::Assign { .. } | Action::Release { .. }),
+            "nothing fits but the failed node's phantom room: {actions:?}"
+        );
+    }
+    let d = plan
+        .decisions
+        .iter()
+        .find(|d| d.job == "alpha/honest-20")
+        .unwrap();
+    assert!(d.placement.iter().all(|m| m.node != "n0"), "{d:?}");
 }
