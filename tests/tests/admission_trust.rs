@@ -148,5 +148,35 @@ async fn the_namespace_decides_the_team_label() {
             .iter()
             .any(|op| op["path"] == "/metadata/labels/gantry.dev~1team" && op["value"] == "vision"),
         "{ops}"
-    );
+    ); // Reinvoked on the pod it mutated, the webhook changes nothing.
+    let apply = |pod: &mut Value, ops: Value| {
+        let ops: json_patch::Patch = serde_json::from_value(ops).unwrap();
+        json_patch::patch(pod, &ops).unwrap();
+    };
+    let mut once = review["request"]["object"].clone();
+    apply(&mut once, ops);
+    let mut again = review.clone();
+    again["request"]["object"] = once.clone();
+    let answer = call(&state, "/mutate", &again).await;
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let mut twice = once.clone();
+    if let Some(ops) = patch(&answer) {
+        apply(&mut twice, ops);
+    }
+    assert_eq!(twice, once, "the reinvoked webhook changed the pod");
+}
+
+/// An update of a pod being deleted is never refused, whatever it changes: a finalizer's
+/// owner must be able to let the pod go.
+#[tokio::test]
+async fn updates_of_pods_being_deleted_pass() {
+    let state = state();
+    let path =
+        repo().join("tests/admission_trust/cases/deny_revision_and_assignment_stripped.json");
+    let mut review: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    review["request"]["object"]["metadata"]["deletionTimestamp"] = "2026-11-24T04:00:00Z".into();
+    for endpoint in ["/admit", "/mutate"] {
+        let answer = call(&state, endpoint, &review).await;
+        assert_eq!(answer["response"]["allowed"], true, "{endpoint}: {answer}");
+    }
 }

@@ -100,16 +100,6 @@ impl Action {
     }
 }
 
-/// The node gantry assigned the pod to, when the assignment carries gantry's seal.
-fn sealed_node<'p>(view: &QueueView, p: &'p PodSeen) -> Option<&'p String> {
-    let (node, seal, key) = (
-        p.assigned.as_ref()?,
-        p.seal.as_deref()?,
-        view.seal.as_ref()?,
-    );
-    key.verify(&p.uid, node, seal).then_some(node)
-}
-
 /// The merge patch that releases a gated pod onto `node`: its other gates kept, and a
 /// `metadata.name In [node]` requirement added to each required node-affinity term it
 /// has (or one term of its own), which is all a gated pod's affinity may gain.
@@ -239,12 +229,13 @@ pub fn actions(
         .filter(|p| p.terminating)
         .filter_map(|p| p.node.as_deref())
         .collect();
-    // Gang members that disagree: none is queued, each is told what differs.
-    for (key, message) in &view.mismatched {
+    // Gated pods the view does not queue (gang members that disagree, a team not bound
+    // to the namespace): each is told why.
+    for (key, reason, message) in &view.unqueued {
         let Some(p) = pods.get(key).filter(|p| !p.terminating) else {
             continue;
         };
-        let reason = "GangMismatch".to_string();
+        let reason = reason.to_string();
         if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) {
             out.push(Action::Wait {
                 pod: PodRef::of(p),
@@ -299,13 +290,7 @@ pub fn actions(
             for (p, node) in members.iter().zip(&nodes) {
                 // An assignment is kept only when gantry sealed it: a node the pod's
                 // author wrote is written again, with the seal.
-                let sealed = |key: &crate::seal::Seal| {
-                    p.seal
-                        .as_deref()
-                        .is_some_and(|s| key.verify(&p.uid, node, s))
-                };
-                let kept =
-                    p.assigned.as_deref() == Some(*node) && view.seal.as_ref().is_some_and(sealed);
+                let kept = p.sealed_node(view.seal.as_ref()) == Some(*node);
                 if !kept {
                     out.push(Action::Assign {
                         pod: PodRef::of(p),
@@ -384,9 +369,12 @@ pub fn actions(
     // Released onto a node kube-scheduler will not bind it to (a taint it does not
     // tolerate, a node selector, a full node): say so on the pod, once.
     for p in pods.values() {
-        if let (false, None, Some(node), Some(why)) =
-            (p.gated, &p.node, sealed_node(view, p), &p.unschedulable)
-        {
+        if let (false, None, Some(node), Some(why)) = (
+            p.gated,
+            &p.node,
+            p.sealed_node(view.seal.as_ref()),
+            &p.unschedulable,
+        ) {
             let reason = "NotBound".to_string();
             let message = format!(
                 "released to {node}, but kube-scheduler does not bind it there: {why}; delete the pod to queue it again"

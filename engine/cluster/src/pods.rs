@@ -82,6 +82,13 @@ pub struct PodSeen {
 }
 
 impl PodSeen {
+    /// The node gantry assigned the pod to, when the assignment carries `key`'s seal: the
+    /// only assignment any part of the queue believes.
+    pub fn sealed_node(&self, key: Option<&crate::seal::Seal>) -> Option<&str> {
+        let (node, seal, key) = (self.assigned.as_deref()?, self.seal.as_deref()?, key?);
+        key.verify(&self.uid, node, seal).then_some(node)
+    }
+
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
     }

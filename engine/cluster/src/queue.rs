@@ -47,14 +47,6 @@ pub struct Trust<'a> {
 }
 
 impl Trust<'_> {
-    /// Whether the pod's assignment is one gantry made (its seal verifies).
-    fn sealed(&self, p: &PodSeen) -> bool {
-        match (self.seal, &p.assigned, &p.seal) {
-            (Some(key), Some(node), Some(seal)) => key.verify(&p.uid, node, seal),
-            _ => false,
-        }
-    }
-
     /// Whether the pod's namespace may hold its team (the policy's bindings; the default
     /// team for a pod that names none).
     fn team_admits(&self, p: &PodSeen) -> bool {
@@ -74,9 +66,10 @@ impl Trust<'_> {
     }
 
     /// The pod as the view may believe it: itself, or a copy without what it cannot
-    /// have been given (`None` when nothing needs taking away).
-    fn doubt(&self, p: &PodSeen) -> Option<PodSeen> {
-        let forged = p.assigned.is_some() && !self.sealed(p);
+    /// have been given (`None` when nothing needs taking away), and whether its team's
+    /// namespaces do not hold it.
+    fn doubt(&self, p: &PodSeen) -> Option<(PodSeen, bool)> {
+        let forged = p.assigned.is_some() && p.sealed_node(self.seal).is_none();
         let stranger = !self.team_admits(p);
         if !forged && !stranger {
             return None;
@@ -91,7 +84,7 @@ impl Trust<'_> {
             copy.gated = false;
             copy.assigned = None;
         }
-        Some(copy)
+        Some((copy, stranger))
     }
 }
 
@@ -115,9 +108,10 @@ pub struct QueueView {
     pub owner_unseen: Vec<String>,
     /// The key assignments are sealed with (phase 1 writes a seal beside the node).
     pub seal: Option<Seal>,
-    /// Gated pods of gangs whose members disagree on team, tier or shape: no member is
-    /// queued, and each is told what differs (pod key, message).
-    pub mismatched: Vec<(String, String)>,
+    /// Gated pods that are not queued, and why (pod key, condition reason, message):
+    /// gangs whose members disagree (`GangMismatch`), pods whose team is not bound to
+    /// their namespace (`TeamNotBound`).
+    pub unqueued: Vec<(String, &'static str, String)>,
 }
 
 /// Gantry admitted it (the webhook's label), queued it or assigned it.
@@ -134,8 +128,16 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         seal: trust.seal.cloned(),
         ..QueueView::default()
     };
+    // Namespaces are checked only when some team is bound to them: most policies bind
+    // none, and this runs for every pod in every cycle.
+    let trust = Trust {
+        program: trust
+            .program
+            .filter(|p| p.teams.iter().any(|t| t.namespaces.is_some())),
+        ..trust
+    };
     // Pods that claim more than they were given, as the view believes them: usually none.
-    let doubted: BTreeMap<&str, PodSeen> = stores
+    let doubted: BTreeMap<&str, (PodSeen, bool)> = stores
         .pods
         .objects
         .iter()
@@ -162,7 +164,24 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
     let owners = Owners::new(stores.jobs.as_ref().map(|c| &c.objects));
     let mut groups: BTreeMap<String, (u32, Vec<&PodSeen>)> = BTreeMap::new();
     for (k, p) in &stores.pods.objects {
-        let p = doubted.get(k.as_str()).unwrap_or(p);
+        let p = match doubted.get(k.as_str()) {
+            Some((copy, stranger)) => {
+                if *stranger && p.gated && p.asks.is_some() && !p.terminating {
+                    let team = p.asks.as_deref().and_then(|j| j.team.as_deref());
+                    out.unqueued.push((
+                        p.key(),
+                        "TeamNotBound",
+                        format!(
+                            "gantry does not queue this pod: team `{}` is not bound to namespace `{}` in the policy; use a team the namespace admits",
+                            team.unwrap_or("(the default team)"),
+                            p.namespace
+                        ),
+                    ));
+                }
+                copy
+            }
+            None => p,
+        };
         if p.placeholder.is_some() {
             // Holds a node for the autoscaler, not for work: any job may take its room.
             continue;
@@ -369,8 +388,8 @@ fn pending(out: &mut QueueView, id: &str, pods: Vec<&PodSeen>, size: u32) {
         return;
     };
     if let Some(why) = disagreement(&pods) {
-        out.mismatched
-            .extend(pods.iter().map(|p| (p.key(), why.clone())));
+        out.unqueued
+            .extend(pods.iter().map(|p| (p.key(), "GangMismatch", why.clone())));
         return;
     }
     let mut job = template.clone();

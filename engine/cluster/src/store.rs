@@ -86,14 +86,6 @@ pub struct Stores {
 const NOTES_SHOWN: usize = 10;
 
 impl Stores {
-    /// Whether the pod's assignment carries gantry's seal.
-    fn sealed(&self, p: &PodSeen) -> bool {
-        match (&self.seal, &p.assigned, &p.seal) {
-            (Some(key), Some(node), Some(seal)) => key.verify(&p.uid, node, seal),
-            _ => false,
-        }
-    }
-
     /// The fleet (nodes with GPUs, by name), what runs on it, closed nodes and notes.
     /// `Err` until every watched kind's cache holds a complete first list.
     pub fn seen(&self) -> Result<Seen, String> {
@@ -142,8 +134,8 @@ impl Stores {
                 if job.placement.iter().all(|m| gpu_node(&m.node)) {
                     seen.running.push(job.clone());
                 }
-            } else if let (Some(node), Some(job), true) =
-                (&p.assigned, p.asks.as_deref(), self.sealed(p))
+            } else if let (Some(node), Some(job)) =
+                (p.sealed_node(self.seal.as_ref()), p.asks.as_deref())
             {
                 // Assigned by the queue, not bound yet: its capacity is promised, so no
                 // other pod may take it (the extender lets the pod itself through).
@@ -151,7 +143,7 @@ impl Stores {
                     let mut promised = job.clone();
                     promised.shape.members = 1;
                     promised.placement = vec![engine::inventory::jobs_file::PlacedMember {
-                        node: node.clone(),
+                        node: node.to_string(),
                         gpus: Vec::new(),
                         gpu_milli: None,
                         mig_starts: Vec::new(),

@@ -488,3 +488,33 @@ fn a_node_whose_gpus_no_longer_cover_its_pods_is_closed_not_freed() {
         .unwrap();
     assert!(d.placement.iter().all(|m| m.node != "n0"), "{d:?}");
 }
+
+/// A gated pod naming a team whose namespaces do not hold it (the webhooks never judged
+/// it) is not queued and never placed; it is told why, once.
+#[test]
+fn a_pod_outside_its_teams_namespaces_waits_and_says_why() {
+    let (policy, _dir) = policy();
+    let memory = memory();
+    let stranger = pod("sneak", "mallory", Some("alpha"), true, true, 8);
+    let mut pods: BTreeMap<String, Value> = BTreeMap::new();
+    pods.insert(key(&stranger), stranger.clone());
+    let (view, _, actions) = controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
+    assert!(view.jobs.is_empty(), "{:?}", view.jobs);
+    let [Action::Wait {
+        reason, message, ..
+    }] = actions.as_slice()
+    else {
+        panic!("{actions:?}")
+    };
+    assert_eq!(reason, "TeamNotBound");
+    assert!(
+        message.contains("team `alpha` is not bound to namespace `mallory`"),
+        "{message}"
+    );
+    let mut told = stranger;
+    told["status"]["conditions"] = json!([{"type": "gantry.dev/Queued", "status": "True",
+        "reason": reason, "message": message}]);
+    pods.insert(key(&told), told);
+    let (_, _, again) = controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
+    assert!(again.is_empty(), "said once: {again:?}");
+}

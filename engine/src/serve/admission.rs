@@ -170,6 +170,18 @@ fn judge(
             outcome("deny", reason),
         ))
     };
+    // A pod on its way out (finalizers being removed) is never held up, by the policy or
+    // by the checks on gantry's keys.
+    if operation == "UPDATE"
+        && object
+            .pointer("/metadata/deletionTimestamp")
+            .is_some_and(|t| !t.is_null())
+    {
+        return Ok((
+            respond(true, None, Vec::new(), None),
+            outcome("pass", "being_deleted"),
+        ));
+    }
     // Gantry's own writes (assignments, releases, placeholders) are its bookkeeping.
     if ctx.trust.is_controller(who) {
         return Ok((
@@ -207,7 +219,9 @@ fn judge(
             );
         }
     }
-    let team_changed = old.is_some_and(|o| !trust::team_or_tier_changed(o, &object).is_empty());
+    // A queued pod whose team or tier changes is judged again, by who changed it.
+    let relabelled_in_queue =
+        old.is_some_and(|o| !trust::team_or_tier_changed(o, &object).is_empty());
     let gated_now = trust::is_gated(&object);
     // An UPDATE that changes nothing a decision reads (labels other than gantry's,
     // finalizers, status, ...) is not judged again: a policy change must not block it.
@@ -235,13 +249,6 @@ fn judge(
             ));
         }
     };
-    // A pod on its way out (finalizers being removed) is never held up by the policy.
-    if operation == "UPDATE" && pod.metadata.deletion_timestamp.is_some() {
-        return Ok((
-            respond(true, None, Vec::new(), None),
-            outcome("pass", "being_deleted"),
-        ));
-    }
     // The queue's own capacity placeholder (priority −1: anything preempts it) keeps its
     // class and is never gated, or it could not hold a node for the autoscaler.
     if super::extender::is_placeholder(&pod) {
@@ -281,7 +288,7 @@ fn judge(
         );
     }
     let mut team_label = None;
-    if operation == "CREATE" || team_changed {
+    if operation == "CREATE" || relabelled_in_queue {
         let namespace = req
             .namespace
             .as_deref()
