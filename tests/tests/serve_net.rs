@@ -380,6 +380,16 @@ fn nvml_readings_become_fleets() {
     assert_eq!(gpu[0].nvlink_island, None);
     assert!(gpu[0].healthy && gpu[0].mig.is_none());
     assert!(notes.is_empty(), "{notes:?}");
+    // Recorded on a lent H200 in a VM: NVML's 150,754,820,096 bytes are the 143,771 MiB
+    // nvidia-smi printed there, and the stdlib names the model.
+    let (h200, notes) = nvml::fleet_from_reading(&reading("h200-vm.reading.json"), models, None);
+    let gpu = &h200.nodes[0].gpus[..];
+    assert_eq!(gpu.len(), 1);
+    assert_eq!(gpu[0].model, "H200-141GB");
+    assert_eq!(gpu[0].memory_mib, 143_771);
+    assert_eq!(gpu[0].nvlink_island, None);
+    assert!(gpu[0].healthy && gpu[0].mig.is_none());
+    assert!(notes.is_empty(), "{notes:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
