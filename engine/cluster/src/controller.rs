@@ -12,6 +12,7 @@ use crate::store::Stores;
 use engine::decide::plan::Plan;
 use engine::decide::snapshot::Snapshot;
 use engine::decide::Decider;
+use engine::serve::queue::QueueReport;
 use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
@@ -46,6 +47,15 @@ pub fn cycle_with(
     now: i64,
 ) -> Result<(QueueView, Plan, Vec<Action>), String> {
     cycle_kept(stores, policy, memory, now, &mut Decider::new())
+}
+
+/// What `/v1/queue` shows of a cycle: its jobs, and the gated pods it does not queue.
+pub fn queue_report(view: &QueueView, plan: &Plan, leading: bool) -> QueueReport {
+    let mut report = QueueReport::new(plan, &view.jobs, leading);
+    for u in &view.unqueued {
+        report.not_queued(&u.pod, u.reason, &u.message, u.gpus);
+    }
+    report
 }
 
 /// [`cycle_with`] through a [`Decider`] kept from the last cycle (same plan, less work
@@ -494,7 +504,7 @@ pub async fn run(q: Queue) {
         };
         state.metrics.set_pools(gauges);
         // Every replica shows the queue; only the leader changes the cluster.
-        let mut report = engine::serve::queue::QueueReport::new(&plan, &view.jobs, leading);
+        let mut report = queue_report(&view, &plan, leading);
         report.revision = policy.revision.clone();
         state.set_queue_report(report);
         let mut errors = Vec::new();

@@ -230,32 +230,17 @@ pub fn actions(
         .filter_map(|p| p.node.as_deref())
         .collect();
     // Gated pods the view does not queue (gang members that disagree, a team not bound
-    // to the namespace): each is told why.
-    for (key, reason, message) in &view.unqueued {
-        let Some(p) = pods.get(key).filter(|p| !p.terminating) else {
+    // to the namespace, labels that do not read): each is told why.
+    for u in &view.unqueued {
+        let Some(p) = pods.get(&u.pod).filter(|p| !p.terminating) else {
             continue;
         };
-        let reason = reason.to_string();
-        if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) {
+        let reason = u.reason.to_string();
+        if p.waiting.as_ref() != Some(&(reason.clone(), u.message.clone())) {
             out.push(Action::Wait {
                 pod: PodRef::of(p),
                 reason,
-                message: message.clone(),
-            });
-        }
-    }
-    // Gated pods whose gantry labels do not read: they wait, and say which label and why.
-    for p in pods.values().filter(|p| p.gated && !p.terminating) {
-        let Some(error) = &p.asks_error else { continue };
-        let reason = "InvalidLabels".to_string();
-        let message = format!(
-            "gantry cannot queue this pod: {error}; fix the label (a gated pod's labels may change) and it is queued"
-        );
-        if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) {
-            out.push(Action::Wait {
-                pod: PodRef::of(p),
-                reason,
-                message,
+                message: u.message.clone(),
             });
         }
     }

@@ -108,10 +108,36 @@ pub struct QueueView {
     pub owner_unseen: Vec<String>,
     /// The key assignments are sealed with (phase 1 writes a seal beside the node).
     pub seal: Option<Seal>,
-    /// Gated pods that are not queued, and why (pod key, condition reason, message):
-    /// gangs whose members disagree (`GangMismatch`), pods whose team is not bound to
-    /// their namespace (`TeamNotBound`).
-    pub unqueued: Vec<(String, &'static str, String)>,
+    /// Gated pods that are not queued, and why: gangs whose members disagree
+    /// (`GangMismatch`), pods whose team is not bound to their namespace
+    /// (`TeamNotBound`), pods whose gantry labels do not read (`InvalidLabels`).
+    pub unqueued: Vec<Unqueued>,
+}
+
+/// A gated pod the view does not queue: told why in a condition and an Event, and shown
+/// in `/v1/queue`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unqueued {
+    pub pod: String,
+    /// The condition's reason (`GangMismatch`, `TeamNotBound`, `InvalidLabels`).
+    pub reason: &'static str,
+    pub message: String,
+    /// The GPUs this pod asks for, where its labels read.
+    pub gpus: f64,
+}
+
+impl Unqueued {
+    fn of(p: &PodSeen, reason: &'static str, message: String) -> Unqueued {
+        Unqueued {
+            pod: p.key(),
+            reason,
+            message,
+            gpus: p
+                .asks
+                .as_deref()
+                .map_or(0.0, engine::serve::queue::member_gpus),
+        }
+    }
 }
 
 /// Gantry admitted it (the webhook's label), queued it or assigned it.
@@ -164,12 +190,21 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
     let owners = Owners::new(stores.jobs.as_ref().map(|c| &c.objects));
     let mut groups: BTreeMap<String, (u32, Vec<&PodSeen>)> = BTreeMap::new();
     for (k, p) in &stores.pods.objects {
+        if let (true, false, Some(error)) = (p.gated, p.terminating, &p.asks_error) {
+            out.unqueued.push(Unqueued::of(
+                p,
+                "InvalidLabels",
+                format!(
+                    "gantry cannot queue this pod: {error}; fix the label (a gated pod's labels may change) and it is queued"
+                ),
+            ));
+        }
         let p = match doubted.get(k.as_str()) {
             Some((copy, stranger)) => {
                 if *stranger && p.gated && p.asks.is_some() && !p.terminating {
                     let team = p.asks.as_deref().and_then(|j| j.team.as_deref());
-                    out.unqueued.push((
-                        p.key(),
+                    out.unqueued.push(Unqueued::of(
+                        p,
                         "TeamNotBound",
                         format!(
                             "gantry does not queue this pod: team `{}` is not bound to namespace `{}` in the policy; use a team the namespace admits",
@@ -388,8 +423,10 @@ fn pending(out: &mut QueueView, id: &str, pods: Vec<&PodSeen>, size: u32) {
         return;
     };
     if let Some(why) = disagreement(&pods) {
-        out.unqueued
-            .extend(pods.iter().map(|p| (p.key(), "GangMismatch", why.clone())));
+        out.unqueued.extend(
+            pods.iter()
+                .map(|p| Unqueued::of(p, "GangMismatch", why.clone())),
+        );
         return;
     }
     let mut job = template.clone();

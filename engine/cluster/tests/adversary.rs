@@ -498,8 +498,15 @@ fn a_pod_outside_its_teams_namespaces_waits_and_says_why() {
     let stranger = pod("sneak", "mallory", Some("alpha"), true, true, 8);
     let mut pods: BTreeMap<String, Value> = BTreeMap::new();
     pods.insert(key(&stranger), stranger.clone());
-    let (view, _, actions) = controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
+    let (view, plan, actions) =
+        controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
     assert!(view.jobs.is_empty(), "{:?}", view.jobs);
+    // `/v1/queue` shows it, claiming no team for it.
+    let rows = controller::queue_report(&view, &plan, true).jobs;
+    assert!(
+        matches!(rows.as_slice(), [r] if r.state == "team_not_bound" && r.team.is_none() && r.gpus == 8.0),
+        "{rows:?}"
+    );
     let [Action::Wait {
         reason, message, ..
     }] = actions.as_slice()

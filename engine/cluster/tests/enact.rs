@@ -278,6 +278,19 @@ fn a_gated_pod_with_labels_that_do_not_read_is_told_why() {
     };
     assert_eq!(reason, "InvalidLabels");
     assert!(message.contains("gantry.dev/gang-size: many"), "{message}");
+    // `/v1/queue` shows it too, in no team's figures.
+    let (view, plan, _) =
+        controller::cycle_with(&stores(&[broken.clone()]), &policy, &memory(), NOW).unwrap();
+    let report = controller::queue_report(&view, &plan, true);
+    let row = report.jobs.iter().find(|r| r.job == "ml/a").unwrap();
+    assert_eq!(
+        (row.state.as_str(), row.not_queued, row.team.as_deref()),
+        ("invalid_labels", true, None)
+    );
+    assert_eq!(row.reason.as_deref(), Some(message.as_str()));
+    let mut metrics = String::new();
+    report.render_metrics(&policy.program, &mut metrics);
+    assert!(!metrics.contains("gantry_queue_pending_jobs{"), "{metrics}");
     broken["status"]["conditions"] = json!([{"type": "gantry.dev/Queued", "status": "True",
         "reason": reason, "message": message}]);
     assert!(actions(&[broken]).is_empty(), "said once");
@@ -293,8 +306,13 @@ fn a_gang_whose_members_differ_waits_and_says_how() {
     let got = actions(&[member("a"), small.clone()]);
     assert_eq!(got, ["wait a", "wait b"]);
     let (policy, _dir) = policy();
-    let (_, _, acts) =
-        controller::cycle_with(&stores(&[member("a"), small]), &policy, &memory(), NOW).unwrap();
+    let (_, _, acts) = controller::cycle_with(
+        &stores(&[member("a"), small.clone()]),
+        &policy,
+        &memory(),
+        NOW,
+    )
+    .unwrap();
     for a in &acts {
         let Action::Wait {
             reason, message, ..
@@ -305,6 +323,26 @@ fn a_gang_whose_members_differ_waits_and_says_how() {
         assert_eq!(reason, "GangMismatch");
         assert!(message.contains("differ in resources"), "{message}");
     }
+    let (view, plan, _) = controller::cycle_with(
+        &stores(&[member("a"), small.clone()]),
+        &policy,
+        &memory(),
+        NOW,
+    )
+    .unwrap();
+    let rows: Vec<(String, String, f64)> = controller::queue_report(&view, &plan, true)
+        .jobs
+        .into_iter()
+        .filter(|r| r.not_queued)
+        .map(|r| (r.job, r.state, r.gpus))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("ml/a".into(), "gang_mismatch".into(), 8.0),
+            ("ml/b".into(), "gang_mismatch".into(), 4.0)
+        ]
+    );
     let mut retiered = member("b");
     retiered["metadata"]["labels"]["gantry.dev/tier"] = json!("standard");
     let (_, _, acts) =

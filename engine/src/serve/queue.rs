@@ -30,6 +30,9 @@ pub struct QueueRow {
     pub eta_kind: Option<EtaKind>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<String>,
+    /// A gated pod gantry does not queue (its `state` says why): in no team's figures.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_queued: bool,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -40,6 +43,37 @@ pub struct QueueReport {
     /// Whether this replica enacts (holds the Lease); every replica computes the queue.
     pub leading: bool,
     pub jobs: Vec<QueueRow>,
+}
+
+/// GPUs over all members of a job (MIG instances count their share of a GPU).
+pub fn job_gpus(j: &Job) -> f64 {
+    member_gpus(j) * f64::from(j.shape.members)
+}
+
+/// GPUs one member of a job asks for.
+pub fn member_gpus(j: &Job) -> f64 {
+    let m = &j.shape.member;
+    if m.mig_profile.is_some() {
+        f64::from(m.num_gpu) / 7.0
+    } else {
+        f64::from(m.num_gpu) * f64::from(m.gpu_milli) / 1000.0
+    }
+}
+
+/// `GangMismatch` → `gang_mismatch`.
+fn snake_case(s: &str) -> String {
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn name(action: Action) -> String {
@@ -77,16 +111,11 @@ impl QueueReport {
                 eta_s: d.reason.as_ref().and_then(|r| r.eta_s),
                 eta_kind: d.reason.as_ref().and_then(|r| r.eta_kind),
                 nodes: d.placement.iter().map(|a| a.node.clone()).collect(),
+                not_queued: false,
             })
             .collect();
         waiting.sort_by_key(|r| (r.position.is_none(), r.position));
         let running = jobs.iter().filter(|j| !j.placement.is_empty()).map(|j| {
-            let m = &j.shape.member;
-            let per = if m.mig_profile.is_some() {
-                f64::from(m.num_gpu) / 7.0
-            } else {
-                f64::from(m.num_gpu) * f64::from(m.gpu_milli) / 1000.0
-            };
             let mut nodes: Vec<String> = j.placement.iter().map(|p| p.node.clone()).collect();
             nodes.dedup();
             QueueRow {
@@ -94,13 +123,14 @@ impl QueueReport {
                 job: j.id.clone(),
                 team: j.team.clone(),
                 tier: j.tier.clone(),
-                gpus: per * f64::from(j.shape.members),
+                gpus: job_gpus(j),
                 members: j.shape.members,
                 state: "running".into(),
                 reason: None,
                 eta_s: None,
                 eta_kind: None,
                 nodes,
+                not_queued: false,
             }
         });
         QueueReport {
@@ -109,6 +139,34 @@ impl QueueReport {
             leading,
             jobs: waiting.into_iter().chain(running).collect(),
         }
+    }
+
+    /// Adds a row for a pod gantry does not queue (after the waiting jobs, before the
+    /// running ones): its state is the reason in snake_case, no team or tier is claimed
+    /// for it, and the metrics leave it out.
+    pub fn not_queued(&mut self, pod: &str, reason: &str, message: &str, gpus: f64) {
+        let at = self
+            .jobs
+            .iter()
+            .position(|r| r.state == "running")
+            .unwrap_or(self.jobs.len());
+        self.jobs.insert(
+            at,
+            QueueRow {
+                position: None,
+                job: pod.to_string(),
+                team: None,
+                tier: None,
+                gpus,
+                members: 1,
+                state: snake_case(reason),
+                reason: Some(message.to_string()),
+                eta_s: None,
+                eta_kind: None,
+                nodes: Vec::new(),
+                not_queued: true,
+            },
+        );
     }
 
     /// Gauges per team and tier: waiting jobs and GPUs, GPUs running; per team the
@@ -121,6 +179,9 @@ impl QueueReport {
                 r.team.clone().unwrap_or_default(),
                 r.tier.clone().unwrap_or_default(),
             );
+            if r.not_queued {
+                continue;
+            }
             if r.state == "running" {
                 *running.entry(key).or_insert(0.0) += r.gpus;
             } else if r.state != "place" {
