@@ -185,7 +185,13 @@ fn applied(stores: &mut Stores, actions: &[Action]) {
         match a {
             Action::Assign { node, .. } => p.assigned = Some(node.clone()),
             Action::Unassign { .. } => p.assigned = None,
-            Action::Release { .. } => p.gated = false,
+            Action::Release { told, .. } => {
+                p.gated = false;
+                if *told {
+                    p.waiting = Some(("Placed".into(), String::new()));
+                }
+            }
+            Action::Placed { .. } => p.waiting = Some(("Placed".into(), String::new())),
             Action::Evict { .. } => p.terminating = true,
             Action::Wait {
                 reason, message, ..

@@ -74,6 +74,8 @@ pub fn cycle_kept(
     };
     let view = queue::view(stores, trust)?;
     let mut snapshot = snapshot(&view, policy)?;
+    // Reasons become pod conditions, which must not count down (`crate::telling`).
+    snapshot.wall_clock = true;
     snapshot.usage = memory.usage.clone();
     snapshot.scale_state = memory.arrivals(&view.fleet, now).state;
     snapshot.starts = memory.starts.clone();
@@ -240,13 +242,24 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
                 .map_err(|e| fail("unassign", e))?;
         }
         Action::Release {
-            job, node, patch, ..
+            job,
+            node,
+            patch,
+            told,
+            ..
         } => {
             pods.patch(&pod.name, &params(), &Patch::Merge(patch))
                 .await
                 .map_err(|e| fail("release", e))?;
-            let message = format!("job {job} placed on {node} by gantry");
-            event(client, pod, "Normal", "Placed", &message, now).await?;
+            // kube-scheduler's own Event says where it binds; the condition, which said
+            // the pod waits, now says it does not.
+            if *told {
+                let message = format!("job {job} placed on {node} by gantry");
+                let patch = enact::condition_patch(false, enact::PLACED, &message, now);
+                pods.patch_status(&pod.name, &params(), &Patch::Strategic(&patch))
+                    .await
+                    .map_err(|e| fail("condition", e))?;
+            }
         }
         Action::Evict {
             job,
@@ -266,10 +279,17 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
             let message = format!("job {job} preempted for {for_job} ({cause}); grace {grace_s}s");
             event(client, pod, "Warning", "Preempted", &message, now).await?;
         }
+        Action::Placed { node, .. } => {
+            let message = format!("bound to {node}");
+            let patch = enact::condition_patch(false, enact::PLACED, &message, now);
+            pods.patch_status(&pod.name, &params(), &Patch::Strategic(&patch))
+                .await
+                .map_err(|e| fail("condition", e))?;
+        }
         Action::Wait {
             reason, message, ..
         } => {
-            let patch = enact::condition_patch(reason, message, now);
+            let patch = enact::condition_patch(true, reason, message, now);
             pods.patch_status(&pod.name, &params(), &Patch::Strategic(&patch))
                 .await
                 .map_err(|e| fail("condition", e))?;
@@ -574,7 +594,9 @@ pub async fn run(q: Queue) {
 fn log_enacted(a: &Action) {
     use engine::serve::decision_log::{admit, TARGET};
     let level = match a {
-        Action::Assign { .. } | Action::Unassign { .. } => tracing::Level::DEBUG,
+        Action::Assign { .. } | Action::Unassign { .. } | Action::Placed { .. } => {
+            tracing::Level::DEBUG
+        }
         _ => tracing::Level::INFO,
     };
     let Some(dropped) = admit(level) else {
@@ -606,6 +628,10 @@ fn log_enacted(a: &Action) {
             grace_s, dropped,
             "evict: {namespace}/{name} (job {job}) for {for_job}: {cause}"
         ),
+        Action::Placed { node, .. } => tracing::debug!(
+            target: TARGET, decision = "placed", namespace, pod = name, node, dropped,
+            "placed: {namespace}/{name} bound to {node}"
+        ),
         Action::Wait {
             reason, message, ..
         } => tracing::info!(
@@ -621,6 +647,7 @@ fn action_name(a: &Action) -> &'static str {
         Action::Unassign { .. } => "unassign",
         Action::Release { .. } => "release",
         Action::Evict { .. } => "evict",
+        Action::Placed { .. } => "placed",
         Action::Wait { .. } => "wait",
     }
 }

@@ -13,12 +13,14 @@
 //! victim job (Eviction API, the tier's grace) after marking it with the job it makes
 //! room for and why; the preemptor stays gated until the victims are gone and a later
 //! cycle places it without them — and so does any job the plan puts on a node where pods
-//! are still stopping, since their GPUs are not free yet. A waiting pod's condition (and an Event) changes only
-//! when its reason, message, place or expected start does.
+//! are still stopping, since their GPUs are not free yet. A waiting pod's condition (and an
+//! Event) changes only when its reason changes in kind (`crate::telling`); a released pod
+//! that was told it waits is told it was placed (the condition turns `False`).
 
 use crate::pods::{PodSeen, ASSIGNED_ANNOTATION, WAITING_CONDITION};
 use crate::queue::QueueView;
-use engine::decide::plan::{Action as PlanAction, EtaKind, Plan, Reason};
+use crate::telling::{needs_telling, position_band};
+use engine::decide::plan::{wall_time, Action as PlanAction, EtaKind, Plan, Reason};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -54,12 +56,15 @@ pub enum Action {
     },
     /// Clears an assignment that did not finish.
     Unassign { pod: PodRef },
-    /// Phase 2: `patch` (a JSON merge patch) requires the node and removes the gate.
+    /// Phase 2: `patch` (a JSON merge patch) requires the node and removes the gate;
+    /// then, if the pod was `told` it waits, its condition turns `False` (`Placed`).
     Release {
         pod: PodRef,
         job: String,
         node: String,
         patch: Value,
+        #[serde(skip)]
+        told: bool,
     },
     /// Marks the pod, then evicts it.
     Evict {
@@ -69,6 +74,9 @@ pub enum Action {
         cause: String,
         grace_s: u64,
     },
+    /// A bound pod whose condition still says it waits (its release's condition write
+    /// was lost, or it was `NotBound` and then bound): the condition turns `False`.
+    Placed { pod: PodRef, node: String },
     /// The waiting condition, and an Event with the same words.
     Wait {
         pod: PodRef,
@@ -85,7 +93,7 @@ impl Action {
             Action::Assign { job, .. }
             | Action::Release { job, .. }
             | Action::Evict { job, .. } => Some(job),
-            Action::Unassign { .. } | Action::Wait { .. } => None,
+            Action::Unassign { .. } | Action::Placed { .. } | Action::Wait { .. } => None,
         }
     }
 
@@ -95,6 +103,7 @@ impl Action {
             | Action::Unassign { pod }
             | Action::Release { pod, .. }
             | Action::Evict { pod, .. }
+            | Action::Placed { pod, .. }
             | Action::Wait { pod, .. } => pod,
         }
     }
@@ -159,7 +168,8 @@ fn camel(code: &impl Serialize) -> String {
 }
 
 /// The waiting condition's reason and message. The expected start is absolute and to the
-/// minute, so it changes only when the estimate does, not every cycle.
+/// minute, and the place in the queue a band (`crate::telling`), so neither changes
+/// every cycle.
 pub fn waiting(reason: &Reason, now: i64) -> (String, String) {
     let code = if reason.gang_timeout_exceeded {
         "GangTimeout".to_string()
@@ -168,13 +178,10 @@ pub fn waiting(reason: &Reason, now: i64) -> (String, String) {
     };
     let mut message = reason.message.clone();
     if let Some(p) = reason.position {
-        message.push_str(&format!("; queue position {p}"));
+        message.push_str(&format!("; queue position {}", position_band(p)));
     }
     if let Some(eta) = reason.eta_s {
-        let at = (now + eta.max(0) + 59) / 60 * 60;
-        let when = chrono::DateTime::from_timestamp(at, 0)
-            .map(|t| t.format("%Y-%m-%dT%H:%MZ").to_string())
-            .unwrap_or_default();
+        let when = wall_time(now.saturating_add(eta.max(0)));
         if reason.eta_kind == Some(EtaKind::Reservation) {
             message.push_str(&format!("; reserved to start by {when}"));
         } else {
@@ -186,6 +193,14 @@ pub fn waiting(reason: &Reason, now: i64) -> (String, String) {
     }
     (code, message)
 }
+
+/// Whether the pod's condition says it waits (and so must say it was placed).
+fn told_waiting(p: &PodSeen) -> bool {
+    p.waiting.as_ref().is_some_and(|(r, _)| r != PLACED)
+}
+
+/// The condition's reason once a pod is released.
+pub const PLACED: &str = "Placed";
 
 /// What to do so the cluster carries out `plan`.
 pub fn actions(
@@ -218,6 +233,7 @@ pub fn actions(
                     job: job.clone(),
                     node: node.clone(),
                     patch: release_patch(p, node),
+                    told: told_waiting(p),
                 });
             }
         }
@@ -236,7 +252,7 @@ pub fn actions(
             continue;
         };
         let reason = u.reason.to_string();
-        if p.waiting.as_ref() != Some(&(reason.clone(), u.message.clone())) {
+        if needs_telling(p.waiting.as_ref(), &reason, &u.message) {
             out.push(Action::Wait {
                 pod: PodRef::of(p),
                 reason,
@@ -292,6 +308,7 @@ pub fn actions(
                         job: d.job.clone(),
                         node: (*node).to_string(),
                         patch: release_patch(p, node),
+                        told: told_waiting(p),
                     });
                 }
             }
@@ -342,7 +359,7 @@ pub fn actions(
             }
         };
         for p in members {
-            if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) {
+            if needs_telling(p.waiting.as_ref(), &reason, &message) {
                 out.push(Action::Wait {
                     pod: PodRef::of(p),
                     reason: reason.clone(),
@@ -364,13 +381,22 @@ pub fn actions(
             let message = format!(
                 "released to {node}, but kube-scheduler does not bind it there: {why}; delete the pod to queue it again"
             );
-            if p.waiting.as_ref() != Some(&(reason.clone(), message.clone())) && !p.terminating {
+            if needs_telling(p.waiting.as_ref(), &reason, &message) && !p.terminating {
                 out.push(Action::Wait {
                     pod: PodRef::of(p),
                     reason,
                     message,
                 });
             }
+        }
+    }
+    for p in pods.values() {
+        if let (false, false, Some(node), true) = (p.gated, p.terminating, &p.node, told_waiting(p))
+        {
+            out.push(Action::Placed {
+                pod: PodRef::of(p),
+                node: node.clone(),
+            });
         }
     }
     for e in &plan.preemptions {
@@ -394,14 +420,15 @@ pub fn actions(
     out
 }
 
-/// The condition patch (strategic merge on `pods/status`: conditions merge by type).
-pub fn condition_patch(reason: &str, message: &str, now: i64) -> Value {
+/// The condition patch (strategic merge on `pods/status`: conditions merge by type):
+/// `True` while the pod waits, `False` once it is placed.
+pub fn condition_patch(waits: bool, reason: &str, message: &str, now: i64) -> Value {
     let at = chrono::DateTime::from_timestamp(now, 0)
         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
         .unwrap_or_default();
     json!({"status": {"conditions": [{
-        "type": WAITING_CONDITION, "status": "True", "reason": reason,
-        "message": message, "lastTransitionTime": at
+        "type": WAITING_CONDITION, "status": if waits { "True" } else { "False" },
+        "reason": reason, "message": message, "lastTransitionTime": at
     }]}})
 }
 

@@ -29,6 +29,7 @@ pub mod provreq;
 pub mod queue;
 pub mod seal;
 pub mod store;
+pub mod telling;
 pub mod watch;
 
 use engine::serve::state::{

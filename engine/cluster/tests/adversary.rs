@@ -328,7 +328,7 @@ proptest! {
                     Action::Evict { .. } => {
                         p["status"]["phase"] = json!("Succeeded");
                     }
-                    Action::Wait { .. } => {}
+                    Action::Wait { .. } | Action::Placed { .. } => {}
                 }
             }
             pods.retain(|_, p| p["status"]["phase"] != "Succeeded");

@@ -153,8 +153,9 @@ async fn a_crash_while_assigning_is_undone_and_one_while_releasing_is_completed(
         kinds(&actions),
         ["assign k-0", "assign k-1", "release k-0", "release k-1"]
     );
-    // Three writes went through: both assignments and k-0's release (its Event did not).
-    assert_eq!(done, 2);
+    // Three writes went through: both assignments and k-0's release (a pod never told it
+    // waits needs no condition written when released).
+    assert_eq!(done, 3);
     let released = |p: &str| h.pod(p)["spec"]["schedulingGates"].is_null();
     assert!(released("k-0") && !released("k-1"));
     h.api.heal();
@@ -610,6 +611,7 @@ async fn a_refused_write_holds_up_only_its_own_job() {
             job: "ml/g".into(),
             node: "n0".into(),
             patch: json!({}),
+            told: false,
         },
     ];
     let (done, refused) = controller::enact(&h.client, &actions, NOW, || true).await;

@@ -237,6 +237,15 @@ pub struct WarmEntry {
     pub reason: String,
 }
 
+/// A moment as a kept text says it: rounded up to the minute, UTC,
+/// `2026-11-28T14:05Z`.
+pub fn wall_time(at: i64) -> String {
+    let at = at.saturating_add(59).div_euclid(60).saturating_mul(60);
+    chrono::DateTime::from_timestamp(at, 0)
+        .map(|t| t.format("%Y-%m-%dT%H:%MZ").to_string())
+        .unwrap_or_default()
+}
+
 /// A duration as people write it: `45s`, `8m20s`, `2h21m`, `3d04h`.
 pub fn human_duration(s: i64) -> String {
     let s = s.max(0);

@@ -81,6 +81,10 @@ pub struct Snapshot {
     pub interrupted: std::collections::BTreeSet<usize>,
     /// Nodes that take nothing new (cordoned, not Ready, draining); what runs there stays.
     pub closed: std::collections::BTreeSet<usize>,
+    /// Reasons say moments as wall-clock times ("at 2026-11-28T14:05Z") instead of
+    /// countdowns ("in 8m55s"): for text that is written once and read later, like a pod's
+    /// condition, which must not change every cycle only because time passed.
+    pub wall_clock: bool,
 }
 
 impl Snapshot {
@@ -192,6 +196,7 @@ impl Snapshot {
                 starts: Vec::new(),
                 interrupted: Default::default(),
                 closed: Default::default(),
+                wall_clock: false,
             })
         } else {
             Err(errors)

@@ -388,6 +388,11 @@ impl FakeApi {
     /// What kube-scheduler would do for a released pod in these tests: bind every pod with
     /// no node, no gates and a required `metadata.name` to that node. Returns how many.
     pub fn bind_released(&self) -> usize {
+        self.bind_released_at("2026-11-24T08:00:00Z")
+    }
+
+    /// [`FakeApi::bind_released`], bound at `at` (RFC 3339).
+    pub fn bind_released_at(&self, at: &str) -> usize {
         let mut bound = 0;
         for (key, p) in self.pods() {
             let gated = p["spec"]["schedulingGates"]
@@ -403,8 +408,17 @@ impl FakeApi {
             if let Some(node) = node {
                 self.update(Kind::Pods, &key, |p| {
                     p["spec"]["nodeName"] = json!(node);
-                    p["status"] = json!({"phase": "Pending", "conditions": [
-                        {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-11-24T08:00:00Z"}]});
+                    // A binding sets PodScheduled and keeps the other conditions.
+                    let mut conditions: Vec<Value> = p["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter(|c| c["type"] != "PodScheduled")
+                        .cloned()
+                        .collect();
+                    conditions.push(json!({"type": "PodScheduled", "status": "True",
+                        "lastTransitionTime": at}));
+                    p["status"] = json!({"phase": "Pending", "conditions": conditions});
                 });
                 bound += 1;
             }

@@ -162,10 +162,15 @@ impl Harness {
     /// One cycle: decide on the settled view and carry the actions out as the controller
     /// does. Returns the actions and how many succeeded.
     pub async fn cycle(&self) -> (Vec<Action>, usize) {
+        self.cycle_at(NOW).await
+    }
+
+    /// [`Harness::cycle`] with the clock at `now`.
+    pub async fn cycle_at(&self, now: i64) -> (Vec<Action>, usize) {
         self.settle().await;
         let (_, _, actions) =
-            controller::cycle_with(&self.live.stores(), &self.policy, &self.memory, NOW).unwrap();
-        let (done, _) = controller::enact(&self.client, &actions, NOW, || true).await;
+            controller::cycle_with(&self.live.stores(), &self.policy, &self.memory, now).unwrap();
+        let (done, _) = controller::enact(&self.client, &actions, now, || true).await;
         self.settle().await;
         (actions, done.len())
     }

@@ -7,7 +7,7 @@
 use super::preempt::Protection;
 use super::{Blocked, Cycle};
 use crate::core::gang::{JobShape, UnplacedCode};
-use crate::decide::plan::{human_duration, Reason, ReasonCode};
+use crate::decide::plan::{human_duration, wall_time, Reason, ReasonCode};
 use crate::decide::snapshot::JobState;
 
 /// Earliest-start estimates per cycle; beyond it `eta_s` is absent.
@@ -19,6 +19,34 @@ const ETA_BUDGET: usize = 64;
 pub(super) type EtaKey = (Option<(i64, Option<i64>)>, Option<(usize, Option<i64>)>);
 
 impl Cycle<'_> {
+    /// The moment `at` as a reason says it: in a plan, `relative` of the time from now
+    /// (or since, for a moment past) as `8m55s`; where the text is kept and must not count
+    /// down (`Snapshot::wall_clock`), `absolute` of `2026-11-28T14:05Z`.
+    pub(super) fn moment(
+        &self,
+        at: i64,
+        relative: impl FnOnce(String) -> String,
+        absolute: impl FnOnce(String) -> String,
+    ) -> String {
+        if self.snapshot.wall_clock {
+            absolute(wall_time(at))
+        } else {
+            relative(human_duration(
+                at.abs_diff(self.now).try_into().unwrap_or(i64::MAX),
+            ))
+        }
+    }
+
+    /// `in 8m55s`, or `at 2026-11-28T14:05Z` on the wall clock.
+    fn when(&self, at: i64) -> String {
+        self.moment(at, |d| format!("in {d}"), |t| format!("at {t}"))
+    }
+
+    /// `in about 8m55s`, or `by about 2026-11-28T14:05Z` on the wall clock.
+    fn about(&self, at: i64) -> String {
+        self.moment(at, |d| format!("in about {d}"), |t| format!("by about {t}"))
+    }
+
     /// The reason for a job that stays blocked, with its ETA and what would unblock it.
     pub(super) fn explain(
         &mut self,
@@ -58,9 +86,9 @@ impl Cycle<'_> {
                 let own_limit = q.own_to_free.is_some();
                 let r = r.unblock(match eta {
                     Some(eta) => format!(
-                        "{} (in about {}, by their runtime estimates)",
+                        "{} ({}, by their runtime estimates)",
                         unblock,
-                        human_duration(eta)
+                        self.about(self.now + eta)
                     ),
                     None => unblock,
                 });
@@ -75,9 +103,9 @@ impl Cycle<'_> {
                 let mut r = Reason::new(
                     ReasonCode::WaitingForReservation,
                     format!(
-                        "it fits only on GPUs reserved for {} from {} from now, and {}",
+                        "it fits only on GPUs reserved for {} from {}, and {}",
                         res.job,
-                        human_duration(until),
+                        self.moment(res.start_at, |d| format!("{d} from now"), |t| t),
                         match (js.job.runtime_s, self.runtime(js)) {
                             (Some(rt), _) =>
                                 format!("it would run for {}", human_duration(rt as i64)),
@@ -89,11 +117,19 @@ impl Cycle<'_> {
                         }
                     ),
                 )
-                .unblock(format!(
-                    "fits once {} is done with those GPUs, or now with a runtime under {}",
-                    res.job,
-                    human_duration(until)
-                ));
+                .unblock(if self.snapshot.wall_clock {
+                    format!(
+                        "fits once {} is done with those GPUs, or now with a runtime that ends by {}",
+                        res.job,
+                        wall_time(res.start_at)
+                    )
+                } else {
+                    format!(
+                        "fits once {} is done with those GPUs, or now with a runtime under {}",
+                        res.job,
+                        human_duration(until)
+                    )
+                });
                 // Conservative backfill books a start for this job too.
                 if !self.bookings.is_empty() {
                     if let Some(reserved) = self.hold_reservation(js, shape, &r.message) {
@@ -121,8 +157,8 @@ impl Cycle<'_> {
         r.eta_s = self.eta(shape_no, shape, self.runtime(js));
         r.unblock = Some(match r.eta_s {
             Some(eta) => format!(
-                "fits in about {}, when running jobs end (by their runtime estimates)",
-                human_duration(eta)
+                "fits {}, when running jobs end (by their runtime estimates)",
+                self.about(self.now + eta)
             ),
             None => "fits when running jobs free capacity of this shape (no estimate: some of them give no runtime, or too many shapes wait)".to_string(),
         });
@@ -156,7 +192,7 @@ impl Cycle<'_> {
             let mut reserved = Reason::new(
                 ReasonCode::Reserved,
                 format!(
-                    "{}; it holds {} on {}, free in {} by the running jobs' estimates",
+                    "{}; it holds {} on {}, free {} by the running jobs' estimates",
                     why,
                     if starving {
                         "a reservation past the policy's depth (the starvation bound: it has waited `reserve_after_wait` or been overtaken by `reserve_after_overtaken` later jobs)"
@@ -164,7 +200,7 @@ impl Cycle<'_> {
                         "the reservation"
                     },
                     names.join(", "),
-                    human_duration(start - self.now)
+                    self.when(start)
                 ),
             )
             .unblock("starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first");
@@ -194,13 +230,10 @@ impl Cycle<'_> {
         let wait = at - self.now;
         let node = self.node_name(node).unwrap_or_default();
         let until = match why {
-            Protection::Checkpoint => {
-                format!("after their next checkpoint in {}", human_duration(wait))
+            Protection::Checkpoint => format!("after their next checkpoint {}", self.when(at)),
+            Protection::MinRuntime => {
+                format!("once past their tier's min_runtime {}", self.when(at))
             }
-            Protection::MinRuntime => format!(
-                "once past their tier's min_runtime in {}",
-                human_duration(wait)
-            ),
         };
         r.message = format!(
             "{}; the lower-priority jobs on {node} it may preempt are protected now and become preemptible {until}",
@@ -264,8 +297,12 @@ impl Cycle<'_> {
                 let mut r = Reason::new(
                     ReasonCode::GangIncomplete,
                     format!(
-                        "requeued: only {arrived} after {}, past the {} gang timeout",
-                        human_duration(w),
+                        "requeued: only {arrived} {}, past the {} gang timeout",
+                        self.moment(
+                            self.now - w,
+                            |d| format!("after {d}"),
+                            |t| format!("since {t}")
+                        ),
                         human_duration(t as i64)
                     ),
                 );
@@ -301,7 +338,7 @@ impl Cycle<'_> {
             r.message = format!(
                 "{} (gang waiting {}, past the {} gang timeout)",
                 r.message,
-                human_duration(waited),
+                self.moment(sub, |d| d, |t| format!("since {t}")),
                 human_duration(timeout as i64)
             );
         }

@@ -467,10 +467,17 @@ fn decide_cycle(
                 continue;
             };
             let eta = ready_at - now;
-            r.unblock = Some(format!(
-                "fits in pool {pool} after scale-up (nodes ready in about {})",
-                super::plan::human_duration(eta)
-            ));
+            r.unblock = Some(if snapshot.wall_clock {
+                format!(
+                    "fits in pool {pool} after scale-up (nodes ready by about {})",
+                    super::plan::wall_time(*ready_at)
+                )
+            } else {
+                format!(
+                    "fits in pool {pool} after scale-up (nodes ready in about {})",
+                    super::plan::human_duration(eta)
+                )
+            });
             r.eta_s = Some(r.eta_s.map_or(eta, |e| e.min(eta)));
         }
         plan.scale = scaling.scale;

@@ -253,6 +253,7 @@ impl<'p> Sim<'p> {
             starts: config.history.clone(),
             interrupted: Default::default(),
             closed: Default::default(),
+            wall_clock: false,
         };
         Ok(Sim {
             program,

@@ -1,0 +1,207 @@
+//! When a waiting pod is told again. A condition and an Event are written when the
+//! reason changes in *kind* — its code, the words that name who or what blocks it, its
+//! place in the queue by band — not when only time passed or a count moved: a queue of
+//! thousands must not be rewritten on every completion (each write is a status patch and
+//! an Event, and a cycle runs on every change). So the words are compared with the times
+//! they hold (`2026-11-28T14:05Z`) and GPU counts (`24 GPUs`) set aside; a time that
+//! moved by more than [`TIME_SLACK_S`] is a change, smaller drifts are not.
+
+/// How far a time a condition shows may drift before the condition is rewritten.
+pub const TIME_SLACK_S: i64 = 15 * 60;
+
+/// Where a job stands, as a condition says it: exact among the first three, then in
+/// bands that widen about threefold (`4-10`, `11-30`, `31-100`, `101-300`, ...).
+pub fn position_band(p: usize) -> String {
+    if p <= 3 {
+        return p.to_string();
+    }
+    // 10, 30, 100, 300, ...: the band's top alternates ×3 and ×10/3.
+    let (mut low, mut high, mut thrice) = (4usize, 10usize, true);
+    while p > high {
+        let Some(next) = high.checked_mul(if thrice { 3 } else { 10 }) else {
+            return format!("{}-", high + 1);
+        };
+        low = high + 1;
+        high = if thrice { next } else { next / 3 };
+        thrice = !thrice;
+    }
+    format!("{low}-{high}")
+}
+
+/// Whether a pod told `told` (reason, message) needs telling `reason` and `message`.
+pub fn needs_telling(told: Option<&(String, String)>, reason: &str, message: &str) -> bool {
+    let Some((old_reason, old_message)) = told else {
+        return true;
+    };
+    if old_reason != reason {
+        return true;
+    }
+    let (old_kind, old_times) = kind(old_message);
+    let (new_kind, new_times) = kind(message);
+    old_kind != new_kind
+        || old_times.len() != new_times.len()
+        || old_times
+            .iter()
+            .zip(&new_times)
+            .any(|(a, b)| a.abs_diff(*b) > TIME_SLACK_S.unsigned_abs())
+}
+
+/// The message with its times and GPU counts taken out, and the times (Unix seconds).
+fn kind(message: &str) -> (String, Vec<i64>) {
+    let bytes = message.as_bytes();
+    let at = |i: usize| bytes.get(i).copied().unwrap_or_default();
+    let mut out = String::with_capacity(message.len());
+    let mut times = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(t) = time_at(bytes, i) {
+            times.push(t);
+            out.push('\u{1}');
+            i += TIME_LEN;
+            continue;
+        }
+        let before = i.checked_sub(1).map(at);
+        let starts_number = at(i).is_ascii_digit()
+            && before.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == b'.'));
+        if starts_number {
+            let end = (i..bytes.len())
+                .find(|&j| !(at(j).is_ascii_digit() || at(j) == b'.'))
+                .unwrap_or(bytes.len());
+            let unit = message.get(end..end + 4);
+            if unit.is_some_and(|u| u.eq_ignore_ascii_case(" gpu")) {
+                out.push('\u{2}');
+                i = end + 4;
+                if at(i).eq_ignore_ascii_case(&b's') {
+                    i += 1;
+                }
+                continue;
+            }
+        }
+        // `i` is always at a character boundary here.
+        let ch = message
+            .get(i..)
+            .and_then(|r| r.chars().next())
+            .unwrap_or('\u{0}');
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    (out, times)
+}
+
+/// `2026-11-28T14:05Z`.
+const TIME_LEN: usize = 17;
+
+fn time_at(bytes: &[u8], i: usize) -> Option<i64> {
+    let s = bytes.get(i..i + TIME_LEN)?;
+    let shape = b"dddd-dd-ddTdd:ddZ";
+    let fits = s.iter().zip(shape).all(|(c, want)| match want {
+        b'd' => c.is_ascii_digit(),
+        w => c == w,
+    });
+    if !fits {
+        return None;
+    }
+    let text = std::str::from_utf8(s).ok()?;
+    chrono::NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%MZ")
+        .ok()
+        .map(|t| t.and_utc().timestamp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn told(reason: &str, message: &str) -> Option<(String, String)> {
+        Some((reason.to_string(), message.to_string()))
+    }
+
+    #[test]
+    fn bands_widen() {
+        let bands: Vec<String> = [1, 3, 4, 10, 11, 30, 31, 100, 101, 300, 301, 1000, 1001]
+            .iter()
+            .map(|p| position_band(*p))
+            .collect();
+        assert_eq!(
+            bands,
+            [
+                "1",
+                "3",
+                "4-10",
+                "4-10",
+                "11-30",
+                "11-30",
+                "31-100",
+                "31-100",
+                "101-300",
+                "101-300",
+                "301-1000",
+                "301-1000",
+                "1001-3000"
+            ]
+        );
+        assert!(position_band(usize::MAX).ends_with('-'));
+    }
+
+    #[test]
+    fn times_and_gpu_counts_are_not_a_change_of_kind() {
+        let was = told(
+            "QuotaExhausted",
+            "team a uses 24 GPUs and may burst to 32 GPUs; expected to start by 2026-11-28T14:05Z",
+        );
+        let drifted =
+            "team a uses 28 gpu and may burst to 32 GPUs; expected to start by 2026-11-28T14:19Z";
+        assert!(!needs_telling(was.as_ref(), "QuotaExhausted", drifted));
+        let moved =
+            "team a uses 28 GPUs and may burst to 32 GPUs; expected to start by 2026-11-28T14:21Z";
+        assert!(needs_telling(was.as_ref(), "QuotaExhausted", moved));
+        let gone = "team a uses 28 GPUs and may burst to 32 GPUs";
+        assert!(needs_telling(was.as_ref(), "QuotaExhausted", gone));
+        assert!(needs_telling(was.as_ref(), "NoCapacity", drifted));
+        assert!(needs_telling(None, "NoCapacity", drifted));
+    }
+
+    #[test]
+    fn who_blocks_and_the_band_are_a_change_of_kind() {
+        let was = told(
+            "WaitingForReservation",
+            "reserved for ml/job-17 from 2026-11-28T14:05Z; queue position 4-10",
+        );
+        for now in [
+            "reserved for ml/job-18 from 2026-11-28T14:05Z; queue position 4-10",
+            "reserved for ml/job-17 from 2026-11-28T14:05Z; queue position 11-30",
+            "reserved for ml/job-17 on n002 from 2026-11-28T14:05Z; queue position 4-10",
+        ] {
+            assert!(
+                needs_telling(was.as_ref(), "WaitingForReservation", now),
+                "{now}"
+            );
+        }
+        // Node names and numbers that are not GPU counts stay part of the kind.
+        let on = |n: &str| format!("placed once the pods stopping on {n} are gone");
+        assert!(needs_telling(
+            told("WaitingForStop", &on("n001")).as_ref(),
+            "WaitingForStop",
+            &on("n002")
+        ));
+        assert!(!needs_telling(
+            told("WaitingForStop", &on("n001")).as_ref(),
+            "WaitingForStop",
+            &on("n001")
+        ));
+    }
+
+    #[test]
+    fn any_text_reads_without_panic() {
+        for s in [
+            "",
+            "é 2026-",
+            "2026-13-40T99:99Z",
+            "1.2.3 GPUs",
+            "x9 GPU",
+            "٣ GPU",
+        ] {
+            let _ = kind(s);
+            assert!(!needs_telling(told("R", s).as_ref(), "R", s));
+        }
+    }
+}

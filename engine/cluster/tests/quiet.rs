@@ -1,0 +1,172 @@
+//! The API server hears from gantry only on change: a waiting queue is told why once,
+//! not again each cycle as time passes (no countdowns, no exact positions), a completion
+//! rewrites only the pods whose reason changed in kind, and a pod told it waits is told
+//! it was placed when it is released.
+
+#![allow(
+    clippy::indexing_slicing,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    reason = "test code"
+)]
+
+mod apiserver;
+mod harness;
+
+use apiserver::Kind;
+use harness::*;
+
+/// Alpha may burst to 16 GPUs and plans its jobs as 2-hour ones; beta is alone.
+const POLICY: &str = r#"
+use std.nodes.{dgx_h100}
+use std.tiers
+
+pool training { capacity = reserved; node = dgx_h100; nodes = 2 }
+
+placement { gang = all_or_nothing; gang_timeout = 15m; packing = best_fit;
+            backfill = conservative(depth = all) }
+
+cohort lab {
+  team alpha { guaranteed = 8 gpu in training; burst = 16 gpu; lend = 0 gpu; default_runtime = 2h }
+  team beta { guaranteed = 8 gpu in training; burst = 8 gpu; lend = 8 gpu; default_runtime = 2h }
+}
+"#;
+
+fn queued(pod: &serde_json::Value) -> Option<(String, String)> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "gantry.dev/Queued")
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").into(),
+                c["reason"].as_str().unwrap_or("").into(),
+            )
+        })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_queue_is_told_once_and_a_placed_pod_stops_saying_it_waits() {
+    let h = harness_with(POLICY, None).await;
+    // Alpha fills both nodes, at its burst.
+    h.gang("run", "alpha", 2, 8);
+    h.cycle().await;
+    assert_eq!(h.api.bind_released(), 2);
+    // Twelve of alpha's pods wait behind its own quota, with ETAs from its running jobs'
+    // estimates and positions 1 to 12.
+    for i in 0..12 {
+        h.api.apply(
+            Kind::Pods,
+            gated(&format!("w{i:02}"), "alpha", "best_effort", 1 + i % 4, None),
+        );
+    }
+    let (actions, _) = h.cycle().await;
+    assert_eq!(
+        actions
+            .iter()
+            .filter(|a| matches!(a, cluster::enact::Action::Wait { .. }))
+            .count(),
+        12,
+        "{:?}",
+        kinds(&actions)
+    );
+    let (_, message) = waiting(&h.pod("w11")).unwrap();
+    assert!(message.contains("queue position 11-30"), "{message}");
+    assert!(!message.contains(" in about "), "a countdown: {message}");
+    // An hour of cycles every 10 s with nothing changing but the clock: not one write.
+    let writes = h.api.writes().len();
+    let events = h.api.events().len();
+    for step in 1..=360 {
+        let (actions, _) = h.cycle_at(NOW + 10 * step).await;
+        assert!(
+            actions.is_empty(),
+            "at +{}s: {:?}",
+            10 * step,
+            kinds(&actions)
+        );
+    }
+    assert_eq!(h.api.writes().len(), writes);
+    assert_eq!(h.api.events().len(), events);
+
+    // Alpha's running gang ends: room for 16 GPUs of alpha's quota. Those placed are
+    // released and their conditions turn False (the others' ETAs and places changed,
+    // and they are told so).
+    h.api.delete(Kind::Pods, "ml/run-0");
+    h.api.delete(Kind::Pods, "ml/run-1");
+    let later = NOW + 3_700;
+    let (actions, _) = h.cycle_at(later).await;
+    let released: Vec<String> = actions
+        .iter()
+        .filter_map(|a| match a {
+            cluster::enact::Action::Release { pod, told, .. } => {
+                assert!(*told, "{} was told it waits", pod.name);
+                Some(pod.name.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!released.is_empty(), "{:?}", kinds(&actions));
+    for name in &released {
+        assert_eq!(
+            queued(&h.pod(name)),
+            Some(("False".into(), "Placed".into())),
+            "{name}"
+        );
+    }
+    // Bound when they were released. A waiting pod may be told once more (a job that
+    // backfilled in the release's cycle can change another's reason from capacity to
+    // quota), and then the queue is quiet for ten minutes of cycles.
+    let at = chrono::DateTime::from_timestamp(later, 0)
+        .unwrap()
+        .to_rfc3339();
+    h.api.bind_released_at(&at);
+    let mut told = Vec::new();
+    for step in 1..=60 {
+        let (actions, _) = h.cycle_at(later + 10 * step).await;
+        assert!(
+            actions
+                .iter()
+                .all(|a| matches!(a, cluster::enact::Action::Wait { .. })),
+            "{:?}",
+            kinds(&actions)
+        );
+        told.extend(actions.iter().map(|a| (step, a.pod().name.clone())));
+    }
+    assert!(
+        told.len() <= 12 - released.len() && told.iter().all(|(step, _)| *step == 1),
+        "{told:?}"
+    );
+}
+
+/// A released pod whose condition write was lost is told it was placed once bound.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bound_pod_still_said_to_wait_is_corrected() {
+    let h = harness_with(POLICY, None).await;
+    h.gang("run", "alpha", 2, 8);
+    h.cycle().await;
+    h.api.bind_released();
+    h.api
+        .apply(Kind::Pods, gated("late", "beta", "best_effort", 8, None));
+    h.cycle().await;
+    assert_eq!(queued(&h.pod("late")).unwrap().0, "True");
+    h.api.delete(Kind::Pods, "ml/run-0");
+    h.api.delete(Kind::Pods, "ml/run-1");
+    // The release goes through; the condition write after it does not.
+    h.api.fail_after(2);
+    let (actions, _) = h.cycle().await;
+    assert!(
+        kinds(&actions).contains(&"release late".to_string()),
+        "{:?}",
+        kinds(&actions)
+    );
+    h.api.heal();
+    assert_eq!(queued(&h.pod("late")).unwrap().0, "True");
+    h.api.bind_released();
+    let (actions, _) = h.cycle().await;
+    assert_eq!(kinds(&actions), ["placed late"]);
+    assert_eq!(
+        queued(&h.pod("late")),
+        Some(("False".into(), "Placed".into()))
+    );
+}
