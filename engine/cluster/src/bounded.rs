@@ -24,12 +24,19 @@ pub const MAX_LINE: usize = 64 << 20;
 /// The most of an error text kept in a log line, a note or a status.
 pub const MAX_ERROR: usize = 512;
 
-/// A client for `config` whose responses are read with [`MAX_LINE`].
+/// A client for `config` whose responses are read with [`MAX_LINE`] and whose writes are
+/// counted (`crate::api_writes`).
 pub fn client(config: Config) -> Result<Client, String> {
     let server = config.cluster_url.to_string();
     let builder = ClientBuilder::try_from(config)
         .map_err(|e| format!("cannot make a client for {server}: {}", brief(&e)))?;
     Ok(builder
+        .with_layer(&tower::util::MapRequestLayer::new(
+            |r: http::Request<kube::client::Body>| {
+                crate::api_writes::count(r.method(), r.uri().path());
+                r
+            },
+        ))
         .with_layer(&tower::util::MapResponseLayer::new(
             |r: http::Response<Box<kube::client::DynBody>>| r.map(|b| LineBound::new(b, MAX_LINE)),
         ))

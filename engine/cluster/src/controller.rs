@@ -575,6 +575,7 @@ pub async fn run(q: Queue) {
                 );
             }
         }
+        state.metrics.set_api_writes(crate::api_writes::counts());
         let mut l = match last.lock() {
             Ok(l) => l,
             Err(p) => p.into_inner(),

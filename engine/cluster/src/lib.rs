@@ -15,6 +15,7 @@
 //! No streaming lists (`sendInitialEvents`, alpha in 1.28) and no watch-list feature gate.
 
 pub mod agent;
+pub mod api_writes;
 pub mod bounded;
 pub mod capacity;
 pub mod capacity_writes;

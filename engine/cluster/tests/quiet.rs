@@ -170,3 +170,42 @@ async fn a_bound_pod_still_said_to_wait_is_corrected() {
         Some(("False".into(), "Placed".into()))
     );
 }
+
+/// Every write through gantry's client is counted by verb and resource, for
+/// `gantry_api_writes_total`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_are_counted_by_verb_and_resource() {
+    let h = harness_with(POLICY, None).await;
+    h.api
+        .apply(Kind::Pods, gated("w", "beta", "best_effort", 1, None));
+    let url = h.api.serve().await;
+    let client = cluster::bounded::client(apiserver::config(&url)).unwrap();
+    let before = cluster::api_writes::counts();
+    let pod = cluster::enact::PodRef {
+        namespace: "ml".into(),
+        name: "w".into(),
+        uid: "uid-w".into(),
+    };
+    let wait = cluster::enact::Action::Wait {
+        pod,
+        reason: "NoCapacity".into(),
+        message: "none free".into(),
+    };
+    cluster::controller::apply(&client, &wait, NOW)
+        .await
+        .unwrap();
+    let after = cluster::api_writes::counts();
+    let grew = |verb: &str, resource: &str| {
+        let key = (verb.to_string(), resource.to_string());
+        after.get(&key).copied().unwrap_or(0) - before.get(&key).copied().unwrap_or(0)
+    };
+    assert_eq!(grew("patch", "pods/status"), 1, "{after:?}");
+    assert_eq!(grew("create", "events"), 1, "{after:?}");
+    let state = engine::serve::state::AppState::new(Box::new(|| NOW));
+    state.metrics.set_api_writes(after);
+    let text = state.metrics.render(None, &Default::default());
+    assert!(
+        text.contains("gantry_api_writes_total{verb=\"patch\",resource=\"pods/status\"}"),
+        "{text}"
+    );
+}

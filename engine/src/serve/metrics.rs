@@ -35,6 +35,8 @@ struct Inner {
     waits: BTreeMap<(String, String), WaitHistogram>,
     /// Action → API writes refused.
     enactment_errors: BTreeMap<String, u64>,
+    /// (verb, resource) → API writes made, as the cluster client counts them.
+    api_writes: BTreeMap<(String, String), u64>,
     /// The pools as the last queue cycle saw them.
     pools: Vec<PoolGauge>,
 }
@@ -154,6 +156,11 @@ impl Metrics {
         self.with(|m| *m.enactment_errors.entry(action.into()).or_insert(0) += 1);
     }
 
+    /// Every API write this process made so far, by (verb, resource).
+    pub fn set_api_writes(&self, writes: BTreeMap<(String, String), u64>) {
+        self.with(|m| m.api_writes = writes);
+    }
+
     /// The pools as the last queue cycle saw them.
     pub fn set_pools(&self, pools: Vec<PoolGauge>) {
         self.with(|m| m.pools = pools);
@@ -253,6 +260,17 @@ impl Metrics {
                 out,
                 "gantry_enactment_errors_total{{action=\"{}\"}} {n}",
                 esc(a)
+            );
+        }
+        out.push_str("# HELP gantry_api_writes_total Writes gantry made to the API server, by verb and resource.
+# TYPE gantry_api_writes_total counter
+");
+        for ((verb, resource), n) in &m.api_writes {
+            let _ = writeln!(
+                out,
+                "gantry_api_writes_total{{verb=\"{}\",resource=\"{}\"}} {n}",
+                esc(verb),
+                esc(resource)
             );
         }
     }
