@@ -299,36 +299,75 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
     Ok(())
 }
 
-/// Carries out `actions` in order while `leading()` holds. A refused write skips the
-/// rest of that job's writes this cycle (a gang is never released past a failed
-/// assignment); other jobs go on, so one PodDisruptionBudget refusing an eviction does not
-/// hold up the queue. Returns what was done and what was refused, with why.
+/// How many writes the leader has in flight at once: client-go's default QPS is 5 with
+/// bursts of 10; kube-scheduler's is 50/100. Writes to different pods do not wait on
+/// each other, and the API server answers each in a few milliseconds, so a queue of
+/// thousands is told in seconds rather than a minute.
+pub const WRITES_IN_FLIGHT: usize = 32;
+
+/// Carries out `actions` while `leading()` holds: each job's writes in order (a gang is
+/// never released past a failed assignment: a refused write skips the rest of that job's
+/// writes this cycle), other jobs' and pods' writes concurrently, at most
+/// [`WRITES_IN_FLIGHT`] at a time, so one slow or refused write (a PodDisruptionBudget
+/// refusing an eviction) holds up nothing else. Returns what was done and what was
+/// refused, with why, each in the order of `actions`.
 pub async fn enact(
     client: &Client,
     actions: &[Action],
     now: i64,
     leading: impl Fn() -> bool,
 ) -> (Vec<Action>, Vec<(Action, String)>) {
+    use futures::StreamExt;
+    // Sequences: one per job, in the order its actions come; one per action without a job.
+    let mut sequences: Vec<Vec<usize>> = Vec::new();
+    let mut of_job: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (i, a) in actions.iter().enumerate() {
+        match a.job() {
+            Some(j) => match of_job.get(j).and_then(|&s| sequences.get_mut(s)) {
+                Some(sequence) => sequence.push(i),
+                None => {
+                    of_job.insert(j, sequences.len());
+                    sequences.push(vec![i]);
+                }
+            },
+            None => sequences.push(vec![i]),
+        }
+    }
+    let leading = &leading;
+    let outcomes: Vec<(usize, Result<(), String>)> = futures::stream::iter(sequences)
+        .map(|sequence| async move {
+            let mut out = Vec::new();
+            for i in sequence {
+                let Some(a) = actions.get(i) else { continue };
+                if !leading() {
+                    break;
+                }
+                let result = apply(client, a, now).await;
+                let failed = result.is_err();
+                out.push((i, result));
+                if failed {
+                    break;
+                }
+            }
+            out
+        })
+        .buffer_unordered(WRITES_IN_FLIGHT)
+        .flat_map(futures::stream::iter)
+        .collect()
+        .await;
+    let mut outcomes = outcomes;
+    outcomes.sort_by_key(|(i, _)| *i);
     let mut done = Vec::new();
     let mut refused: Vec<(Action, String)> = Vec::new();
-    let mut failed_jobs = BTreeSet::new();
-    for a in actions {
-        if !leading() {
-            break;
-        }
-        if a.job().is_some_and(|j| failed_jobs.contains(j)) {
-            continue;
-        }
-        match apply(client, a, now).await {
+    for (i, result) in outcomes {
+        let Some(a) = actions.get(i) else { continue };
+        match result {
             Ok(()) => {
                 log_enacted(a);
                 done.push(a.clone());
             }
             Err(e) => {
                 tracing::warn!(error = %e, "a write was refused; the next cycle starts from what the pods say");
-                if let Some(j) = a.job() {
-                    failed_jobs.insert(j.to_string());
-                }
                 refused.push((a.clone(), e));
             }
         }
