@@ -52,9 +52,11 @@ pub fn cycle_with(
 /// What `/v1/queue` shows of a cycle: its jobs, and the gated pods it does not queue.
 pub fn queue_report(view: &QueueView, plan: &Plan, leading: bool) -> QueueReport {
     let mut report = QueueReport::new(plan, &view.jobs, leading);
-    for u in &view.unqueued {
-        report.not_queued(&u.pod, u.reason, &u.message, u.gpus);
-    }
+    report.not_queued(
+        view.unqueued
+            .iter()
+            .map(|u| (u.pod.as_str(), u.reason, u.message.as_str(), u.gpus)),
+    );
     report
 }
 

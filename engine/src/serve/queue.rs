@@ -141,18 +141,21 @@ impl QueueReport {
         }
     }
 
-    /// Adds a row for a pod gantry does not queue (after the waiting jobs, before the
-    /// running ones): its state is the reason in snake_case, no team or tier is claimed
-    /// for it, and the metrics leave it out.
-    pub fn not_queued(&mut self, pod: &str, reason: &str, message: &str, gpus: f64) {
+    /// Adds a row for each pod gantry does not queue — (pod, reason, message, GPUs) —
+    /// after the waiting jobs, before the running ones: its state is the reason in
+    /// snake_case, no team or tier is claimed for it, and the metrics leave it out.
+    pub fn not_queued<'a>(
+        &mut self,
+        pods: impl IntoIterator<Item = (&'a str, &'a str, &'a str, f64)>,
+    ) {
         let at = self
             .jobs
             .iter()
             .position(|r| r.state == "running")
             .unwrap_or(self.jobs.len());
-        self.jobs.insert(
-            at,
-            QueueRow {
+        let rows: Vec<QueueRow> = pods
+            .into_iter()
+            .map(|(pod, reason, message, gpus)| QueueRow {
                 position: None,
                 job: pod.to_string(),
                 team: None,
@@ -165,8 +168,10 @@ impl QueueReport {
                 eta_kind: None,
                 nodes: Vec::new(),
                 not_queued: true,
-            },
-        );
+            })
+            .collect();
+        // One splice: a row inserted at a time would move the running rows each time.
+        self.jobs.splice(at..at, rows);
     }
 
     /// Gauges per team and tier: waiting jobs and GPUs, GPUs running; per team the
