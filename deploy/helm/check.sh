@@ -9,7 +9,7 @@ cd "$(dirname "$0")"
 chart=gantry
 ex=../../examples/kubernetes
 render() { helm template gantry "$chart" --namespace gantry-system "$@"; }
-validate() { kubernetes-validate -k 1.28.0 --strict --quiet --no-warn "$1"; }
+validate() { kubernetes-validate -k "${2:-1.28.0}" --strict --quiet --no-warn "$1"; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
@@ -30,6 +30,19 @@ check gitsync "$ex/rbac.yaml" "$ex/rbac-queue.yaml" "$ex/agent.yaml" -- -f $char
 check gitsync-https "$ex/rbac.yaml" "$ex/rbac-queue.yaml" "$ex/agent.yaml" -- -f $chart/ci/gitsync-https-values.yaml
 check configmap "$ex/rbac.yaml" -- -f $chart/ci/configmap-values.yaml
 check own-tls "$ex/rbac.yaml" "$ex/rbac-queue.yaml" "$ex/rbac-provisioning.yaml" "$ex/agent.yaml" -- -f $chart/ci/own-tls-values.yaml
+
+# The agent's ValidatingAdmissionPolicy in the version each Kubernetes serves: v1beta1 on
+# 1.28 (behind its feature gate), v1 from 1.30; each checked against that version's
+# schemas.
+for kube in 1.28.0 1.30.0; do
+  want=admissionregistration.k8s.io/v1beta1
+  [ "$kube" = 1.30.0 ] && want=admissionregistration.k8s.io/v1
+  echo "chart: agent.restrict on $kube"
+  render --set agent.restrict.enabled=true --kube-version "$kube" > "$out/restrict.yaml"
+  validate "$out/restrict.yaml" "$kube"
+  got=$(awk -v want="apiVersion: $want" 'prev == want && /^kind: ValidatingAdmissionPolicy(Binding)?$/ {n++} {prev = $0} END {print n + 0}' "$out/restrict.yaml")
+  [ "$got" = 2 ] || { echo "error: on $kube agent.restrict renders no $want policy and binding" >&2; exit 1; }
+done
 
 # Values that must be refused, with a message naming what to set.
 refused() { # EXPECTED-TEXT HELM-ARGS

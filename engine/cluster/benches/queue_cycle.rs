@@ -195,6 +195,10 @@ fn applied(stores: &mut Stores, actions: &[Action]) {
             }
             Action::Placed { .. } => p.waiting = Some(("Placed".into(), String::new())),
             Action::Evict { .. } => p.terminating = true,
+            Action::Nominate { text, seal, .. } => {
+                p.nominated = seal.as_ref().map(|s| (text.clone(), s.clone()));
+            }
+            Action::Unnominate { .. } => p.nominated = None,
             Action::Wait {
                 reason, message, ..
             } => p.waiting = Some((reason.clone(), message.clone())),
@@ -323,12 +327,16 @@ fn api_writes(actions: &[Action]) -> usize {
     actions
         .iter()
         .map(|a| match a {
-            Action::Assign { .. } | Action::Unassign { .. } | Action::Placed { .. } => 1,
+            Action::Assign { .. }
+            | Action::Unassign { .. }
+            | Action::Placed { .. }
+            | Action::Nominate { .. }
+            | Action::Unnominate { .. } => 1,
             Action::Release { told, .. } => 1 + usize::from(*told),
             // Status patch and Event.
             Action::Wait { .. } => 2,
-            // Mark, eviction, Event.
-            Action::Evict { .. } => 3,
+            // Mark (once), eviction, Event.
+            Action::Evict { marked, .. } => 3 - usize::from(*marked),
         })
         .sum()
 }

@@ -52,6 +52,20 @@ pub fn cycle_with(
 /// What `/v1/queue` shows of a cycle: its jobs, and the gated pods it does not queue.
 pub fn queue_report(view: &QueueView, plan: &Plan, leading: bool) -> QueueReport {
     let mut report = QueueReport::new(plan, &view.jobs, leading);
+    report.bound = Some(view.bound.clone());
+    // A nominated job holds its nodes but waits for its victims to stop.
+    for row in &mut report.jobs {
+        if let Some(n) = view.nominated.get(&row.job) {
+            row.state = "preempting".into();
+            row.reason = Some(format!(
+                "nominated to {} until {}; waits for {} evicted pod{} to stop",
+                row.nodes.join(", "),
+                engine::decide::plan::wall_time(n.until),
+                n.victims.len(),
+                if n.victims.len() == 1 { "" } else { "s" }
+            ));
+        }
+    }
     report.not_queued(
         view.unqueued
             .iter()
@@ -73,9 +87,10 @@ pub fn cycle_kept(
     let trust = queue::Trust {
         seal: seal.as_ref(),
         program: Some(&policy.program),
+        now,
     };
-    let view = queue::view(stores, trust)?;
-    let mut snapshot = snapshot(&view, policy)?;
+    let mut view = queue::view(stores, trust)?;
+    let mut snapshot = snapshot_standing(&mut view, &stores.pods.objects, policy)?;
     // Reasons become pod conditions, which must not count down (`crate::telling`).
     snapshot.wall_clock = true;
     snapshot.usage = memory.usage.clone();
@@ -84,6 +99,32 @@ pub fn cycle_kept(
     let plan = decider.decide(&policy.program, &snapshot, now);
     let actions = enact::actions(&view, &stores.pods.objects, &plan, now);
     Ok((view, plan, actions))
+}
+
+/// The decision snapshot of `view`, after giving up the nominations whose jobs no longer
+/// fit the nodes they were nominated to (`crate::nomination`).
+pub fn snapshot_standing(
+    view: &mut QueueView,
+    pods: &std::collections::BTreeMap<String, crate::pods::PodSeen>,
+    policy: &LoadedPolicy,
+) -> Result<Snapshot, String> {
+    if !view.nominated.is_empty() {
+        // Nominated jobs last: where a node is short, they are the ones that do not fit.
+        let mut jobs = view.jobs.clone();
+        jobs.sort_by_key(|j| view.nominated.contains_key(&j.id));
+        if let Err(errors) = Snapshot::build(view.fleet.clone(), jobs, Vec::new(), &policy.mig) {
+            let unfit: Vec<String> = errors
+                .iter()
+                .map(|e| e.job.clone())
+                .filter(|j| view.nominated.contains_key(j))
+                .collect();
+            for id in unfit {
+                tracing::info!(job = %id, "nomination given up: the job no longer fits the nodes it was nominated to");
+                crate::nomination::give_up(view, pods, &id);
+            }
+        }
+    }
+    snapshot(view, policy)
 }
 
 /// The decision snapshot of `view`. Running jobs that do not fit their node as gantry
@@ -263,18 +304,33 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
                     .map_err(|e| fail("condition", e))?;
             }
         }
+        Action::Nominate { text, seal, .. } => {
+            let patch = enact::nomination_patch(&pod.uid, Some((text, seal.as_deref())));
+            pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| fail("nominate", e))?;
+        }
+        Action::Unnominate { .. } => {
+            let patch = enact::nomination_patch(&pod.uid, None);
+            pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| fail("unnominate", e))?;
+        }
         Action::Evict {
             job,
             for_job,
             cause,
             grace_s,
+            marked,
             ..
         } => {
-            let mark = format!("{cause}: for {for_job}");
-            let patch = json!({"metadata": {"uid": pod.uid, "annotations": {crate::pods::PREEMPTED_ANNOTATION: mark}}});
-            pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| fail("mark", e))?;
+            if !marked {
+                let mark = format!("{cause}: for {for_job}");
+                let patch = json!({"metadata": {"uid": pod.uid, "annotations": {crate::pods::PREEMPTED_ANNOTATION: mark}}});
+                pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| fail("mark", e))?;
+            }
             evict(client, pod, *grace_s)
                 .await
                 .map_err(|e| fail("evict", e))?;
@@ -345,7 +401,7 @@ pub async fn enact(
                     break;
                 }
                 let result = apply(client, a, now).await;
-                let failed = result.is_err();
+                let failed = result.is_err() && a.refusal_stops_job();
                 out.push((i, result));
                 if failed {
                     break;
@@ -670,6 +726,14 @@ fn log_enacted(a: &Action) {
             grace_s, dropped,
             "evict: {namespace}/{name} (job {job}) for {for_job}: {cause}"
         ),
+        Action::Nominate { job, node, .. } => tracing::info!(
+            target: TARGET, decision = "nominate", namespace, pod = name, job, node, dropped,
+            "nominate: {namespace}/{name} (job {job}) to {node} while its victims stop"
+        ),
+        Action::Unnominate { .. } => tracing::info!(
+            target: TARGET, decision = "unnominate", namespace, pod = name, dropped,
+            "unnominate: {namespace}/{name} (preempted before it was released)"
+        ),
         Action::Placed { node, .. } => tracing::debug!(
             target: TARGET, decision = "placed", namespace, pod = name, node, dropped,
             "placed: {namespace}/{name} bound to {node}"
@@ -689,6 +753,8 @@ fn action_name(a: &Action) -> &'static str {
         Action::Unassign { .. } => "unassign",
         Action::Release { .. } => "release",
         Action::Evict { .. } => "evict",
+        Action::Nominate { .. } => "nominate",
+        Action::Unnominate { .. } => "unnominate",
         Action::Placed { .. } => "placed",
         Action::Wait { .. } => "wait",
     }
@@ -722,13 +788,21 @@ fn count(state: &AppState, view: &QueueView, plan: &Plan, done: &[Action], now: 
     for a in done {
         match a {
             Action::Release { job: id, .. } if released.insert(id.clone()) => {
-                if let Some(j) = job(id).filter(|j| j.placement.is_empty()) {
+                let waited = job(id)
+                    .filter(|j| j.placement.is_empty())
+                    .or_else(|| view.nominated.get(id).map(|n| &n.waiting));
+                if let Some(j) = waited {
                     let (team, tier) = labels(id);
                     let waited = now - j.submitted_at.unwrap_or(now);
                     state.metrics.waited(&team, &tier, waited.max(0) as f64);
                 }
             }
-            Action::Evict { job: id, cause, .. } if evicted.insert(id.clone()) => {
+            Action::Evict {
+                job: id,
+                cause,
+                marked: false,
+                ..
+            } if evicted.insert(id.clone()) => {
                 let (team, tier) = labels(id);
                 let lost = lost.get(id.as_str()).copied().unwrap_or(0.0);
                 state.metrics.preempted(&team, &tier, cause, lost);

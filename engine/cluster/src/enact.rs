@@ -17,6 +17,7 @@
 //! Event) changes only when its reason changes in kind (`crate::telling`); a released pod
 //! that was told it waits is told it was placed (the condition turns `False`).
 
+use crate::nomination;
 use crate::pods::{PodSeen, ASSIGNED_ANNOTATION, WAITING_CONDITION};
 use crate::queue::QueueView;
 use crate::telling::{needs_telling, position_band};
@@ -66,14 +67,28 @@ pub enum Action {
         #[serde(skip)]
         told: bool,
     },
-    /// Marks the pod, then evicts it.
+    /// Marks the pod (unless it is `marked` already: a retry), then evicts it.
     Evict {
         pod: PodRef,
         job: String,
         for_job: String,
         cause: String,
         grace_s: u64,
+        marked: bool,
     },
+    /// Holds `node` for a preemptor's member while its victims stop (`crate::nomination`):
+    /// written before any of them is evicted.
+    Nominate {
+        pod: PodRef,
+        job: String,
+        node: String,
+        text: String,
+        #[serde(skip)]
+        seal: Option<String>,
+    },
+    /// Withdraws a nomination: a higher-priority job preempts the nominated one before it
+    /// was released.
+    Unnominate { pod: PodRef },
     /// A bound pod whose condition still says it waits (its release's condition write
     /// was lost, or it was `NotBound` and then bound): the condition turns `False`.
     Placed { pod: PodRef, node: String },
@@ -86,15 +101,26 @@ pub enum Action {
 }
 
 impl Action {
-    /// The job an assignment, release or eviction is part of: when one of its writes is
-    /// refused, the rest of that job's are skipped this cycle.
+    /// The job whose writes this one is part of, in order: an assignment's, release's or
+    /// nomination's own, an eviction's preemptor (its nomination is written first).
     pub fn job(&self) -> Option<&str> {
         match self {
             Action::Assign { job, .. }
             | Action::Release { job, .. }
-            | Action::Evict { job, .. } => Some(job),
-            Action::Unassign { .. } | Action::Placed { .. } | Action::Wait { .. } => None,
+            | Action::Nominate { job, .. } => Some(job),
+            Action::Evict { for_job, .. } => Some(for_job),
+            Action::Unassign { .. }
+            | Action::Unnominate { .. }
+            | Action::Placed { .. }
+            | Action::Wait { .. } => None,
         }
+    }
+
+    /// Whether the rest of the job's writes are skipped when this one is refused: not
+    /// after an eviction (a PodDisruptionBudget refusing one victim must not spare the
+    /// others; refused ones are retried next cycle).
+    pub fn refusal_stops_job(&self) -> bool {
+        !matches!(self, Action::Evict { .. })
     }
 
     pub fn pod(&self) -> &PodRef {
@@ -103,6 +129,8 @@ impl Action {
             | Action::Unassign { pod }
             | Action::Release { pod, .. }
             | Action::Evict { pod, .. }
+            | Action::Nominate { pod, .. }
+            | Action::Unnominate { pod }
             | Action::Placed { pod, .. }
             | Action::Wait { pod, .. } => pod,
         }
@@ -140,8 +168,17 @@ pub fn release_patch(p: &PodSeen, node: &str) -> Value {
     } else {
         Value::Array(p.other_gates.iter().map(|g| json!({"name": g})).collect())
     };
+    // The release ends a nomination (`crate::nomination`).
+    let metadata = if p.nominated.is_some() {
+        json!({"uid": p.uid, "annotations": {
+            crate::pods::NOMINATED_ANNOTATION: null,
+            crate::pods::NOMINATION_SEAL_ANNOTATION: null,
+        }})
+    } else {
+        json!({"uid": p.uid})
+    };
     json!({
-        "metadata": {"uid": p.uid},
+        "metadata": metadata,
         "spec": {
             "schedulingGates": gates,
             "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
@@ -285,34 +322,37 @@ pub fn actions(
                 .any(|a| stopping.contains(a.node.as_str()));
         if d.action == PlanAction::Place && d.victims.is_empty() && !waits_for_stopping {
             let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
-            if nodes.len() != members.len() {
-                continue;
-            }
-            for (p, node) in members.iter().zip(&nodes) {
-                // An assignment is kept only when gantry sealed it: a node the pod's
-                // author wrote is written again, with the seal.
-                let kept = p.sealed_node(view.seal.as_ref()) == Some(*node);
-                if !kept {
-                    out.push(Action::Assign {
-                        pod: PodRef::of(p),
-                        job: d.job.clone(),
-                        node: (*node).to_string(),
-                        seal: view.seal.as_ref().map(|k| k.sign(&p.uid, node)),
-                    });
-                }
-            }
-            for (p, node) in members.iter().zip(&nodes) {
-                if p.gated {
-                    out.push(Action::Release {
-                        pod: PodRef::of(p),
-                        job: d.job.clone(),
-                        node: (*node).to_string(),
-                        patch: release_patch(p, node),
-                        told: told_waiting(p),
-                    });
-                }
-            }
+            place(&mut out, view, &d.job, &members, &nodes);
             continue;
+        }
+        if d.action == PlanAction::Place && !d.victims.is_empty() {
+            // The preemptor's nodes are held for it before any victim is evicted.
+            let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
+            let grace = plan
+                .preemptions
+                .iter()
+                .filter(|e| e.for_job == d.job)
+                .map(|e| e.grace_s)
+                .max()
+                .unwrap_or(0);
+            let until = now
+                .saturating_add(i64::try_from(grace).unwrap_or(i64::MAX / 4))
+                .saturating_add(nomination::SLACK_S);
+            if nodes.len() == members.len() {
+                for (p, node) in members.iter().zip(&nodes) {
+                    let text = nomination::text(node, until);
+                    out.push(Action::Nominate {
+                        pod: PodRef::of(p),
+                        job: d.job.clone(),
+                        node: (*node).to_string(),
+                        seal: view
+                            .seal
+                            .as_ref()
+                            .map(|k| nomination::sign(k, &p.uid, &text)),
+                        text,
+                    });
+                }
+            }
         }
         let (reason, message) = if d.action == PlanAction::Place && d.victims.is_empty() {
             // The plan may count GPUs that pods stopping there still hold.
@@ -368,6 +408,84 @@ pub fn actions(
             }
         }
     }
+    // Preemptors whose victims were evicted in an earlier cycle: released where they were
+    // nominated once the victims are gone; until then told so, and refused evictions
+    // tried again.
+    let withdrawn: std::collections::BTreeSet<&str> =
+        plan.preemptions.iter().map(|e| e.job.as_str()).collect();
+    for (id, n) in view
+        .nominated
+        .iter()
+        .filter(|(id, _)| !withdrawn.contains(id.as_str()))
+    {
+        let members: Vec<&PodSeen> = view
+            .members
+            .get(id)
+            .into_iter()
+            .flatten()
+            .filter_map(pod)
+            .collect();
+        let nodes: Vec<&str> = n.nodes.iter().map(String::as_str).collect();
+        let blocked: Vec<&str> = nodes
+            .iter()
+            .copied()
+            .filter(|node| stopping.contains(node))
+            .collect();
+        if n.victims.is_empty() && blocked.is_empty() {
+            place(&mut out, view, id, &members, &nodes);
+            continue;
+        }
+        let refused: Vec<&str> = n
+            .victims
+            .iter()
+            .filter(|v| !v.stopping)
+            .map(|v| v.pod.as_str())
+            .collect();
+        let mut going: Vec<&str> = n.victims.iter().map(|v| v.pod.as_str()).collect();
+        going.dedup();
+        let mut message = if going.is_empty() {
+            format!(
+                "placed on {} once the pods stopping there are gone",
+                blocked.join(", ")
+            )
+        } else {
+            format!(
+                "placed on {} once {} stop{} (evicted to make room); held until {}",
+                distinct(&nodes).join(", "),
+                going.join(", "),
+                if going.len() == 1 { "s" } else { "" },
+                wall_time(n.until)
+            )
+        };
+        if !refused.is_empty() {
+            message.push_str(&format!(
+                "; the API server refused to evict {} (a PodDisruptionBudget allows no disruption now?); retried every cycle",
+                refused.join(", ")
+            ));
+        }
+        let reason = "Preempting".to_string();
+        for p in &members {
+            if needs_telling(p.waiting.as_ref(), &reason, &message) {
+                out.push(Action::Wait {
+                    pod: PodRef::of(p),
+                    reason: reason.clone(),
+                    message: message.clone(),
+                });
+            }
+        }
+        for v in n.victims.iter().filter(|v| !v.stopping) {
+            if let Some(p) = pods.get(&v.pod) {
+                out.push(Action::Evict {
+                    pod: PodRef::of(p),
+                    job: v.job.clone(),
+                    for_job: id.clone(),
+                    cause: v.cause.clone(),
+                    grace_s: v.grace_s,
+                    marked: true,
+                });
+            }
+        }
+    }
     // Released onto a node kube-scheduler will not bind it to (a taint it does not
     // tolerate, a node selector, a full node): say so on the pod, once.
     for p in pods.values() {
@@ -400,6 +518,7 @@ pub fn actions(
         }
     }
     for e in &plan.preemptions {
+        let nominated = view.nominated.contains_key(&e.job);
         for p in view
             .members
             .get(&e.job)
@@ -408,16 +527,60 @@ pub fn actions(
             .filter_map(pod)
             .filter(|p| !p.terminating)
         {
+            if nominated {
+                // Not released yet: what it held was a nomination, which is withdrawn.
+                out.push(Action::Unnominate { pod: PodRef::of(p) });
+                continue;
+            }
             out.push(Action::Evict {
                 pod: PodRef::of(p),
                 job: e.job.clone(),
                 for_job: e.for_job.clone(),
                 cause: e.cause.clone(),
                 grace_s: e.grace_s,
+                marked: p.preempted_for() == Some(e.for_job.as_str()),
             });
         }
     }
     out
+}
+
+/// The writes that place `job`'s `members` on `nodes`, one node per member: assign each
+/// (unless gantry's sealed assignment says so already), then release the gated ones.
+fn place(out: &mut Vec<Action>, view: &QueueView, job: &str, members: &[&PodSeen], nodes: &[&str]) {
+    if nodes.len() != members.len() {
+        return;
+    }
+    for (p, node) in members.iter().zip(nodes) {
+        // An assignment is kept only when gantry sealed it: a node the pod's author
+        // wrote is written again, with the seal.
+        let kept = p.sealed_node(view.seal.as_ref()) == Some(*node);
+        if !kept {
+            out.push(Action::Assign {
+                pod: PodRef::of(p),
+                job: job.to_string(),
+                node: (*node).to_string(),
+                seal: view.seal.as_ref().map(|k| k.sign(&p.uid, node)),
+            });
+        }
+    }
+    for (p, node) in members.iter().zip(nodes) {
+        if p.gated {
+            out.push(Action::Release {
+                pod: PodRef::of(p),
+                job: job.to_string(),
+                node: (*node).to_string(),
+                patch: release_patch(p, node),
+                told: told_waiting(p),
+            });
+        }
+    }
+}
+
+/// Each name once, in the order first seen.
+fn distinct<'a>(names: &[&'a str]) -> Vec<&'a str> {
+    let mut seen = std::collections::BTreeSet::new();
+    names.iter().copied().filter(|n| seen.insert(*n)).collect()
 }
 
 /// The condition patch (strategic merge on `pods/status`: conditions merge by type):
@@ -430,6 +593,15 @@ pub fn condition_patch(waits: bool, reason: &str, message: &str, now: i64) -> Va
         "type": WAITING_CONDITION, "status": if waits { "True" } else { "False" },
         "reason": reason, "message": message, "lastTransitionTime": at
     }]}})
+}
+
+/// The nomination patch: a node held until a time, with its seal (or `None`: its end).
+pub fn nomination_patch(uid: &str, held: Option<(&str, Option<&str>)>) -> Value {
+    let (text, seal) = held.map_or((None, None), |(t, s)| (Some(t), s));
+    json!({"metadata": {"uid": uid, "annotations": {
+        crate::pods::NOMINATED_ANNOTATION: text,
+        crate::pods::NOMINATION_SEAL_ANNOTATION: seal,
+    }}})
 }
 
 /// The annotation patch of phase 1, the node and its seal (or their undoing with `None`).

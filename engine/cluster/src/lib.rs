@@ -24,6 +24,7 @@ pub mod enact;
 pub mod lease;
 pub mod memory;
 pub mod nodes;
+pub mod nomination;
 pub mod owners;
 pub mod pods;
 pub mod provreq;

@@ -16,6 +16,9 @@ pub use engine::serve::admission::PREEMPTED_ANNOTATION;
 /// The scheduling gate that holds a GPU pod in gantry's queue (added by the mutating
 /// webhook with `serve --queue`).
 pub use engine::serve::admission::QUEUE_GATE;
+/// Set on a preemptor's pods while its victims stop: the node held for each (see
+/// `crate::nomination`).
+pub use engine::serve::trust::{NOMINATED_ANNOTATION, NOMINATION_SEAL_ANNOTATION};
 /// The pod condition saying why a pod waits.
 pub const WAITING_CONDITION: &str = "gantry.dev/Queued";
 /// Labels that name a pod's gang when it declares `gantry.dev/gang-size`, in order:
@@ -68,7 +71,10 @@ pub struct PodSeen {
     /// (`crate::seal`), which `queue::view` checks.
     pub assigned: Option<String>,
     pub seal: Option<String>,
+    /// The eviction mark: `<cause>: for <job>` (see [`PodSeen::preempted_for`]).
     pub preempted: Option<String>,
+    /// The node held for it while its victims stop, and the seal (`crate::nomination`).
+    pub nominated: Option<(String, String)>,
     pub terminating: bool,
     /// The waiting condition as it is on the pod: (reason, message).
     pub waiting: Option<(String, String)>,
@@ -87,6 +93,14 @@ impl PodSeen {
     pub fn sealed_node(&self, key: Option<&crate::seal::Seal>) -> Option<&str> {
         let (node, seal, key) = (self.assigned.as_deref()?, self.seal.as_deref()?, key?);
         key.verify(&self.uid, node, seal).then_some(node)
+    }
+
+    /// The job this pod was evicted for, from its mark.
+    pub fn preempted_for(&self) -> Option<&str> {
+        self.preempted
+            .as_deref()?
+            .rsplit_once(": for ")
+            .map(|(_, job)| job.trim())
     }
 
     pub fn key(&self) -> String {
@@ -271,6 +285,12 @@ pub fn pod(k: &core::Pod) -> PodSeen {
         preempted: annotations
             .and_then(|a| a.get(PREEMPTED_ANNOTATION))
             .cloned(),
+        nominated: annotations.and_then(|a| {
+            Some((
+                a.get(NOMINATED_ANNOTATION)?.clone(),
+                a.get(NOMINATION_SEAL_ANNOTATION)?.clone(),
+            ))
+        }),
         terminating: k.metadata.deletion_timestamp.is_some(),
         waiting: condition(WAITING_CONDITION).map(|c| {
             (

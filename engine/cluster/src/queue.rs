@@ -44,6 +44,8 @@ pub struct Trust<'a> {
     pub seal: Option<&'a Seal>,
     /// The policy, for the namespaces each team is bound to.
     pub program: Option<&'a Program>,
+    /// The time nominations are read at (`crate::nomination`): one expired is not held.
+    pub now: i64,
 }
 
 impl Trust<'_> {
@@ -112,6 +114,12 @@ pub struct QueueView {
     /// (`GangMismatch`), pods whose team is not bound to their namespace
     /// (`TeamNotBound`), pods whose gantry labels do not read (`InvalidLabels`).
     pub unqueued: Vec<Unqueued>,
+    /// Preemptors whose victims are stopping, by job: each is shown running on the nodes
+    /// it was nominated to, its victims left out (`crate::nomination`).
+    pub nominated: BTreeMap<String, crate::nomination::Nomination>,
+    /// GPUs in gantry's pods bound to nodes (stopping ones too), by (team, tier) as the
+    /// pods say: `gantry_gpus_in_use`.
+    pub bound: BTreeMap<(String, String), f64>,
 }
 
 /// A gated pod the view does not queue: told why in a condition and an Event, and shown
@@ -154,6 +162,7 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         seal: trust.seal.cloned(),
         ..QueueView::default()
     };
+    let (program, now) = (trust.program, trust.now);
     // Namespaces are checked only when some team is bound to them: most policies bind
     // none, and this runs for every pod in every cycle.
     let trust = Trust {
@@ -221,6 +230,15 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
             // Holds a node for the autoscaler, not for work: any job may take its room.
             continue;
         }
+        if let (Some(job), true, false) = (p.holds.as_deref(), p.node.is_some(), is_foreign(p)) {
+            if p.holds_gpus() {
+                let key = (
+                    job.team.clone().unwrap_or_default(),
+                    job.tier.clone().unwrap_or_default(),
+                );
+                *out.bound.entry(key).or_insert(0.0) += engine::serve::queue::member_gpus(job);
+            }
+        }
         let holds_gpus = p.holds_gpus();
         if let (Some(job), Some(node)) = (p.holds.as_deref(), p.node.as_deref()) {
             if holds_gpus && is_foreign(p) && job.shape.member.mig_profile.is_none() {
@@ -263,6 +281,7 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         group(&mut out, &id, &pods, size);
     }
     out.jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    crate::nomination::apply(&mut out, &stores.pods.objects, trust.seal, program, now);
     Ok(out)
 }
 

@@ -30,6 +30,7 @@ mod harness_cases {
 use cluster::controller;
 use cluster::enact::Action;
 use cluster::memory::Memory;
+use cluster::pods::{NOMINATED_ANNOTATION, NOMINATION_SEAL_ANNOTATION};
 use cluster::seal::SEAL_ANNOTATION;
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
@@ -236,6 +237,13 @@ fn sealed(p: &Value, memory: &Memory) -> Option<String> {
         .then(|| node.to_string())
 }
 
+/// The node gantry nominated the pod to (sealed, not expired at `now`).
+fn nominated(p: &Value, memory: &Memory, now: i64) -> Option<String> {
+    let pod = cluster::pods::pod(&serde_json::from_value(p.clone()).ok()?);
+    let seal = memory.seal();
+    cluster::nomination::held(&pod, seal.as_ref(), now).map(str::to_string)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: harness_cases::cases(48), ..ProptestConfig::default() })]
 
@@ -301,7 +309,8 @@ proptest! {
                         }
                     }
                     let bound = p["spec"]["nodeName"].as_str() == Some(placed.node.as_str());
-                    let given = sealed(p, &memory).as_deref() == Some(placed.node.as_str());
+                    let given = sealed(p, &memory).as_deref() == Some(placed.node.as_str())
+                        || nominated(p, &memory, NOW + cycle * 10).as_deref() == Some(placed.node.as_str());
                     prop_assert!(bound || given,
                         "cycle {cycle}: {m} holds room on {} it was not given", placed.node);
                 }
@@ -327,6 +336,16 @@ proptest! {
                     }
                     Action::Evict { .. } => {
                         p["status"]["phase"] = json!("Succeeded");
+                    }
+                    Action::Nominate { text, seal: s, .. } => {
+                        p["metadata"]["annotations"][NOMINATED_ANNOTATION] = json!(text);
+                        p["metadata"]["annotations"][NOMINATION_SEAL_ANNOTATION] = json!(s);
+                    }
+                    Action::Unnominate { .. } => {
+                        if let Some(a) = p["metadata"]["annotations"].as_object_mut() {
+                            a.remove(NOMINATED_ANNOTATION);
+                            a.remove(NOMINATION_SEAL_ANNOTATION);
+                        }
                     }
                     Action::Wait { .. } | Action::Placed { .. } => {}
                 }

@@ -595,6 +595,7 @@ async fn a_refused_write_holds_up_only_its_own_job() {
         for_job: "ml/b".into(),
         cause: "reclaim".into(),
         grace_s: 30,
+        marked: false,
     };
     let actions = vec![
         evict("a-0"),

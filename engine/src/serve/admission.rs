@@ -66,6 +66,8 @@ fn bookkeeping(key: &str) -> bool {
         ASSIGNED_ANNOTATION,
         trust::SEAL_ANNOTATION,
         PREEMPTED_ANNOTATION,
+        trust::NOMINATED_ANNOTATION,
+        trust::NOMINATION_SEAL_ANNOTATION,
     ]
     .contains(&key)
 }

@@ -43,6 +43,11 @@ pub struct QueueReport {
     /// Whether this replica enacts (holds the Lease); every replica computes the queue.
     pub leading: bool,
     pub jobs: Vec<QueueRow>,
+    /// GPUs in pods bound to nodes, by (team, tier) as the pods say, where the caller
+    /// knows the pods: `gantry_gpus_in_use` is then what is bound, not what the running
+    /// jobs were planned to hold.
+    #[serde(skip)]
+    pub bound: Option<BTreeMap<(String, String), f64>>,
 }
 
 /// GPUs over all members of a job (MIG instances count their share of a GPU).
@@ -138,6 +143,7 @@ impl QueueReport {
             revision: plan.policy_revision.clone(),
             leading,
             jobs: waiting.into_iter().chain(running).collect(),
+            bound: None,
         }
     }
 
@@ -206,7 +212,10 @@ impl QueueReport {
         for (k, (_, g)) in &pending {
             let _ = writeln!(out, "gantry_queue_pending_gpus{{{}}} {g}", label(k));
         }
-        out.push_str("# HELP gantry_gpus_in_use GPUs held by running jobs gantry admitted.\n# TYPE gantry_gpus_in_use gauge\n");
+        if let Some(bound) = &self.bound {
+            running.clone_from(bound);
+        }
+        out.push_str("# HELP gantry_gpus_in_use GPUs held by gantry's pods bound to nodes.\n# TYPE gantry_gpus_in_use gauge\n");
         for (k, g) in &running {
             let _ = writeln!(out, "gantry_gpus_in_use{{{}}} {g}", label(k));
         }

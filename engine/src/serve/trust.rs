@@ -82,6 +82,10 @@ pub const ASSIGNED_ANNOTATION: &str = "gantry.dev/assigned-node";
 pub const PREEMPTED_ANNOTATION: &str = "gantry.dev/preempted";
 /// The seal beside an assignment (the cluster crate's `seal.rs`).
 pub const SEAL_ANNOTATION: &str = "gantry.dev/assignment-seal";
+/// Set on a preemptor's pods while its victims stop: the node held for the member and
+/// until when (`<node> until <RFC 3339>`), and its seal.
+pub const NOMINATED_ANNOTATION: &str = "gantry.dev/nominated-node";
+pub const NOMINATION_SEAL_ANNOTATION: &str = "gantry.dev/nomination-seal";
 pub const QUEUE_GATE: &str = "gantry.dev/queue";
 
 fn meta<'a>(pod: &'a Value, map: &str, key: &str) -> Option<&'a Value> {
@@ -108,7 +112,13 @@ pub fn is_gated(pod: &Value) -> bool {
 /// validating webhook sees the pod after it), so only the controller's keys count.
 pub fn own_keys_changed(old: Option<&Value>, new: &Value) -> Vec<String> {
     let mut changed = Vec::new();
-    for key in [ASSIGNED_ANNOTATION, SEAL_ANNOTATION, PREEMPTED_ANNOTATION] {
+    for key in [
+        ASSIGNED_ANNOTATION,
+        SEAL_ANNOTATION,
+        PREEMPTED_ANNOTATION,
+        NOMINATED_ANNOTATION,
+        NOMINATION_SEAL_ANNOTATION,
+    ] {
         let before = old.and_then(|o| meta(o, "annotations", key));
         if before != meta(new, "annotations", key) {
             changed.push(format!("annotation `{key}`"));
@@ -359,6 +369,14 @@ mod tests {
         stripped["spec"]["schedulingGates"] = json!([]);
         assert_eq!(own_keys_changed(Some(&pod), &stripped).len(), 2);
         assert!(own_keys_changed(Some(&pod), &pod).is_empty());
+        // A tenant nominating its own pod to a node.
+        let mut nominated = pod.clone();
+        nominated["metadata"]["annotations"][NOMINATED_ANNOTATION] =
+            json!("n1 until 2026-11-28T10:00:00Z");
+        assert_eq!(
+            own_keys_changed(Some(&pod), &nominated),
+            vec![format!("annotation `{NOMINATED_ANNOTATION}`")]
+        );
     }
 
     #[test]

@@ -133,6 +133,9 @@ pub struct FakeApi {
     hangup: tokio::sync::watch::Sender<u64>,
     paused: tokio::sync::watch::Sender<bool>,
     pub bookmark_every: Duration,
+    /// Held across a patch's read, merge and write: the API server applies concurrent
+    /// patches to one object one after the other, never losing one.
+    patching: Mutex<()>,
 }
 
 /// The cluster view's options for tests: Nodes and Pods only, the default pool label.
@@ -213,6 +216,7 @@ impl FakeApi {
             hangup: tokio::sync::watch::channel(0).0,
             paused: tokio::sync::watch::channel(false).0,
             bookmark_every: Duration::from_millis(200),
+            patching: Mutex::new(()),
         })
     }
 
@@ -248,6 +252,7 @@ impl FakeApi {
 
     /// Changes an object in place with `f`.
     pub fn update(&self, kind: Kind, key: &str, f: impl FnOnce(&mut Value)) {
+        let _one_at_a_time = self.patching.lock().unwrap_or_else(|p| p.into_inner());
         let mut obj = self
             .lock()
             .objects
@@ -466,6 +471,7 @@ impl FakeApi {
     /// type) with the API server's checks on gated pods: a uid in the patch is a
     /// precondition; a gate cannot be added; node affinity may change only while gated.
     fn patch_pod(&self, key: &str, patch: &Value, status_only: bool) -> Response {
+        let _one_at_a_time = self.patching.lock().unwrap_or_else(|p| p.into_inner());
         let Some(mut pod) = self.get_object(Kind::Pods, key) else {
             return json_response(
                 StatusCode::NOT_FOUND,

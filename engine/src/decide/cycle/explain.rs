@@ -228,6 +228,25 @@ impl Cycle<'_> {
             return r;
         };
         let wait = at - self.now;
+        // Reclaim takes borrowers' jobs whatever their tier: "lower-priority" only when
+        // that is what they are.
+        let asker = self.priority(js);
+        let (lower, not_lower) = self
+            .protected_on
+            .get(node)
+            .iter()
+            .fold((0, 0), |(l, n), h| {
+                match self.holders.get(*h).and_then(|x| x.protected()) {
+                    Some(p) if p.priority < asker => (l + 1, n),
+                    Some(_) => (l, n + 1),
+                    None => (l, n),
+                }
+            });
+        let whose = match (lower, not_lower) {
+            (_, 0) => "the lower-priority jobs",
+            (0, _) => "the borrowing teams' jobs",
+            _ => "the jobs",
+        };
         let node = self.node_name(node).unwrap_or_default();
         let until = match why {
             Protection::Checkpoint => format!("after their next checkpoint {}", self.when(at)),
@@ -236,7 +255,7 @@ impl Cycle<'_> {
             }
         };
         r.message = format!(
-            "{}; the lower-priority jobs on {node} it may preempt are protected now and become preemptible {until}",
+            "{}; {whose} on {node} it may preempt are protected now and become preemptible {until}",
             r.message
         );
         if r.eta_s.is_none_or(|e| wait < e) {

@@ -1,0 +1,298 @@
+//! A preemptor's choice, kept until it is carried out: kube-scheduler's nominated node,
+//! for gangs and quotas.
+//!
+//! When a cycle evicts victims for job J, J's pods are marked first with the node chosen
+//! for each (`gantry.dev/nominated-node: <node> until <time>`, sealed like an assignment).
+//! While the nomination stands, the view shows J as running where it was nominated and
+//! leaves out its victims (their GPUs are J's): so no cycle picks a second victim set for
+//! J, places J elsewhere, or gives the GPUs freed for J to anyone else, and the victims'
+//! team is no longer charged for pods that are going. Once the victims are gone J is
+//! released there (`enact`); the release clears the nomination.
+//!
+//! A nomination is given up — J queues again, and decides afresh — when it expires (the
+//! victims' grace and [`SLACK_S`] past the eviction: a PodDisruptionBudget may refuse the
+//! eviction for good), when J no longer fits its nodes (a GPU failed there, the node is
+//! gone, closed or interrupted), or when a higher-priority job preempts J (its pods are
+//! unbound: the nomination is withdrawn rather than the pods evicted).
+//!
+//! Pods stopping for no standing nomination hold their GPUs until they are gone, as
+//! running jobs no team is charged for and no cycle picks as victims again.
+
+use crate::pods::PodSeen;
+use crate::queue::{QueueView, FOREIGN};
+use crate::seal::Seal;
+use engine::inventory::jobs_file::{Job, PlacedMember};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// How long past the victims' grace a nomination waits for them to be gone.
+pub const SLACK_S: i64 = 120;
+
+/// A standing nomination, as the view keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Nomination {
+    /// Each member's node, in member order.
+    pub nodes: Vec<String>,
+    pub until: i64,
+    /// The victims' pods still present, stopping or refused.
+    pub victims: Vec<Victim>,
+    /// The job as it waits, and its victims' jobs taken out of the view: put back when
+    /// the nomination is given up.
+    pub waiting: Job,
+    pub taken_out: Vec<Job>,
+}
+
+/// A victim's pod still present: evicted again each cycle while the API server refuses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Victim {
+    pub pod: String,
+    pub job: String,
+    pub cause: String,
+    /// Its tier's grace (30 s when its tier is not known).
+    pub grace_s: u64,
+    pub stopping: bool,
+}
+
+/// The grace of a pod whose tier the policy does not name, as Kubernetes' default.
+const DEFAULT_GRACE_S: u64 = 30;
+
+/// The annotation's text for `node` held until `until`.
+pub fn text(node: &str, until: i64) -> String {
+    let at = chrono::DateTime::from_timestamp(until, 0)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        .unwrap_or_default();
+    format!("{node} until {at}")
+}
+
+/// The node and the time of an annotation's text.
+pub fn read(text: &str) -> Option<(&str, i64)> {
+    let (node, at) = text.split_once(" until ")?;
+    let at = chrono::DateTime::parse_from_rfc3339(at.trim()).ok()?;
+    Some((node.trim(), at.timestamp())).filter(|(n, _)| !n.is_empty())
+}
+
+/// The seal of nominating the pod `uid` as `text` says. Distinct from an assignment's
+/// seal: node names hold no `:`.
+pub fn sign(seal: &Seal, uid: &str, text: &str) -> String {
+    seal.sign(uid, &format!("nominated:{text}"))
+}
+
+/// The node held for `p`, when its nomination is gantry's and has not expired.
+pub fn held<'a>(p: &'a PodSeen, seal: Option<&Seal>, now: i64) -> Option<&'a str> {
+    let (text, mark) = p.nominated.as_ref()?;
+    let ok = seal?.verify(&p.uid, &format!("nominated:{text}"), mark);
+    let (node, until) = read(text)?;
+    (ok && until > now).then_some(node)
+}
+
+/// Applies the nominations standing at `now` to `out` (see the module docs), then turns
+/// the remaining stopping jobs into holders no one is charged for.
+pub(crate) fn apply(
+    out: &mut QueueView,
+    pods: &BTreeMap<String, PodSeen>,
+    seal: Option<&Seal>,
+    program: Option<&lang::ir::Program>,
+    now: i64,
+) {
+    let nodes: BTreeSet<&str> = out.fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+    let interrupted: BTreeSet<&str> = out
+        .interrupted
+        .keys()
+        .chain(out.closed.keys())
+        .filter_map(|&i| out.fleet.nodes.get(i).map(|n| n.name.as_str()))
+        .collect();
+    // The victims' pods still present, by the job they were evicted for.
+    let mut marked: BTreeMap<&str, Vec<&PodSeen>> = BTreeMap::new();
+    for p in pods.values() {
+        if let Some(job) = p.preempted_for() {
+            marked.entry(job).or_default().push(p);
+        }
+    }
+    let mut standing: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut until_of: BTreeMap<String, i64> = BTreeMap::new();
+    for j in out.jobs.iter().filter(|j| j.placement.is_empty()) {
+        if j.members_present.is_some() {
+            continue;
+        }
+        let Some(keys) = out.members.get(&j.id) else {
+            continue;
+        };
+        let held: Option<Vec<(String, i64)>> = keys
+            .iter()
+            .map(|k| {
+                let p = pods.get(k)?;
+                let node = held(p, seal, now)?;
+                let until = p.nominated.as_ref().and_then(|(t, _)| read(t))?.1;
+                Some((node.to_string(), until))
+            })
+            .collect();
+        let Some(held) = held else { continue };
+        let fits = held.len() == j.shape.members as usize
+            && held
+                .iter()
+                .all(|(n, _)| nodes.contains(n.as_str()) && !interrupted.contains(n.as_str()));
+        if fits {
+            until_of.insert(
+                j.id.clone(),
+                held.iter().map(|(_, u)| *u).min().unwrap_or(now),
+            );
+            standing.insert(j.id.clone(), held.into_iter().map(|(n, _)| n).collect());
+        }
+    }
+    for (id, member_nodes) in standing {
+        let victims: Vec<&PodSeen> = marked.get(id.as_str()).cloned().unwrap_or_default();
+        let victim_keys: BTreeSet<String> = victims.iter().map(|p| p.key()).collect();
+        let job_of: BTreeMap<&str, &Job> = out
+            .jobs
+            .iter()
+            .filter(|j| !j.placement.is_empty())
+            .flat_map(|j| {
+                out.members
+                    .get(&j.id)
+                    .into_iter()
+                    .flatten()
+                    .map(move |k| (k.as_str(), j))
+            })
+            .filter(|(k, _)| victim_keys.contains(*k))
+            .collect();
+        let victims: Vec<Victim> = victims
+            .iter()
+            .map(|p| {
+                let key = p.key();
+                let job = job_of.get(key.as_str());
+                let grace_s = job
+                    .and_then(|j| j.tier.as_deref())
+                    .and_then(|t| program?.tiers.iter().find(|x| x.name == t))
+                    .map_or(DEFAULT_GRACE_S, |t| t.grace_s);
+                Victim {
+                    job: job.map_or_else(|| key.clone(), |j| j.id.clone()),
+                    cause: p
+                        .preempted
+                        .as_deref()
+                        .and_then(|m| m.rsplit_once(": for "))
+                        .map_or_else(String::new, |(c, _)| c.to_string()),
+                    grace_s,
+                    stopping: p.terminating,
+                    pod: key,
+                }
+            })
+            .collect();
+        let on: BTreeSet<&str> = member_nodes.iter().map(String::as_str).collect();
+        // Victims' members on the nominated nodes: their GPUs are the preemptor's now.
+        // A victim with members elsewhere keeps those, held by no team.
+        let is_victim = |j: &Job| {
+            !j.placement.is_empty()
+                && out
+                    .members
+                    .get(&j.id)
+                    .is_some_and(|keys| keys.iter().any(|k| victim_keys.contains(k)))
+        };
+        let mut taken_out = Vec::new();
+        let mut waiting = None;
+        let mut kept = Vec::with_capacity(out.jobs.len());
+        for mut j in std::mem::take(&mut out.jobs) {
+            if is_victim(&j) {
+                let elsewhere: Vec<PlacedMember> = j
+                    .placement
+                    .iter()
+                    .filter(|m| !on.contains(m.node.as_str()))
+                    .cloned()
+                    .collect();
+                taken_out.push(j.clone());
+                if !elsewhere.is_empty() {
+                    j.shape.members = elsewhere.len() as u32;
+                    j.placement = elsewhere;
+                    j.team = Some(FOREIGN.into());
+                    j.tier = Some(FOREIGN.into());
+                    kept.push(j);
+                }
+            } else if j.id == id {
+                waiting = Some(j.clone());
+                j.placement = member_nodes
+                    .iter()
+                    .map(|n| PlacedMember {
+                        node: n.clone(),
+                        gpus: Vec::new(),
+                        gpu_milli: None,
+                        mig_starts: Vec::new(),
+                    })
+                    .collect();
+                j.started_at = Some(now);
+                kept.push(j);
+            } else {
+                kept.push(j);
+            }
+        }
+        out.jobs = kept;
+        if let Some(waiting) = waiting {
+            out.nominated.insert(
+                id.clone(),
+                Nomination {
+                    nodes: member_nodes,
+                    until: until_of.get(&id).copied().unwrap_or(now),
+                    victims,
+                    waiting,
+                    taken_out,
+                },
+            );
+        }
+    }
+    stopping_holders(out, pods);
+}
+
+/// Running jobs with a member stopping hold their GPUs until they are gone, charged to
+/// no team and never picked as victims again.
+fn stopping_holders(out: &mut QueueView, pods: &BTreeMap<String, PodSeen>) {
+    for j in out.jobs.iter_mut().filter(|j| !j.placement.is_empty()) {
+        let stopping = out.members.get(&j.id).is_some_and(|keys| {
+            keys.iter()
+                .any(|k| pods.get(k).is_some_and(|p| p.terminating))
+        });
+        if stopping && !out.nominated.contains_key(&j.id) {
+            j.team = Some(FOREIGN.into());
+            j.tier = Some(FOREIGN.into());
+        }
+    }
+}
+
+/// Gives up the nomination of `id` (it no longer fits its nodes): the job waits again and
+/// its victims hold what they hold, stopping or not.
+pub fn give_up(out: &mut QueueView, pods: &BTreeMap<String, PodSeen>, id: &str) {
+    let Some(n) = out.nominated.remove(id) else {
+        return;
+    };
+    let back: BTreeSet<&str> = n.taken_out.iter().map(|j| j.id.as_str()).collect();
+    out.jobs
+        .retain(|j| j.id != id && !back.contains(j.id.as_str()));
+    out.jobs.push(n.waiting);
+    out.jobs.extend(n.taken_out);
+    out.jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    stopping_holders(out, pods);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nomination_reads_back_and_expires() {
+        let t = text("n1", 1_795_510_000);
+        assert_eq!(read(&t), Some(("n1", 1_795_510_000)));
+        assert_eq!(read("n1"), None);
+        assert_eq!(read(" until 2026-11-28T10:00:00Z"), None);
+        let Ok(seal) = Seal::generate() else {
+            return;
+        };
+        let mut p = crate::pods::pod(&Default::default());
+        p.uid = "u1".into();
+        p.nominated = Some((t.clone(), sign(&seal, "u1", &t)));
+        assert_eq!(held(&p, Some(&seal), 1_795_509_999), Some("n1"));
+        assert_eq!(held(&p, Some(&seal), 1_795_510_000), None, "expired");
+        assert_eq!(held(&p, None, 0), None, "no key, no trust");
+        // An assignment's seal is not a nomination's.
+        p.nominated = Some((t.clone(), seal.sign("u1", &t)));
+        assert_eq!(held(&p, Some(&seal), 0), None);
+        // Another pod's nomination does not carry over.
+        p.nominated = Some((t.clone(), sign(&seal, "u2", &t)));
+        assert_eq!(held(&p, Some(&seal), 0), None);
+    }
+}
