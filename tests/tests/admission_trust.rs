@@ -180,3 +180,22 @@ async fn updates_of_pods_being_deleted_pass() {
         assert_eq!(answer["response"]["allowed"], true, "{endpoint}: {answer}");
     }
 }
+
+/// The shipped validating webhook is not sent gantry's own writes (issue 52): a dead
+/// replica behind a fail-closed webhook must not stall the queue. The identity it spares
+/// is the one `/admit` trusts by default.
+#[test]
+fn the_shipped_validating_webhook_spares_gantrys_own_identity() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/kubernetes/webhooks.yaml");
+    let text = std::fs::read_to_string(file).unwrap();
+    let validating = text
+        .split("\n---\n")
+        .find(|d| d.contains("kind: ValidatingWebhookConfiguration"))
+        .unwrap();
+    let spared = format!(
+        "request.userInfo.username != '{}'",
+        engine::serve::trust::DEFAULT_CONTROLLER
+    );
+    assert!(validating.contains(&spared), "{validating}");
+}

@@ -239,8 +239,10 @@ async fn event(
 
 /// A `policy/v1` Eviction with the tier's grace. Written out rather than through
 /// `Api::evict`, whose body (kube 5) names the options `delete_options`, which the API
-/// server does not read: the grace period would be lost.
-async fn evict(client: &Client, pod: &enact::PodRef, grace_s: u64) -> Result<(), kube::Error> {
+/// server does not read: the grace period would be lost. Sent raw so that a refusal keeps
+/// its Status's causes: a PodDisruptionBudget is named only there.
+async fn evict(client: &Client, pod: &enact::PodRef, grace_s: u64) -> Result<(), String> {
+    use http_body_util::BodyExt;
     let body = json!({
         "apiVersion": "policy/v1",
         "kind": "Eviction",
@@ -255,12 +257,52 @@ async fn evict(client: &Client, pod: &enact::PodRef, grace_s: u64) -> Result<(),
         pod.namespace, pod.name
     ))
     .header(http::header::CONTENT_TYPE, "application/json")
-    .body(serde_json::to_vec(&body).unwrap_or_default())
-    .map_err(kube::Error::HttpError)?;
-    client
-        .request::<kube::core::Status>(request)
+    .body(kube::client::Body::from(
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
+    .map_err(|e| crate::bounded::brief(&e))?;
+    let response = client
+        .send(request)
         .await
-        .map(|_| ())
+        .map_err(|e| crate::bounded::brief(&e))?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    // A Status is small; anything past this is not read.
+    let limited = http_body_util::Limited::new(response.into_body(), 64 * 1024);
+    let text = limited
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    Err(refusal(status, &text))
+}
+
+/// A refused request's words: the Status's message and each cause's, or the HTTP status.
+pub fn refusal(status: http::StatusCode, body: &[u8]) -> String {
+    let Ok(s) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return format!("HTTP {status}");
+    };
+    let mut words = s
+        .get("message")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let causes = s
+        .pointer("/details/causes")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("message").and_then(serde_json::Value::as_str));
+    for c in causes {
+        words.push_str(if words.is_empty() { "" } else { ": " });
+        words.push_str(c);
+    }
+    if words.is_empty() {
+        words = format!("HTTP {status}");
+    }
+    crate::bounded::cut(&format!("{words} ({})", status.as_u16()))
 }
 
 /// Carries out one action.
@@ -333,7 +375,7 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
             }
             evict(client, pod, *grace_s)
                 .await
-                .map_err(|e| fail("evict", e))?;
+                .map_err(|e| format!("evict {}/{}: {e}", pod.namespace, pod.name))?;
             let message = format!("job {job} preempted for {for_job} ({cause}); grace {grace_s}s");
             event(client, pod, "Warning", "Preempted", &message, now).await?;
         }
@@ -628,6 +670,10 @@ pub async fn run(q: Queue) {
         let mut done = 0;
         if leading {
             let (succeeded, refused) = enact(&client, &actions, now, || *leader.borrow()).await;
+            match stores.lock() {
+                Ok(mut s) => s.remember_evictions(&succeeded, &refused),
+                Err(p) => p.into_inner().remember_evictions(&succeeded, &refused),
+            }
             for (a, e) in &refused {
                 state.metrics.enactment_error(action_name(a));
                 errors.push(e.clone());

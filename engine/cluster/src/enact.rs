@@ -385,12 +385,7 @@ pub fn actions(
                 d.victims.join(", "),
                 if d.victims.len() == 1 { "s" } else { "" }
             );
-            if !refused.is_empty() {
-                message.push_str(&format!(
-                    "; the API server refused to evict {} (a PodDisruptionBudget allows no disruption now?); retried every cycle",
-                    refused.join(", ")
-                ));
-            }
+            message.push_str(&refusals(view, &refused));
             ("Preempting".to_string(), message)
         } else {
             match &d.reason {
@@ -435,11 +430,11 @@ pub fn actions(
             place(&mut out, view, id, &members, &nodes);
             continue;
         }
-        let refused: Vec<&str> = n
+        let refused: Vec<String> = n
             .victims
             .iter()
             .filter(|v| !v.stopping)
-            .map(|v| v.pod.as_str())
+            .map(|v| v.pod.clone())
             .collect();
         let mut going: Vec<&str> = n.victims.iter().map(|v| v.pod.as_str()).collect();
         going.dedup();
@@ -457,12 +452,7 @@ pub fn actions(
                 wall_time(n.until)
             )
         };
-        if !refused.is_empty() {
-            message.push_str(&format!(
-                "; the API server refused to evict {} (a PodDisruptionBudget allows no disruption now?); retried every cycle",
-                refused.join(", ")
-            ));
-        }
+        message.push_str(&refusals(view, &refused));
         let reason = "Preempting".to_string();
         for p in &members {
             if needs_telling(p.waiting.as_ref(), &reason, &message) {
@@ -574,6 +564,29 @@ fn place(out: &mut Vec<Action>, view: &QueueView, job: &str, members: &[&PodSeen
                 told: told_waiting(p),
             });
         }
+    }
+}
+
+/// What a preemptor's reason says of victims whose eviction the API server refused: its
+/// words where the last try was seen (a PodDisruptionBudget's name), else a guess.
+fn refusals(view: &QueueView, pods: &[String]) -> String {
+    if pods.is_empty() {
+        return String::new();
+    }
+    let said: Vec<String> = pods
+        .iter()
+        .filter_map(|p| Some(format!("{p}: {}", view.refused_evictions.get(p)?)))
+        .collect();
+    if said.is_empty() {
+        format!(
+            "; the API server refused to evict {} (a PodDisruptionBudget allows no disruption now?); retried every cycle",
+            pods.join(", ")
+        )
+    } else {
+        format!(
+            "; the API server refused to evict {}; retried every cycle",
+            said.join("; ")
+        )
     }
 }
 

@@ -120,6 +120,8 @@ pub struct QueueView {
     /// GPUs in gantry's pods bound to nodes (stopping ones too), by (team, tier) as the
     /// pods say: `gantry_gpus_in_use`.
     pub bound: BTreeMap<(String, String), f64>,
+    /// Evictions the API server refused, by pod: its words ([`Stores::refused_evictions`]).
+    pub refused_evictions: BTreeMap<String, String>,
 }
 
 /// A gated pod the view does not queue: told why in a condition and an Event, and shown
@@ -160,6 +162,7 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
     let mut out = QueueView {
         fleet: seen.fleet,
         seal: trust.seal.cloned(),
+        refused_evictions: stores.refused_evictions.clone(),
         ..QueueView::default()
     };
     let (program, now) = (trust.program, trust.now);

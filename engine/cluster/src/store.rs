@@ -80,6 +80,32 @@ pub struct Stores {
     /// The assignment seal's key, once the queue's leader has read or made it: only an
     /// assignment whose seal verifies promises its pod room.
     pub seal: Option<crate::seal::Seal>,
+    /// Evictions the API server refused, by pod: its words (a PodDisruptionBudget's name),
+    /// shown in the preemptor's reason until the eviction goes through.
+    pub refused_evictions: std::collections::BTreeMap<String, String>,
+}
+
+impl Stores {
+    /// Remembers what became of the evictions just tried: refused ones with why, and
+    /// forgets those that went through or whose pods are gone.
+    pub fn remember_evictions(
+        &mut self,
+        done: &[crate::enact::Action],
+        refused: &[(crate::enact::Action, String)],
+    ) {
+        use crate::enact::Action;
+        let key = |a: &Action| format!("{}/{}", a.pod().namespace, a.pod().name);
+        for a in done.iter().filter(|a| matches!(a, Action::Evict { .. })) {
+            self.refused_evictions.remove(&key(a));
+        }
+        for (a, why) in refused {
+            if matches!(a, Action::Evict { .. }) {
+                self.refused_evictions.insert(key(a), why.clone());
+            }
+        }
+        let pods = &self.pods.objects;
+        self.refused_evictions.retain(|k, _| pods.contains_key(k));
+    }
 }
 
 /// How many problems are listed by name in the notes; the rest are counted.

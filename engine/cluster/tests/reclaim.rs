@@ -256,7 +256,11 @@ async fn a_refused_victim_is_retried_until_the_nomination_expires() {
             kinds(&actions)
         );
         let (_, message) = waiting(&h.pod("b-0")).unwrap();
-        assert!(message.contains("refused to evict"), "{message}");
+        assert!(
+            message.contains("refused to evict")
+                && message.contains("The disruption budget trainers-pdb needs 1 healthy pods"),
+            "the budget is named: {message}"
+        );
     }
     assert_eq!(marks(&h), marked, "the mark is written once");
     // best_effort's grace is 30 s; the nomination lapses 30 s + 120 s after the eviction.
@@ -590,4 +594,35 @@ mod many_cycles {
             })?;
         }
     }
+}
+
+/// A higher tier may preempt a nominated job before it was released: its nomination is
+/// withdrawn, and its pods, never bound, are not evicted (an eviction would delete them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nominated_job_preempted_by_a_higher_tier_is_withdrawn_not_evicted() {
+    let h = alpha_fills_both_nodes().await;
+    h.api
+        .apply(Kind::Pods, gated("b-0", "beta", "best_effort", 4, None));
+    let (actions, _) = h.cycle().await;
+    assert_eq!(evictions(&actions).len(), 1, "{:?}", kinds(&actions));
+    // Beta's standard job needs a whole node: b-0's nomination is in its way.
+    h.api
+        .apply(Kind::Pods, gated("b-s", "beta", "standard", 8, None));
+    let mut withdrawn = false;
+    for step in 1..=4 {
+        let (actions, _) = h.cycle_at(NOW + 10 * step).await;
+        let k = kinds(&actions);
+        assert!(!k.contains(&"evict b-0".to_string()), "{k:?}");
+        withdrawn |= k.contains(&"unnominate b-0".to_string());
+        h.api.finish_deletions();
+        h.api.bind_released();
+    }
+    assert!(withdrawn, "b-s took b-0's place");
+    let b0 = h.pod("b-0");
+    assert!(b0["metadata"]["deletionTimestamp"].is_null(), "{b0}");
+    assert!(
+        b0["spec"]["schedulingGates"].is_array(),
+        "still queued: {b0}"
+    );
+    assert!(h.pod("b-s")["spec"]["nodeName"].is_string());
 }

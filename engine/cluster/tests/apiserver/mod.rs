@@ -945,14 +945,15 @@ async fn evict_pod(
         );
     };
     if pod["metadata"]["labels"]["pdb"] == "block" {
-        return json_response(
-            StatusCode::TOO_MANY_REQUESTS,
-            &status(
-                429,
-                "TooManyRequests",
-                "Cannot evict pod as it would violate the pod's disruption budget.",
-            ),
+        // As the API server words it: the budget is named only in the cause.
+        let mut refused = status(
+            429,
+            "TooManyRequests",
+            "Cannot evict pod as it would violate the pod's disruption budget.",
         );
+        refused["details"] = json!({"causes": [{"reason": "DisruptionBudget",
+            "message": "The disruption budget trainers-pdb needs 1 healthy pods and has 1 currently"}]});
+        return json_response(StatusCode::TOO_MANY_REQUESTS, &refused);
     }
     let grace = eviction
         .pointer("/deleteOptions/gracePeriodSeconds")

@@ -170,7 +170,8 @@ impl Harness {
         self.settle().await;
         let (_, _, actions) =
             controller::cycle_with(&self.live.stores(), &self.policy, &self.memory, now).unwrap();
-        let (done, _) = controller::enact(&self.client, &actions, now, || true).await;
+        let (done, refused) = controller::enact(&self.client, &actions, now, || true).await;
+        self.live.stores().remember_evictions(&done, &refused);
         self.settle().await;
         (actions, done.len())
     }
