@@ -272,6 +272,8 @@ fn main() {
     // were assigned); cycles then run until nothing more is to be done. A cycle with
     // nothing new must write nothing.
     let mut writes = api_writes(&actions);
+    let mut by_kind: std::collections::BTreeMap<&'static str, usize> = Default::default();
+    tally(&mut by_kind, &actions);
     let mut placed_pods = count(|a| matches!(a, Action::Release { .. }));
     let mut actions = actions;
     let mut cycles = 1;
@@ -291,6 +293,7 @@ fn main() {
             .unwrap()
             .2;
         writes += api_writes(&actions);
+        tally(&mut by_kind, &actions);
         placed_pods += actions
             .iter()
             .filter(|a| matches!(a, Action::Release { .. }))
@@ -310,6 +313,7 @@ fn main() {
         writes as f64 / placed_pods.max(1) as f64,
         stores.pods.objects.values().filter(|p| p.gated).count()
     );
+    println!("  of which, by action: {by_kind:?}");
     // An hour of cycles every 10 s with nothing changing but the clock.
     let mut later = 0;
     for step in 1..=360 {
@@ -320,6 +324,24 @@ fn main() {
         later += api_writes(&actions);
     }
     println!("API writes in 360 cycles over an hour with nothing changing but the clock: {later}");
+}
+
+/// Adds each action's writes to its kind's count.
+fn tally(by_kind: &mut std::collections::BTreeMap<&'static str, usize>, actions: &[Action]) {
+    for a in actions {
+        let kind = match a {
+            Action::Assign { .. } => "assign",
+            Action::Unassign { .. } => "unassign",
+            Action::Release { told: false, .. } => "release",
+            Action::Release { told: true, .. } => "release + placed condition",
+            Action::Placed { .. } => "placed condition",
+            Action::Nominate { .. } | Action::Unnominate { .. } => "nomination",
+            Action::Evict { .. } => "evict (mark, eviction, event)",
+            Action::Wait { event: true, .. } => "wait condition + event",
+            Action::Wait { event: false, .. } => "wait condition",
+        };
+        *by_kind.entry(kind).or_insert(0) += api_writes(std::slice::from_ref(a));
+    }
 }
 
 /// The API writes an action makes (as `controller::apply` does them).
@@ -333,8 +355,8 @@ fn api_writes(actions: &[Action]) -> usize {
             | Action::Nominate { .. }
             | Action::Unnominate { .. } => 1,
             Action::Release { told, .. } => 1 + usize::from(*told),
-            // Status patch and Event.
-            Action::Wait { .. } => 2,
+            // Status patch, and an Event when the reason's code is new.
+            Action::Wait { event, .. } => 1 + usize::from(*event),
             // Mark (once), eviction, Event.
             Action::Evict { marked, .. } => 3 - usize::from(*marked),
         })

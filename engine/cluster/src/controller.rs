@@ -387,13 +387,18 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
                 .map_err(|e| fail("condition", e))?;
         }
         Action::Wait {
-            reason, message, ..
+            reason,
+            message,
+            event: with_event,
+            ..
         } => {
             let patch = enact::condition_patch(true, reason, message, now);
             pods.patch_status(&pod.name, &params(), &Patch::Strategic(&patch))
                 .await
                 .map_err(|e| fail("condition", e))?;
-            event(client, pod, "Normal", reason, message, now).await?;
+            if *with_event {
+                event(client, pod, "Normal", reason, message, now).await?;
+            }
         }
     }
     Ok(())

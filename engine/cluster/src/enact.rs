@@ -92,11 +92,13 @@ pub enum Action {
     /// A bound pod whose condition still says it waits (its release's condition write
     /// was lost, or it was `NotBound` and then bound): the condition turns `False`.
     Placed { pod: PodRef, node: String },
-    /// The waiting condition, and an Event with the same words.
+    /// The waiting condition, and an Event with the same words when the reason's code
+    /// changes (a new message under the same code changes only the condition).
     Wait {
         pod: PodRef,
         reason: String,
         message: String,
+        event: bool,
     },
 }
 
@@ -290,11 +292,7 @@ pub fn actions(
         };
         let reason = u.reason.to_string();
         if needs_telling(p.waiting.as_ref(), &reason, &u.message) {
-            out.push(Action::Wait {
-                pod: PodRef::of(p),
-                reason,
-                message: u.message.clone(),
-            });
+            out.push(wait(p, reason, u.message.clone()));
         }
     }
     for e in &plan.preemptions {
@@ -395,11 +393,7 @@ pub fn actions(
         };
         for p in members {
             if needs_telling(p.waiting.as_ref(), &reason, &message) {
-                out.push(Action::Wait {
-                    pod: PodRef::of(p),
-                    reason: reason.clone(),
-                    message: message.clone(),
-                });
+                out.push(wait(p, reason.clone(), message.clone()));
             }
         }
     }
@@ -456,11 +450,7 @@ pub fn actions(
         let reason = "Preempting".to_string();
         for p in &members {
             if needs_telling(p.waiting.as_ref(), &reason, &message) {
-                out.push(Action::Wait {
-                    pod: PodRef::of(p),
-                    reason: reason.clone(),
-                    message: message.clone(),
-                });
+                out.push(wait(p, reason.clone(), message.clone()));
             }
         }
         for v in n.victims.iter().filter(|v| !v.stopping) {
@@ -490,11 +480,7 @@ pub fn actions(
                 "released to {node}, but kube-scheduler does not bind it there: {why}; delete the pod to queue it again"
             );
             if needs_telling(p.waiting.as_ref(), &reason, &message) && !p.terminating {
-                out.push(Action::Wait {
-                    pod: PodRef::of(p),
-                    reason,
-                    message,
-                });
+                out.push(wait(p, reason, message));
             }
         }
     }
@@ -536,10 +522,34 @@ pub fn actions(
 }
 
 /// The writes that place `job`'s `members` on `nodes`, one node per member: assign each
-/// (unless gantry's sealed assignment says so already), then release the gated ones.
+/// (unless gantry's sealed assignment says so already), then release the gated ones. A
+/// job of one gated pod needs no two phases: one patch assigns and releases it.
 fn place(out: &mut Vec<Action>, view: &QueueView, job: &str, members: &[&PodSeen], nodes: &[&str]) {
     if nodes.len() != members.len() {
         return;
+    }
+    if let ([p], [node]) = (members, nodes) {
+        if p.gated {
+            let mut patch = release_patch(p, node);
+            if p.sealed_node(view.seal.as_ref()) != Some(*node) {
+                let seal = view.seal.as_ref().map(|k| k.sign(&p.uid, node));
+                if let Some(meta) = patch.get_mut("metadata").and_then(Value::as_object_mut) {
+                    let notes = meta.entry("annotations").or_insert_with(|| json!({}));
+                    if let Some(notes) = notes.as_object_mut() {
+                        notes.insert(ASSIGNED_ANNOTATION.into(), json!(node));
+                        notes.insert(crate::seal::SEAL_ANNOTATION.into(), json!(seal));
+                    }
+                }
+            }
+            out.push(Action::Release {
+                pod: PodRef::of(p),
+                job: job.to_string(),
+                node: (*node).to_string(),
+                patch,
+                told: told_waiting(p),
+            });
+            return;
+        }
     }
     for (p, node) in members.iter().zip(nodes) {
         // An assignment is kept only when gantry sealed it: a node the pod's author
@@ -587,6 +597,17 @@ fn refusals(view: &QueueView, pods: &[String]) -> String {
             "; the API server refused to evict {}; retried every cycle",
             said.join("; ")
         )
+    }
+}
+
+/// Tells `p` it waits: the condition, and an Event when the reason's code is new to it.
+fn wait(p: &PodSeen, reason: String, message: String) -> Action {
+    let event = p.waiting.as_ref().is_none_or(|(was, _)| *was != reason);
+    Action::Wait {
+        pod: PodRef::of(p),
+        reason,
+        message,
+        event,
     }
 }
 

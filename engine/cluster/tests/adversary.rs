@@ -237,6 +237,13 @@ fn sealed(p: &Value, memory: &Memory) -> Option<String> {
         .then(|| node.to_string())
 }
 
+/// A release whose patch assigns the pod with gantry's seal (a one-pod job's one patch).
+fn released_with_a_seal(a: &Action) -> bool {
+    matches!(a, Action::Release { patch, node, .. }
+        if patch["metadata"]["annotations"]["gantry.dev/assigned-node"] == json!(node)
+            && patch["metadata"]["annotations"][SEAL_ANNOTATION].is_string())
+}
+
 /// The node gantry nominated the pod to (sealed, not expired at `now`).
 fn nominated(p: &Value, memory: &Memory, now: i64) -> Option<String> {
     let pod = cluster::pods::pod(&serde_json::from_value(p.clone()).ok()?);
@@ -283,8 +290,11 @@ proptest! {
                         prop_assert!(s.as_deref().is_some_and(|s| seal.verify(&a.pod().uid, node, s)), "{a:?}");
                         assigned_now.insert(k.clone());
                     }
-                    Action::Release { node, .. } => {
-                        let given = sealed(p, &memory).as_deref() == Some(node.as_str());
+                    Action::Release { node, patch, .. } => {
+                        let sealed_here = patch["metadata"]["annotations"][SEAL_ANNOTATION]
+                            .as_str()
+                            .is_some_and(|s| seal.verify(&a.pod().uid, node, s));
+                        let given = sealed(p, &memory).as_deref() == Some(node.as_str()) || sealed_here;
                         prop_assert!(given || assigned_now.contains(&k),
                             "cycle {cycle}: {k} released onto {node} without gantry's assignment");
                     }
@@ -327,7 +337,14 @@ proptest! {
                     Action::Unassign { .. } => {
                         p["metadata"]["annotations"] = json!({});
                     }
-                    Action::Release { node, .. } => {
+                    Action::Release { node, patch, .. } => {
+                        // The patch as the API server merges it (a one-pod job's carries
+                        // its sealed assignment), then kube-scheduler's binding.
+                        let mut merged = patch.clone();
+                        if let Some(m) = merged.get_mut("metadata").and_then(Value::as_object_mut) {
+                            m.remove("uid");
+                        }
+                        json_patch::merge(p, &merged);
                         p["spec"]["schedulingGates"] = Value::Null;
                         if binds[(cycle as usize) % binds.len()] {
                             p["spec"]["nodeName"] = json!(node);
@@ -396,16 +413,16 @@ fn a_self_assigned_pod_is_neither_released_nor_counted() {
                     matches!(a, Action::Assign { .. })
                         || actions.iter().any(
                             |b| matches!(b, Action::Assign { pod: p, .. } if p.name == "jumper")
-                        ),
+                        )
+                        || released_with_a_seal(a),
                     "{a:?}"
                 );
             }
         }
     }
     assert!(
-        actions
-            .iter()
-            .any(|a| matches!(a, Action::Assign { pod, .. } if pod.name == "honest-1")),
+        actions.iter().any(|a| a.pod().name == "honest-1"
+            && (matches!(a, Action::Assign { .. }) || released_with_a_seal(a))),
         "{actions:?}"
     );
 }

@@ -235,6 +235,7 @@ fn a_preemptor_names_victims_whose_eviction_was_refused() {
                     pod,
                     reason,
                     message,
+                    ..
                 } if pod.name == "beta-0" => Some((reason.clone(), message.clone())),
                 _ => None,
             })

@@ -189,5 +189,5 @@ async fn a_pod_whose_job_is_not_seen_yet_waits_without_a_write() {
     assert_eq!(view.owner_unseen, ["ml/late-0"]);
     h.api.apply(Kind::Jobs, job("late", 1, None, None));
     let (actions, _) = h.cycle().await;
-    assert_eq!(kinds(&actions), ["assign late-0", "release late-0"]);
+    assert_eq!(kinds(&actions), ["release late-0"]);
 }

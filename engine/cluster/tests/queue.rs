@@ -120,7 +120,7 @@ async fn a_lender_reclaims_by_evicting_the_borrowing_gang_whole() {
     // They are gone: beta is placed.
     assert_eq!(h.api.finish_deletions(), 2);
     let (actions, _) = h.cycle().await;
-    assert_eq!(kinds(&actions), ["assign b-0", "release b-0"]);
+    assert_eq!(kinds(&actions), ["release b-0"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,7 +439,7 @@ async fn the_extender_keeps_released_pods_room_for_them() {
     h.api
         .apply(Kind::Pods, gated("p-0", "alpha", "best_effort", 8, None));
     let (actions, _) = h.cycle().await;
-    assert_eq!(kinds(&actions), ["assign p-0", "release p-0"]);
+    assert_eq!(kinds(&actions), ["release p-0"]);
     let node = h.pod("p-0")["metadata"]["annotations"]["gantry.dev/assigned-node"]
         .as_str()
         .unwrap()

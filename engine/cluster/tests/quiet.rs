@@ -153,7 +153,7 @@ async fn a_bound_pod_still_said_to_wait_is_corrected() {
     h.api.delete(Kind::Pods, "ml/run-0");
     h.api.delete(Kind::Pods, "ml/run-1");
     // The release goes through; the condition write after it does not.
-    h.api.fail_after(2);
+    h.api.fail_after(1);
     let (actions, _) = h.cycle().await;
     assert!(
         kinds(&actions).contains(&"release late".to_string()),
@@ -190,6 +190,7 @@ async fn writes_are_counted_by_verb_and_resource() {
         pod,
         reason: "NoCapacity".into(),
         message: "none free".into(),
+        event: true,
     };
     cluster::controller::apply(&client, &wait, NOW)
         .await
@@ -208,4 +209,54 @@ async fn writes_are_counted_by_verb_and_resource() {
         text.contains("gantry_api_writes_total{verb=\"patch\",resource=\"pods/status\"}"),
         "{text}"
     );
+}
+
+/// A reason whose words change under the same code (its place in the queue) rewrites the
+/// condition only; an Event is written when the code changes, as `kubectl get events`
+/// shows changes of state, not every refinement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_message_under_the_same_code_writes_no_event() {
+    let h = harness_with(POLICY, None).await;
+    // Alpha's standard gang fills both nodes; nothing of alpha's may preempt it.
+    for m in 0..2 {
+        h.api.apply(
+            Kind::Pods,
+            gated(
+                &format!("run-{m}"),
+                "alpha",
+                "standard",
+                8,
+                Some(("run", 2)),
+            ),
+        );
+    }
+    h.cycle().await;
+    assert_eq!(h.api.bind_released(), 2);
+    h.api
+        .apply(Kind::Pods, gated("w0", "alpha", "best_effort", 2, None));
+    h.cycle().await;
+    let (code, message) = waiting(&h.pod("w0")).unwrap();
+    assert!(message.contains("queue position 1"), "{message}");
+    let events = h.api.events().len();
+    // A higher tier of alpha's queues ahead: w0 is now second, same code.
+    h.api
+        .apply(Kind::Pods, gated("s0", "alpha", "standard", 2, None));
+    let (actions, _) = h.cycle().await;
+    let (again, message) = waiting(&h.pod("w0")).unwrap();
+    assert_eq!(again, code);
+    assert!(message.contains("queue position 2"), "{message}");
+    let w0_events = h
+        .api
+        .events()
+        .iter()
+        .skip(events)
+        .filter(|e| e["involvedObject"]["name"] == "w0")
+        .count();
+    assert_eq!(w0_events, 0, "{:?}", kinds(&actions));
+    // s0's first reason is news: it gets its Event.
+    assert!(h
+        .api
+        .events()
+        .iter()
+        .any(|e| e["involvedObject"]["name"] == "s0"));
 }
