@@ -544,6 +544,8 @@ pub async fn run(q: Queue) {
     let mut memory = Memory::default();
     // The placer's indexes, kept from cycle to cycle (plans are `decide`'s).
     let mut decider = Decider::new();
+    // The policy revision whose tiers' PriorityClasses were last checked.
+    let mut classes_checked: Option<String> = None;
     let mut loaded = false;
     let mut load_backoff = LOAD_BACKOFF_MIN;
     let mut was_leading = false;
@@ -620,6 +622,17 @@ pub async fn run(q: Queue) {
         let Some(policy) = state.policy() else {
             continue;
         };
+        if classes_checked.as_deref() != Some(policy.revision.as_str()) {
+            classes_checked = Some(policy.revision.clone());
+            let notes = crate::priority_classes::check(&client, &policy.program).await;
+            for n in &notes {
+                tracing::warn!(problem = %n, "a tier's PriorityClass");
+            }
+            match stores.lock() {
+                Ok(mut s) => s.class_notes = notes,
+                Err(p) => p.into_inner().class_notes = notes,
+            }
+        }
         let now = state.now();
         // Deciding takes a CPU for a while at scale: off the runtime's workers, so the
         // webhook and the extender keep answering meanwhile.

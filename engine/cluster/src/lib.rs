@@ -27,6 +27,7 @@ pub mod nodes;
 pub mod nomination;
 pub mod owners;
 pub mod pods;
+pub mod priority_classes;
 pub mod provreq;
 pub mod queue;
 pub mod seal;

@@ -83,6 +83,8 @@ pub struct Stores {
     /// Evictions the API server refused, by pod: its words (a PodDisruptionBudget's name),
     /// shown in the preemptor's reason until the eviction goes through.
     pub refused_evictions: std::collections::BTreeMap<String, String>,
+    /// What is wrong with the tiers' PriorityClasses (`crate::priority_classes`).
+    pub class_notes: Vec<String>,
 }
 
 impl Stores {
@@ -196,6 +198,7 @@ impl Stores {
                     .push(format!("{more} more bound pods with unreadable requests"));
             }
         }
+        seen.notes.extend(self.class_notes.iter().cloned());
         Ok(seen)
     }
 }

@@ -91,8 +91,31 @@ async fn the_example_rbac_allows_every_request_the_queue_makes() {
         renew: Duration::from_millis(200),
         ..cluster::lease::Election::new("gantry-system", "replica-a")
     };
+    // Two of std.tiers' three classes exist, one with another value than its tier's.
+    let class = |name: &str, value: i32| {
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+               "metadata": {"name": name}, "value": value})
+    };
+    h.api
+        .apply(Kind::PriorityClasses, class("gantry-critical", 1000));
+    h.api
+        .apply(Kind::PriorityClasses, class("gantry-standard", 900));
     h.live
         .start_queue_with(state, election, Duration::from_millis(100));
+    until("the tiers' classes are checked", || {
+        !h.live.stores().class_notes.is_empty()
+    })
+    .await;
+    let notes = h.live.stores().class_notes.clone();
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    assert!(
+        notes[0].contains("`gantry-standard` has value 900"),
+        "{notes:?}"
+    );
+    assert!(
+        notes[1].contains("`gantry-best-effort` does not exist"),
+        "{notes:?}"
+    );
     // alpha borrows the whole cluster with a Job of two 8-GPU pods; the first waits.
     h.api.apply(
         Kind::Jobs,
@@ -118,11 +141,10 @@ async fn the_example_rbac_allows_every_request_the_queue_makes() {
     // beta reclaims its guarantee: the gang is evicted whole, then beta is placed.
     h.api
         .apply(Kind::Pods, gated("b", "beta", "standard", 8, None));
-    until("the reclaim evicts", || {
-        h.api
-            .requests()
+    until("the reclaim evicts the whole gang", || {
+        ["train-0", "train-1"]
             .iter()
-            .any(|(_, path, _)| path.ends_with("/eviction"))
+            .all(|p| h.pod(p)["metadata"]["deletionTimestamp"].is_string())
     })
     .await;
     h.api.finish_deletions();

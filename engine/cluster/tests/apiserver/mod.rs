@@ -34,6 +34,8 @@ pub enum Kind {
     /// after `serve_provisioning_requests`, as if its CRD were installed).
     ProvisioningRequests,
     PodTemplates,
+    /// `scheduling.k8s.io/v1` PriorityClasses (read: each tier's is checked).
+    PriorityClasses,
 }
 
 impl Kind {
@@ -44,6 +46,7 @@ impl Kind {
             Kind::Jobs => "JobList",
             Kind::ProvisioningRequests => "ProvisioningRequestList",
             Kind::PodTemplates => "PodTemplateList",
+            Kind::PriorityClasses => "PriorityClassList",
         }
     }
     fn kind(self) -> &'static str {
@@ -53,6 +56,7 @@ impl Kind {
             Kind::Jobs => "Job",
             Kind::ProvisioningRequests => "ProvisioningRequest",
             Kind::PodTemplates => "PodTemplate",
+            Kind::PriorityClasses => "PriorityClass",
         }
     }
     fn plural(self) -> &'static str {
@@ -62,12 +66,14 @@ impl Kind {
             Kind::Jobs => "jobs",
             Kind::ProvisioningRequests => "provisioningrequests",
             Kind::PodTemplates => "podtemplates",
+            Kind::PriorityClasses => "priorityclasses",
         }
     }
     fn api_version(self) -> &'static str {
         match self {
             Kind::Jobs => "batch/v1",
             Kind::ProvisioningRequests => "autoscaling.x-k8s.io/v1",
+            Kind::PriorityClasses => "scheduling.k8s.io/v1",
             _ => "v1",
         }
     }
@@ -586,6 +592,10 @@ impl FakeApi {
                 post(evict_pod),
             )
             .route("/api/v1/namespaces/{ns}/events", post(create_event))
+            .route(
+                "/apis/scheduling.k8s.io/v1/priorityclasses/{name}",
+                get(get_priority_class),
+            )
             .route(
                 "/api/v1/namespaces/{ns}/configmaps/{name}",
                 get(get_config_map).patch(apply_config_map),
@@ -1131,6 +1141,10 @@ async fn replace_lease(
 
 async fn get_node(State(api): State<Arc<FakeApi>>, Path(name): Path<String>) -> Response {
     api.get(Kind::Nodes, &name)
+}
+
+async fn get_priority_class(State(api): State<Arc<FakeApi>>, Path(name): Path<String>) -> Response {
+    api.get(Kind::PriorityClasses, &name)
 }
 
 async fn get_pod(
