@@ -487,12 +487,6 @@ mod many_cycles {
                     h.settle().await;
                     let before = h.api.pods();
                     let (actions, _) = h.cycle_at(now).await;
-                    if std::env::var("GANTRY_TEST_TRACE").is_ok() {
-                        eprintln!("DBG step {n} {s:?}: {:?}", kinds(&actions));
-                        for (k, p) in &before {
-                            eprintln!("   {k} team={} gpus={} node={} gated={} term={} nom={} mark={}", team(p), gpus_of(p), p["spec"]["nodeName"], p["spec"]["schedulingGates"], p["metadata"]["deletionTimestamp"], p["metadata"]["annotations"]["gantry.dev/nominated-node"], p["metadata"]["annotations"]["gantry.dev/preempted"]);
-                        }
-                    }
                     let after = h.api.pods();
                     // One victim set per preemptor while its nomination stands.
                     let mut new_victims: BTreeMap<String, Vec<String>> = BTreeMap::new();
