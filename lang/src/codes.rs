@@ -139,6 +139,7 @@ pub const MIN_RUNTIME_OVER_MAX_LOST: &str = "W0420";
 pub const TEAM_WITHOUT_SUBMITTERS: &str = "W0421";
 pub const OVERLAPPING_BINDINGS: &str = "W0422";
 pub const OPEN_TEAM_BESIDE_BOUND: &str = "W0423";
+pub const TEAM_CAN_RUN_NOTHING: &str = "W0424";
 
 pub const CODES: &[CodeInfo] = &[
     CodeInfo {
@@ -631,6 +632,17 @@ says nothing, so a pod in any namespace, from any user, may name it and use its 
 it too, or say in a comment why it is open to everyone.",
         example: "team vision { guaranteed = 8 gpu; namespaces = [\"vision\"] }\nteam product { guaranteed = 8 gpu }\n",
         fix: "team vision { guaranteed = 8 gpu; namespaces = [\"vision\"] }\nteam product { guaranteed = 8 gpu; namespaces = [\"product\"] }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: TEAM_CAN_RUN_NOTHING,
+        title: "a team that can never run a job",
+        explanation: "A tier with `preempt = never` runs only inside its team's guarantee, since a lender \
+could never take the GPUs back. This team is guaranteed nothing and every tier it may use is never \
+preempted (and none says `borrow = true`), so every job it submits waits for ever as `never_fits`. \
+Give the team a guarantee, let it use a tier that may be preempted, or set `borrow = true` on the tier.",
+        example: "tier critical { priority = 1000; preempt = never }\nteam ml { burst = 16 gpu; tiers = [critical] }\n",
+        fix: "tier critical { priority = 1000; preempt = never }\nteam ml { guaranteed = 8 gpu; burst = 16 gpu; tiers = [critical] }\n",
         illustration: "",
     },
 ];

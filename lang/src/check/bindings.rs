@@ -1,7 +1,7 @@
 //! Analyses of who may submit as each team (`crate::tenancy`): a team no one can submit
 //! as (W0421), two teams (other than the default) bound to namespaces that overlap, so
 //! pods there must name their team (W0422), and an open team beside bound ones, which any
-//! pod may name (W0423).
+//! pod may name (W0423); and a team that can never run a job (W0424).
 
 use super::Checker;
 use crate::codes;
@@ -14,6 +14,51 @@ pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
     nobody(c, p);
     overlapping(c, p);
     open_beside_bound(c, p);
+    runs_nothing(c, p);
+}
+
+/// W0424: a team guaranteed nothing whose every tier is never preempted (and may not
+/// borrow): each of its jobs is `never_fits`.
+fn runs_nothing(c: &mut Checker<'_>, p: &Program) {
+    use crate::ir::PreemptMode;
+    for t in &p.teams {
+        if t.guaranteed.effective_total_milli() > 0 {
+            continue;
+        }
+        let tiers: Vec<&crate::ir::Tier> = p
+            .tiers
+            .iter()
+            .filter(|tier| t.tiers.as_ref().is_none_or(|ts| ts.contains(&tier.name)))
+            .collect();
+        let stuck = !tiers.is_empty()
+            && tiers
+                .iter()
+                .all(|tier| tier.preempt == PreemptMode::Never && !tier.borrow);
+        if !stuck {
+            continue;
+        }
+        let Some(at) = c.spans.get(&format!("team/{}", t.name)).copied() else {
+            continue;
+        };
+        let names: Vec<&str> = tiers.iter().map(|tier| tier.name.as_str()).collect();
+        c.error(
+            Diagnostic::new(
+                codes::TEAM_CAN_RUN_NOTHING,
+                format!("team `{}` can never run a job", t.name),
+            )
+            .with_label(
+                at,
+                format!(
+                    "guaranteed nothing, and its tiers ({}) are never preempted, so they run only inside a guarantee",
+                    names.join(", ")
+                ),
+            )
+            .with_help(format!(
+                "give `{}` a guarantee (`guaranteed = 8 gpu`), a tier that may be preempted, or `borrow = true` on the tier",
+                t.name
+            )),
+        );
+    }
 }
 
 fn span(c: &Checker<'_>, team: &str, key: &str) -> Option<Span> {
