@@ -185,10 +185,25 @@ fn applied(stores: &mut Stores, actions: &[Action]) {
         };
         let mut p = p;
         match a {
-            Action::Assign { node, .. } => p.assigned = Some(node.clone()),
+            Action::Assign { node, seal, .. } => {
+                p.assigned = Some(node.clone());
+                p.seal.clone_from(seal);
+            }
             Action::Unassign { .. } => p.assigned = None,
-            Action::Release { told, .. } => {
+            Action::Release { told, patch, .. } => {
                 p.gated = false;
+                // A one-pod job's release carries its sealed assignment; a release ends a
+                // nomination.
+                let notes = &patch["metadata"]["annotations"];
+                if let Some(node) = notes[pods::ASSIGNED_ANNOTATION].as_str() {
+                    p.assigned = Some(node.to_string());
+                    p.seal = notes[cluster::seal::SEAL_ANNOTATION]
+                        .as_str()
+                        .map(str::to_string);
+                }
+                if notes.get(pods::NOMINATED_ANNOTATION).is_some() {
+                    p.nominated = None;
+                }
                 if *told {
                     p.waiting = Some(("Placed".into(), String::new()));
                 }
@@ -231,12 +246,17 @@ fn main() {
     let state = AppState::new(Box::new(|| 1_795_510_000));
     state.reload_policy(dir.path()).unwrap();
     let policy = state.policy().unwrap();
+    // As the leader runs: assignments and nominations are sealed, and only sealed ones
+    // are believed.
+    let mut memory = cluster::memory::Memory::default();
+    memory.ensure_seal().unwrap();
+    stores.seal = memory.seal();
     let before = rss_mib();
     let mut times = Vec::new();
     let mut last = None;
     for _ in 0..rounds {
         let t = Instant::now();
-        let out = controller::cycle(&stores, &policy, 1_795_510_000).unwrap();
+        let out = controller::cycle_with(&stores, &policy, &memory, 1_795_510_000).unwrap();
         times.push(t.elapsed());
         last = Some(out);
     }
@@ -273,7 +293,18 @@ fn main() {
     // nothing new must write nothing.
     let mut writes = api_writes(&actions);
     let mut by_kind: std::collections::BTreeMap<&'static str, usize> = Default::default();
-    tally(&mut by_kind, &actions);
+    // Writes by the pod they are about, to tell a placed pod's own from its victims'.
+    let mut by_pod: std::collections::HashMap<String, usize> = Default::default();
+    let mut placed: std::collections::HashSet<String> = Default::default();
+    let note_placed = |placed: &mut std::collections::HashSet<String>, actions: &[Action]| {
+        for a in actions {
+            if let Action::Release { pod, .. } = a {
+                placed.insert(format!("{}/{}", pod.namespace, pod.name));
+            }
+        }
+    };
+    tally(&mut by_kind, &mut by_pod, &actions);
+    note_placed(&mut placed, &actions);
     let mut placed_pods = count(|a| matches!(a, Action::Release { .. }));
     let mut actions = actions;
     let mut cycles = 1;
@@ -289,18 +320,19 @@ fn main() {
         for k in gone {
             stores.pods.apply(Change::Delete(k));
         }
-        actions = controller::cycle(&stores, &policy, 1_795_510_000)
+        actions = controller::cycle_with(&stores, &policy, &memory, 1_795_510_000)
             .unwrap()
             .2;
         writes += api_writes(&actions);
-        tally(&mut by_kind, &actions);
+        tally(&mut by_kind, &mut by_pod, &actions);
+        note_placed(&mut placed, &actions);
         placed_pods += actions
             .iter()
             .filter(|a| matches!(a, Action::Release { .. }))
             .count();
         cycles += 1;
     }
-    let again = controller::cycle(&stores, &policy, 1_795_510_000)
+    let again = controller::cycle_with(&stores, &policy, &memory, 1_795_510_000)
         .unwrap()
         .2;
     println!(
@@ -314,10 +346,21 @@ fn main() {
         stores.pods.objects.values().filter(|p| p.gated).count()
     );
     println!("  of which, by action: {by_kind:?}");
+    let own: usize = placed.iter().filter_map(|k| by_pod.get(k)).sum();
+    let evictions = by_kind
+        .get("evict (mark, eviction, event)")
+        .copied()
+        .unwrap_or(0);
+    println!(
+        "  a placed pod's own writes (its waits, nomination, assignment, release, placed condition): {own} for {} pods, {:.2} each; its share of the victims' evictions: {:.2} more",
+        placed.len(),
+        own as f64 / placed.len().max(1) as f64,
+        evictions as f64 / placed.len().max(1) as f64
+    );
     // An hour of cycles every 10 s with nothing changing but the clock.
     let mut later = 0;
     for step in 1..=360 {
-        let actions = controller::cycle(&stores, &policy, 1_795_510_000 + 10 * step)
+        let actions = controller::cycle_with(&stores, &policy, &memory, 1_795_510_000 + 10 * step)
             .unwrap()
             .2;
         applied(&mut stores, &actions);
@@ -327,8 +370,14 @@ fn main() {
 }
 
 /// Adds each action's writes to its kind's count.
-fn tally(by_kind: &mut std::collections::BTreeMap<&'static str, usize>, actions: &[Action]) {
+fn tally(
+    by_kind: &mut std::collections::BTreeMap<&'static str, usize>,
+    by_pod: &mut std::collections::HashMap<String, usize>,
+    actions: &[Action],
+) {
     for a in actions {
+        let key = format!("{}/{}", a.pod().namespace, a.pod().name);
+        *by_pod.entry(key).or_insert(0) += api_writes(std::slice::from_ref(a));
         let kind = match a {
             Action::Assign { .. } => "assign",
             Action::Unassign { .. } => "unassign",

@@ -90,7 +90,7 @@ pub fn cycle_kept(
         now,
     };
     let mut view = queue::view(stores, trust)?;
-    let mut snapshot = snapshot_standing(&mut view, &stores.pods.objects, policy)?;
+    let mut snapshot = snapshot(&mut view, &stores.pods.objects, policy)?;
     // Reasons become pod conditions, which must not count down (`crate::telling`).
     snapshot.wall_clock = true;
     snapshot.usage = memory.usage.clone();
@@ -101,61 +101,68 @@ pub fn cycle_kept(
     Ok((view, plan, actions))
 }
 
-/// The decision snapshot of `view`, after giving up the nominations whose jobs no longer
-/// fit the nodes they were nominated to (`crate::nomination`).
-pub fn snapshot_standing(
+/// The decision snapshot of `view`. A running job that does not fit its node as gantry
+/// knows it (the node shrank, a GPU failed under it) is a problem of one of two kinds. A
+/// nomination on that node is a promise that can no longer be kept: it is given up and
+/// the job waits again (`crate::nomination`), so pods that run keep what they hold. A
+/// running pod that still does not fit is left out with a warning rather than stopping the
+/// queue, and its node is closed: what it holds it still holds, so its node takes nothing
+/// new rather than being counted free. One build when everything fits.
+pub fn snapshot(
     view: &mut QueueView,
     pods: &std::collections::BTreeMap<String, crate::pods::PodSeen>,
     policy: &LoadedPolicy,
 ) -> Result<Snapshot, String> {
-    if !view.nominated.is_empty() {
-        // Nominated jobs last: where a node is short, they are the ones that do not fit.
-        let mut jobs = view.jobs.clone();
-        jobs.sort_by_key(|j| view.nominated.contains_key(&j.id));
-        if let Err(errors) = Snapshot::build(view.fleet.clone(), jobs, Vec::new(), &policy.mig) {
-            let unfit: Vec<String> = errors
-                .iter()
-                .map(|e| e.job.clone())
-                .filter(|j| view.nominated.contains_key(j))
-                .collect();
+    let mut left_out: BTreeSet<String> = BTreeSet::new();
+    let mut left_out_on: BTreeSet<String> = BTreeSet::new();
+    // Each round gives up nominations or leaves jobs out, so the jobs run out first.
+    let mut snapshot = loop {
+        let jobs: Vec<_> = view
+            .jobs
+            .iter()
+            .filter(|j| !left_out.contains(&j.id))
+            .cloned()
+            .collect();
+        let errors = match Snapshot::build(view.fleet.clone(), jobs, Vec::new(), &policy.mig) {
+            Ok(s) => break s,
+            Err(errors) => errors,
+        };
+        let bad: BTreeSet<&str> = errors.iter().map(|e| e.job.as_str()).collect();
+        let short: BTreeSet<&str> = view
+            .jobs
+            .iter()
+            .filter(|j| bad.contains(j.id.as_str()))
+            .flat_map(|j| j.placement.iter().map(|m| m.node.as_str()))
+            .collect();
+        let unfit: Vec<String> = view
+            .nominated
+            .iter()
+            .filter(|(id, n)| {
+                bad.contains(id.as_str()) || n.nodes.iter().any(|x| short.contains(x.as_str()))
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        if !unfit.is_empty() {
             for id in unfit {
                 tracing::info!(job = %id, "nomination given up: the job no longer fits the nodes it was nominated to");
                 crate::nomination::give_up(view, pods, &id);
             }
+            continue;
         }
-    }
-    snapshot(view, policy)
-}
-
-/// The decision snapshot of `view`. Running jobs that do not fit their node as gantry
-/// knows it (the node shrank, a GPU failed under them) are left out with a warning rather
-/// than stopping the queue, and their nodes are closed: what a running pod holds it still
-/// holds, so its node takes nothing new rather than being counted free.
-pub fn snapshot(view: &QueueView, policy: &LoadedPolicy) -> Result<Snapshot, String> {
-    let mut jobs = view.jobs.clone();
-    let mut left_out_on: BTreeSet<String> = BTreeSet::new();
-    let mut snapshot =
-        match Snapshot::build(view.fleet.clone(), jobs.clone(), Vec::new(), &policy.mig) {
-            Ok(s) => s,
-            Err(errors) => {
-                let bad: BTreeSet<&str> = errors.iter().map(|e| e.job.as_str()).collect();
-                left_out_on.extend(
-                    jobs.iter()
-                        .filter(|j| bad.contains(j.id.as_str()))
-                        .flat_map(|j| j.placement.iter().map(|m| m.node.clone())),
-                );
-                for e in &errors {
-                    tracing::warn!(job = %e.job, error = %e.message, "left out of the cycle");
-                }
-                jobs.retain(|j| !bad.contains(j.id.as_str()));
-                Snapshot::build(view.fleet.clone(), jobs, Vec::new(), &policy.mig).map_err(|e| {
-                    e.iter()
-                        .map(|e| e.to_string())
-                        .collect::<Vec<_>>()
-                        .join("; ")
-                })?
-            }
-        };
+        let before = left_out.len();
+        for e in &errors {
+            tracing::warn!(job = %e.job, error = %e.message, "left out of the cycle");
+            left_out.insert(e.job.clone());
+        }
+        left_out_on.extend(short.iter().map(|n| n.to_string()));
+        if left_out.len() == before {
+            return Err(errors
+                .iter()
+                .map(|e| e.to_string())
+                .collect::<Vec<_>>()
+                .join("; "));
+        }
+    };
     snapshot.closed = view.closed.keys().copied().collect();
     snapshot.closed.extend(
         view.fleet
@@ -624,7 +631,16 @@ pub async fn run(q: Queue) {
         };
         if classes_checked.as_deref() != Some(policy.revision.as_str()) {
             classes_checked = Some(policy.revision.clone());
-            let notes = crate::priority_classes::check(&client, &policy.program).await;
+            // Bounded: a hung API server must not hold up the queue for it.
+            let check = crate::priority_classes::check(&client, &policy.program);
+            let notes = tokio::time::timeout(Duration::from_secs(10), check)
+                .await
+                .unwrap_or_else(|_| {
+                    vec![
+                        "the tiers' PriorityClasses could not be read within 10 s; not checked"
+                            .into(),
+                    ]
+                });
             for n in &notes {
                 tracing::warn!(problem = %n, "a tier's PriorityClass");
             }

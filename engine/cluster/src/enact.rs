@@ -336,17 +336,15 @@ pub fn actions(
             let until = now
                 .saturating_add(i64::try_from(grace).unwrap_or(i64::MAX / 4))
                 .saturating_add(nomination::SLACK_S);
-            if nodes.len() == members.len() {
+            // Without the key a nomination would not be believed: none is written.
+            if let (true, Some(key)) = (nodes.len() == members.len(), view.seal.as_ref()) {
                 for (p, node) in members.iter().zip(&nodes) {
                     let text = nomination::text(node, until);
                     out.push(Action::Nominate {
                         pod: PodRef::of(p),
                         job: d.job.clone(),
                         node: (*node).to_string(),
-                        seal: view
-                            .seal
-                            .as_ref()
-                            .map(|k| nomination::sign(k, &p.uid, &text)),
+                        seal: Some(nomination::sign(key, &p.uid, &text)),
                         text,
                     });
                 }
@@ -430,8 +428,7 @@ pub fn actions(
             .filter(|v| !v.stopping)
             .map(|v| v.pod.clone())
             .collect();
-        let mut going: Vec<&str> = n.victims.iter().map(|v| v.pod.as_str()).collect();
-        going.dedup();
+        let going: Vec<&str> = n.victims.iter().map(|v| v.pod.as_str()).collect();
         let mut message = if going.is_empty() {
             format!(
                 "placed on {} once the pods stopping there are gone",

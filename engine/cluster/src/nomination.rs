@@ -76,16 +76,18 @@ pub fn sign(seal: &Seal, uid: &str, text: &str) -> String {
     seal.sign(uid, &format!("nominated:{text}"))
 }
 
-/// The node held for `p`, when its nomination is gantry's and has not expired.
-pub fn held<'a>(p: &'a PodSeen, seal: Option<&Seal>, now: i64) -> Option<&'a str> {
+/// The node held for `p` and until when, when its nomination is gantry's and has not
+/// expired.
+pub fn held<'a>(p: &'a PodSeen, seal: Option<&Seal>, now: i64) -> Option<(&'a str, i64)> {
     let (text, mark) = p.nominated.as_ref()?;
     let ok = seal?.verify(&p.uid, &format!("nominated:{text}"), mark);
     let (node, until) = read(text)?;
-    (ok && until > now).then_some(node)
+    (ok && until > now).then_some((node, until))
 }
 
 /// Applies the nominations standing at `now` to `out` (see the module docs), then turns
-/// the remaining stopping jobs into holders no one is charged for.
+/// the remaining stopping jobs into holders no one is charged for. One pass over the jobs
+/// however many nominations stand.
 pub(crate) fn apply(
     out: &mut QueueView,
     pods: &BTreeMap<String, PodSeen>,
@@ -93,150 +95,141 @@ pub(crate) fn apply(
     program: Option<&lang::ir::Program>,
     now: i64,
 ) {
-    let nodes: BTreeSet<&str> = out.fleet.nodes.iter().map(|n| n.name.as_str()).collect();
-    let interrupted: BTreeSet<&str> = out
-        .interrupted
-        .keys()
-        .chain(out.closed.keys())
-        .filter_map(|&i| out.fleet.nodes.get(i).map(|n| n.name.as_str()))
-        .collect();
-    // The victims' pods still present, by the job they were evicted for.
-    let mut marked: BTreeMap<&str, Vec<&PodSeen>> = BTreeMap::new();
+    let standing = standing(out, pods, seal, now);
+    if standing.is_empty() {
+        stopping_holders(out, pods);
+        return;
+    }
+    // Each standing nomination's victims' pods, still present.
+    let mut victim_of: BTreeMap<String, &str> = BTreeMap::new();
     for p in pods.values() {
-        if let Some(job) = p.preempted_for() {
-            marked.entry(job).or_default().push(p);
+        if let Some((id, _)) = p.preempted_for().and_then(|j| standing.get_key_value(j)) {
+            victim_of.insert(p.key(), id.as_str());
         }
     }
-    let mut standing: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut until_of: BTreeMap<String, i64> = BTreeMap::new();
-    for j in out.jobs.iter().filter(|j| j.placement.is_empty()) {
-        if j.members_present.is_some() {
-            continue;
-        }
-        let Some(keys) = out.members.get(&j.id) else {
-            continue;
-        };
-        let held: Option<Vec<(String, i64)>> = keys
-            .iter()
-            .map(|k| {
-                let p = pods.get(k)?;
-                let node = held(p, seal, now)?;
-                let until = p.nominated.as_ref().and_then(|(t, _)| read(t))?.1;
-                Some((node.to_string(), until))
-            })
-            .collect();
-        let Some(held) = held else { continue };
-        let fits = held.len() == j.shape.members as usize
-            && held
+    let grace = |tier: Option<&str>| {
+        tier.and_then(|t| program?.tiers.iter().find(|x| x.name == t))
+            .map_or(DEFAULT_GRACE_S, |t| t.grace_s)
+    };
+    let mut found: BTreeMap<&str, Found> = BTreeMap::new();
+    let mut kept = Vec::with_capacity(out.jobs.len());
+    for mut j in std::mem::take(&mut out.jobs) {
+        if let Some((id, (nodes, _))) = standing.get_key_value(&j.id) {
+            found.entry(id.as_str()).or_default().2 = Some(j.clone());
+            j.placement = nodes
                 .iter()
-                .all(|(n, _)| nodes.contains(n.as_str()) && !interrupted.contains(n.as_str()));
-        if fits {
-            until_of.insert(
-                j.id.clone(),
-                held.iter().map(|(_, u)| *u).min().unwrap_or(now),
-            );
-            standing.insert(j.id.clone(), held.into_iter().map(|(n, _)| n).collect());
+                .map(|n| PlacedMember {
+                    node: n.clone(),
+                    gpus: Vec::new(),
+                    gpu_milli: None,
+                    mig_starts: Vec::new(),
+                })
+                .collect();
+            j.started_at = Some(now);
+            kept.push(j);
+            continue;
+        }
+        let keys = out.members.get(&j.id).map_or(&[][..], Vec::as_slice);
+        let Some(&id) = keys
+            .iter()
+            .find_map(|k| victim_of.get(k))
+            .filter(|_| !j.placement.is_empty())
+        else {
+            kept.push(j);
+            continue;
+        };
+        let entry = found.entry(id).or_default();
+        for k in keys.iter().filter(|k| victim_of.contains_key(*k)) {
+            let Some(p) = pods.get(k) else { continue };
+            entry.0.push(Victim {
+                pod: k.clone(),
+                job: j.id.clone(),
+                cause: p
+                    .preempted
+                    .as_deref()
+                    .and_then(|m| m.rsplit_once(": for "))
+                    .map_or_else(String::new, |(c, _)| c.to_string()),
+                grace_s: grace(j.tier.as_deref()),
+                stopping: p.terminating,
+            });
+        }
+        // Its members on the nominated nodes: their GPUs are the preemptor's now. Those
+        // elsewhere keep what they hold, charged to no team.
+        let on = standing.get(id).map_or(&[][..], |(n, _)| n.as_slice());
+        entry.1.push(j.clone());
+        let elsewhere: Vec<PlacedMember> = j
+            .placement
+            .iter()
+            .filter(|m| !on.contains(&m.node))
+            .cloned()
+            .collect();
+        if !elsewhere.is_empty() {
+            j.shape.members = elsewhere.len() as u32;
+            j.placement = elsewhere;
+            j.team = Some(FOREIGN.into());
+            j.tier = Some(FOREIGN.into());
+            kept.push(j);
         }
     }
-    for (id, member_nodes) in standing {
-        let victims: Vec<&PodSeen> = marked.get(id.as_str()).cloned().unwrap_or_default();
-        let victim_keys: BTreeSet<String> = victims.iter().map(|p| p.key()).collect();
-        let job_of: BTreeMap<&str, &Job> = out
-            .jobs
-            .iter()
-            .filter(|j| !j.placement.is_empty())
-            .flat_map(|j| {
-                out.members
-                    .get(&j.id)
-                    .into_iter()
-                    .flatten()
-                    .map(move |k| (k.as_str(), j))
-            })
-            .filter(|(k, _)| victim_keys.contains(*k))
-            .collect();
-        let victims: Vec<Victim> = victims
-            .iter()
-            .map(|p| {
-                let key = p.key();
-                let job = job_of.get(key.as_str());
-                let grace_s = job
-                    .and_then(|j| j.tier.as_deref())
-                    .and_then(|t| program?.tiers.iter().find(|x| x.name == t))
-                    .map_or(DEFAULT_GRACE_S, |t| t.grace_s);
-                Victim {
-                    job: job.map_or_else(|| key.clone(), |j| j.id.clone()),
-                    cause: p
-                        .preempted
-                        .as_deref()
-                        .and_then(|m| m.rsplit_once(": for "))
-                        .map_or_else(String::new, |(c, _)| c.to_string()),
-                    grace_s,
-                    stopping: p.terminating,
-                    pod: key,
-                }
-            })
-            .collect();
-        let on: BTreeSet<&str> = member_nodes.iter().map(String::as_str).collect();
-        // Victims' members on the nominated nodes: their GPUs are the preemptor's now.
-        // A victim with members elsewhere keeps those, held by no team.
-        let is_victim = |j: &Job| {
-            !j.placement.is_empty()
-                && out
-                    .members
-                    .get(&j.id)
-                    .is_some_and(|keys| keys.iter().any(|k| victim_keys.contains(k)))
+    out.jobs = kept;
+    for (id, (victims, taken_out, waiting)) in found {
+        let (Some(waiting), Some((nodes, until))) = (waiting, standing.get(id)) else {
+            continue;
         };
-        let mut taken_out = Vec::new();
-        let mut waiting = None;
-        let mut kept = Vec::with_capacity(out.jobs.len());
-        for mut j in std::mem::take(&mut out.jobs) {
-            if is_victim(&j) {
-                let elsewhere: Vec<PlacedMember> = j
-                    .placement
-                    .iter()
-                    .filter(|m| !on.contains(m.node.as_str()))
-                    .cloned()
-                    .collect();
-                taken_out.push(j.clone());
-                if !elsewhere.is_empty() {
-                    j.shape.members = elsewhere.len() as u32;
-                    j.placement = elsewhere;
-                    j.team = Some(FOREIGN.into());
-                    j.tier = Some(FOREIGN.into());
-                    kept.push(j);
-                }
-            } else if j.id == id {
-                waiting = Some(j.clone());
-                j.placement = member_nodes
-                    .iter()
-                    .map(|n| PlacedMember {
-                        node: n.clone(),
-                        gpus: Vec::new(),
-                        gpu_milli: None,
-                        mig_starts: Vec::new(),
-                    })
-                    .collect();
-                j.started_at = Some(now);
-                kept.push(j);
-            } else {
-                kept.push(j);
-            }
-        }
-        out.jobs = kept;
-        if let Some(waiting) = waiting {
-            out.nominated.insert(
-                id.clone(),
-                Nomination {
-                    nodes: member_nodes,
-                    until: until_of.get(&id).copied().unwrap_or(now),
-                    victims,
-                    waiting,
-                    taken_out,
-                },
-            );
-        }
+        out.nominated.insert(
+            id.to_string(),
+            Nomination {
+                nodes: nodes.clone(),
+                until: *until,
+                victims,
+                waiting,
+                taken_out,
+            },
+        );
     }
     stopping_holders(out, pods);
+}
+
+/// What one pass over the jobs finds of a nomination: its victims, the jobs taken out
+/// for it, and the job as it waits.
+type Found = (Vec<Victim>, Vec<Job>, Option<Job>);
+
+/// The pending jobs whose every member holds a standing nomination to a node that takes
+/// work: each member's node, and when the first of them lapses.
+fn standing(
+    out: &QueueView,
+    pods: &BTreeMap<String, PodSeen>,
+    seal: Option<&Seal>,
+    now: i64,
+) -> BTreeMap<String, (Vec<String>, i64)> {
+    let usable = |name: &str| {
+        out.fleet
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .is_some_and(|i| !out.interrupted.contains_key(&i) && !out.closed.contains_key(&i))
+    };
+    let mut standing = BTreeMap::new();
+    for j in out.jobs.iter().filter(|j| j.placement.is_empty()) {
+        let Some(keys) = out
+            .members
+            .get(&j.id)
+            .filter(|_| j.members_present.is_none())
+        else {
+            continue;
+        };
+        let held: Option<Vec<(&str, i64)>> =
+            keys.iter().map(|k| held(pods.get(k)?, seal, now)).collect();
+        let Some(held) = held.filter(|h| h.len() == j.shape.members as usize) else {
+            continue;
+        };
+        if held.iter().all(|(n, _)| usable(n)) {
+            let until = held.iter().map(|(_, u)| *u).min().unwrap_or(now);
+            let nodes = held.into_iter().map(|(n, _)| n.to_string()).collect();
+            standing.insert(j.id.clone(), (nodes, until));
+        }
+    }
+    standing
 }
 
 /// Running jobs with a member stopping hold their GPUs until they are gone, charged to
@@ -279,13 +272,16 @@ mod tests {
         assert_eq!(read(&t), Some(("n1", 1_795_510_000)));
         assert_eq!(read("n1"), None);
         assert_eq!(read(" until 2026-11-28T10:00:00Z"), None);
-        let Ok(seal) = Seal::generate() else {
-            return;
-        };
+        let seal = Seal::generate();
+        assert!(seal.is_ok());
+        let Ok(seal) = seal else { return };
         let mut p = crate::pods::pod(&Default::default());
         p.uid = "u1".into();
         p.nominated = Some((t.clone(), sign(&seal, "u1", &t)));
-        assert_eq!(held(&p, Some(&seal), 1_795_509_999), Some("n1"));
+        assert_eq!(
+            held(&p, Some(&seal), 1_795_509_999),
+            Some(("n1", 1_795_510_000))
+        );
         assert_eq!(held(&p, Some(&seal), 1_795_510_000), None, "expired");
         assert_eq!(held(&p, None, 0), None, "no key, no trust");
         // An assignment's seal is not a nomination's.

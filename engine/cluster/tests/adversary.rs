@@ -248,7 +248,7 @@ fn released_with_a_seal(a: &Action) -> bool {
 fn nominated(p: &Value, memory: &Memory, now: i64) -> Option<String> {
     let pod = cluster::pods::pod(&serde_json::from_value(p.clone()).ok()?);
     let seal = memory.seal();
-    cluster::nomination::held(&pod, seal.as_ref(), now).map(str::to_string)
+    cluster::nomination::held(&pod, seal.as_ref(), now).map(|(node, _)| node.to_string())
 }
 
 proptest! {
