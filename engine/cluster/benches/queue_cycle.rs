@@ -248,9 +248,8 @@ fn main() {
     let policy = state.policy().unwrap();
     // As the leader runs: assignments and nominations are sealed, and only sealed ones
     // are believed.
-    let mut memory = cluster::memory::Memory::default();
-    memory.ensure_seal().unwrap();
-    stores.seal = memory.seal();
+    let memory = cluster::memory::Memory::default();
+    stores.seal = Some(cluster::seal::Seal::generate().unwrap());
     let before = rss_mib();
     let mut times = Vec::new();
     let mut last = None;

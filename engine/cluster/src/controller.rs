@@ -8,6 +8,7 @@ use crate::capacity;
 use crate::enact::{self, Action};
 use crate::memory::{self, Memory};
 use crate::queue::{self, QueueView};
+use crate::seal_secret;
 use crate::store::Stores;
 use engine::decide::plan::Plan;
 use engine::decide::snapshot::Snapshot;
@@ -83,9 +84,8 @@ pub fn cycle_kept(
     now: i64,
     decider: &mut Decider,
 ) -> Result<(QueueView, Plan, Vec<Action>), String> {
-    let seal = memory.seal();
     let trust = queue::Trust {
-        seal: seal.as_ref(),
+        seal: stores.seal.as_ref(),
         program: Some(&policy.program),
         now,
     };
@@ -558,6 +558,10 @@ pub async fn run(q: Queue) {
     let mut was_leading = false;
     let mut saved = memory.clone();
     let mut saved_at: Option<std::time::Instant> = None;
+    // The assignment seal's key once read, and when to try again after a failed read.
+    let mut seal: Option<crate::seal::Seal> = None;
+    let mut seal_retry_at: Option<std::time::Instant> = None;
+    let mut seal_backoff = LOAD_BACKOFF_MIN;
     loop {
         tokio::select! {
             _ = tokio::time::timeout(TICK, changes.changed()) => {}
@@ -595,35 +599,46 @@ pub async fn run(q: Queue) {
                 }
             }
         }
-        // The leader seals its assignments with a key kept in the memory: made once, and
-        // written before the first assignment that uses it.
-        if leading && memory.seal().is_none() {
-            let written = match memory.ensure_seal() {
-                Ok(_) => memory::save(&client, &namespace, &memory).await,
-                Err(e) => Err(e),
-            };
-            match written {
-                Ok(()) => {
-                    saved = memory.clone();
-                    saved_at = Some(std::time::Instant::now());
+        // The seal's key, from its Secret (`crate::seal_secret`). Every replica reads it,
+        // since each one's extender trusts only sealed assignments; the leader makes it when
+        // there is none and places nothing until it holds it.
+        if seal.is_none() && seal_retry_at.is_none_or(|t| std::time::Instant::now() >= t) {
+            let read =
+                seal_secret::load_or_make(&client, &namespace, memory.seal_key.as_deref(), leading);
+            match tokio::time::timeout(LOAD_TIMEOUT, read).await {
+                Ok(Ok(seal_secret::Found::Key(key))) => {
+                    match stores.lock() {
+                        Ok(mut s) => s.seal = Some(key.clone()),
+                        Err(p) => p.into_inner().seal = Some(key.clone()),
+                    }
+                    seal = Some(key);
+                    seal_backoff = LOAD_BACKOFF_MIN;
                 }
-                Err(error) => {
-                    memory.seal_key = None;
-                    tracing::warn!(%error, "the assignment seal's key is not written; nothing is placed until it is");
-                    tokio::time::sleep(load_backoff).await;
-                    load_backoff = (load_backoff * 2).min(LOAD_BACKOFF_MAX);
-                    continue;
+                // A follower waits for the leader to make it.
+                Ok(Ok(seal_secret::Found::Missing)) => {}
+                failed => {
+                    let error = match failed {
+                        Ok(Err(e)) => e,
+                        _ => format!("no answer in {} s", LOAD_TIMEOUT.as_secs()),
+                    };
+                    tracing::warn!(%error, retry_in_s = seal_backoff.as_secs_f64(), "the assignment seal's key is not read; nothing is placed until it is");
+                    seal_retry_at = Some(std::time::Instant::now() + seal_backoff);
+                    seal_backoff = (seal_backoff * 2).min(LOAD_BACKOFF_MAX);
                 }
             }
         }
-        {
-            // The view promises room only for assignments this key sealed.
-            let mut s = match stores.lock() {
-                Ok(s) => s,
-                Err(p) => p.into_inner(),
-            };
-            if s.seal.as_ref().map(crate::seal::Seal::text) != memory.seal_key.as_deref() {
-                s.seal = memory.seal();
+        if leading && seal.is_none() {
+            continue;
+        }
+        if leading && memory.seal_key.is_some() {
+            // A key an older gantry kept in the memory ConfigMap leaves it now that the
+            // Secret holds it (a failed write is retried with the next save).
+            memory.seal_key = None;
+            if let Err(error) = memory::save(&client, &namespace, &memory).await {
+                tracing::warn!(%error, "the old copy of the seal's key is still in the memory ConfigMap; removed at the next write");
+            } else {
+                saved = memory.clone();
+                saved_at = Some(std::time::Instant::now());
             }
         }
         let Some(policy) = state.policy() else {

@@ -31,6 +31,7 @@ pub mod priority_classes;
 pub mod provreq;
 pub mod queue;
 pub mod seal;
+pub mod seal_secret;
 pub mod store;
 pub mod telling;
 pub mod watch;

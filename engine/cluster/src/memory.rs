@@ -45,7 +45,9 @@ pub struct Memory {
     /// [`UNREADABLE_KEY`] at every save, so a person can mend it and nothing is lost.
     #[serde(skip)]
     pub unreadable: Option<String>,
-    /// The key of the assignment seals (`crate::seal`), made by the first leader.
+    /// The assignment seals' key as gantry before 2026-11-28 kept it here. It now lives in
+    /// a Secret (`crate::seal_secret`); one found here is moved there and dropped.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub seal_key: Option<String>,
 }
 
@@ -76,24 +78,6 @@ pub fn pool_counts(fleet: &Fleet) -> BTreeMap<String, u64> {
 }
 
 impl Memory {
-    /// The assignment seal's key, if one was made; a key that does not decode is
-    /// reported and none is used (every assignment is then untrusted and made again).
-    pub fn seal(&self) -> Option<crate::seal::Seal> {
-        let text = self.seal_key.as_deref()?;
-        crate::seal::Seal::from_text(text)
-            .map_err(|e| tracing::warn!(error = %e, "the assignment seal's key is unusable"))
-            .ok()
-    }
-
-    /// Makes the seal's key if there is none (or it is unusable); true when it did.
-    pub fn ensure_seal(&mut self) -> Result<bool, String> {
-        if self.seal().is_some() {
-            return Ok(false);
-        }
-        self.seal_key = Some(crate::seal::Seal::generate()?.text().to_string());
-        Ok(true)
-    }
-
     /// The autoscaler's state for this cycle in a real cluster: nodes that joined a pool
     /// since the last cycle came for its oldest outstanding scale-ups, which stop booting
     /// (a node comes whenever the cloud delivers it, not at the pool's `boot`); a

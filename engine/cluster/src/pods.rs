@@ -146,6 +146,7 @@ pub fn wire_pod(pod: &core::Pod) -> wire::Pod {
             name: m.name.clone(),
             generate_name: m.generate_name.clone(),
             namespace: m.namespace.clone(),
+            uid: m.uid.clone(),
             labels: m.labels.clone(),
             annotations: m.annotations.clone(),
             creation_timestamp: m.creation_timestamp.as_ref().map(|t| t.0.to_string()),

@@ -1,7 +1,7 @@
 //! Assignments gantry can tell from forged ones. Phase 1 of placing a job writes the
 //! member's node on the pod (`gantry.dev/assigned-node`) and, beside it, a seal: an
 //! HMAC-SHA256 over the pod's uid and the node, keyed by a secret only gantry holds (kept
-//! in its memory ConfigMap, `memory.rs`). The queue trusts an assignment only when its
+//! in the Secret `gantry-seal`, `seal_secret.rs`). The queue trusts an assignment only when its
 //! seal verifies: one a pod's author wrote (in a namespace the webhooks do not judge, or
 //! while they were down) is ignored, so it neither holds room nor is released. A pod's
 //! uid is the API server's, so a seal cannot be copied onto another pod.
@@ -13,7 +13,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 /// The annotation holding an assignment's seal.
 pub use engine::serve::trust::SEAL_ANNOTATION;
 
-/// The key, and its text as kept in the memory.
+/// The key, and its text as kept in its Secret.
 #[derive(Clone)]
 pub struct Seal {
     key: hmac::Key,

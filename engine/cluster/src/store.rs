@@ -168,6 +168,7 @@ impl Stores {
                 // Assigned by the queue, not bound yet: its capacity is promised, so no
                 // other pod may take it (the extender lets the pod itself through).
                 if gpu_node(node) && !p.terminating {
+                    seen.assigned.insert(p.uid.clone(), node.to_string());
                     let mut promised = job.clone();
                     promised.shape.members = 1;
                     promised.placement = vec![engine::inventory::jobs_file::PlacedMember {

@@ -63,10 +63,12 @@ fn policy() -> (Arc<LoadedPolicy>, tempfile::TempDir) {
 }
 
 fn memory() -> Memory {
-    Memory {
-        seal_key: Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into()),
-        ..Memory::default()
-    }
+    Memory::default()
+}
+
+/// A fixed assignment seal key, as the leader reads it from its Secret.
+fn the_seal() -> cluster::seal::Seal {
+    cluster::seal::Seal::from_text("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8").unwrap()
 }
 
 fn node_json(name: &str) -> Value {
@@ -206,6 +208,7 @@ fn stores(pods_json: &BTreeMap<String, Value>) -> Stores {
             .apply(Change::InitApply(pods::key(&p), pods::pod(&p)));
     }
     s.pods.apply(Change::InitDone);
+    s.seal = Some(the_seal());
     s
 }
 
@@ -227,14 +230,11 @@ fn admitted(p: &Value) -> bool {
     }
 }
 
-fn sealed(p: &Value, memory: &Memory) -> Option<String> {
+fn sealed(p: &Value) -> Option<String> {
     let node = p["metadata"]["annotations"]["gantry.dev/assigned-node"].as_str()?;
     let seal = p["metadata"]["annotations"][SEAL_ANNOTATION].as_str()?;
     let uid = p["metadata"]["uid"].as_str()?;
-    memory
-        .seal()?
-        .verify(uid, node, seal)
-        .then(|| node.to_string())
+    the_seal().verify(uid, node, seal).then(|| node.to_string())
 }
 
 /// A release whose patch assigns the pod with gantry's seal (a one-pod job's one patch).
@@ -245,10 +245,9 @@ fn released_with_a_seal(a: &Action) -> bool {
 }
 
 /// The node gantry nominated the pod to (sealed, not expired at `now`).
-fn nominated(p: &Value, memory: &Memory, now: i64) -> Option<String> {
+fn nominated(p: &Value, now: i64) -> Option<String> {
     let pod = cluster::pods::pod(&serde_json::from_value(p.clone()).ok()?);
-    let seal = memory.seal();
-    cluster::nomination::held(&pod, seal.as_ref(), now).map(|(node, _)| node.to_string())
+    cluster::nomination::held(&pod, Some(&the_seal()), now).map(|(node, _)| node.to_string())
 }
 
 proptest! {
@@ -262,7 +261,7 @@ proptest! {
     ) {
         let (policy, _dir) = policy();
         let memory = memory();
-        let seal = memory.seal().unwrap();
+        let seal = the_seal();
         let mut pods: BTreeMap<String, Value> = BTreeMap::new();
         for (i, (team, gpus)) in honest_pods.iter().enumerate() {
             let p = honest(i, team, *gpus);
@@ -294,7 +293,7 @@ proptest! {
                         let sealed_here = patch["metadata"]["annotations"][SEAL_ANNOTATION]
                             .as_str()
                             .is_some_and(|s| seal.verify(&a.pod().uid, node, s));
-                        let given = sealed(p, &memory).as_deref() == Some(node.as_str()) || sealed_here;
+                        let given = sealed(p).as_deref() == Some(node.as_str()) || sealed_here;
                         prop_assert!(given || assigned_now.contains(&k),
                             "cycle {cycle}: {k} released onto {node} without gantry's assignment");
                     }
@@ -319,8 +318,8 @@ proptest! {
                         }
                     }
                     let bound = p["spec"]["nodeName"].as_str() == Some(placed.node.as_str());
-                    let given = sealed(p, &memory).as_deref() == Some(placed.node.as_str())
-                        || nominated(p, &memory, NOW + cycle * 10).as_deref() == Some(placed.node.as_str());
+                    let given = sealed(p).as_deref() == Some(placed.node.as_str())
+                        || nominated(p, NOW + cycle * 10).as_deref() == Some(placed.node.as_str());
                     prop_assert!(bound || given,
                         "cycle {cycle}: {m} holds room on {} it was not given", placed.node);
                 }
@@ -379,7 +378,7 @@ proptest! {
 fn a_self_assigned_pod_is_neither_released_nor_counted() {
     let (policy, _dir) = policy();
     let memory = memory();
-    let seal = memory.seal().unwrap();
+    let seal = the_seal();
     let mut running = honest(0, "alpha", 8);
     running["spec"]["schedulingGates"] = Value::Null;
     running["spec"]["nodeName"] = json!("n0");
@@ -481,7 +480,7 @@ fn a_foreign_pod_is_busy_not_broken() {
 fn a_node_whose_gpus_no_longer_cover_its_pods_is_closed_not_freed() {
     let (policy, _dir) = policy();
     let memory = memory();
-    let seal = memory.seal().unwrap();
+    let seal = the_seal();
     let mut pods: BTreeMap<String, Value> = BTreeMap::new();
     let running = [
         ("alpha", 4, "n0"),

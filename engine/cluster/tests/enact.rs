@@ -46,18 +46,20 @@ fn node(name: &str) -> Node {
     serde_json::from_value(gpu_node(name, "training")).unwrap()
 }
 
-/// The engine's memory with a fixed assignment seal key.
+/// The engine's memory.
 fn memory() -> cluster::memory::Memory {
-    cluster::memory::Memory {
-        seal_key: Some("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".into()),
-        ..Default::default()
-    }
+    cluster::memory::Memory::default()
+}
+
+/// A fixed assignment seal key, as the leader reads it from its Secret.
+fn seal() -> cluster::seal::Seal {
+    cluster::seal::Seal::from_text("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8").unwrap()
 }
 
 /// Assigned by gantry: the node and its seal.
 fn assigned(mut p: Value, node: &str) -> Value {
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
-    let seal = memory().seal().unwrap().sign(&uid, node);
+    let seal = seal().sign(&uid, node);
     p["metadata"]["annotations"] =
         json!({"gantry.dev/assigned-node": node, "gantry.dev/assignment-seal": seal});
     p
@@ -93,6 +95,7 @@ fn stores(pods_json: &[Value]) -> Stores {
             .apply(Change::InitApply(pods::key(&p), pods::pod(&p)));
     }
     s.pods.apply(Change::InitDone);
+    s.seal = Some(seal());
     s
 }
 

@@ -1,8 +1,8 @@
 //! Objects and answers written to hurt: a Node that claims two billion GPUs or `8Gi` of
 //! them, a watch line that never ends, a list that is not JSON, an error body of many
-//! MiB, and a ConfigMap read that fails. Each is bounded (memory, log and note sizes) and
-//! nothing is written that acts on it; the engine's memory is never written before it was
-//! read.
+//! MiB, and a ConfigMap or Secret read that fails. Each is bounded (memory, log and note
+//! sizes) and nothing is written that acts on it; the engine's memory is never written
+//! before it was read, and nothing is placed before the seal's key was.
 
 #![allow(
     clippy::indexing_slicing,
@@ -20,7 +20,7 @@ use cluster::memory::{Memory, CONFIG_MAP, KEY, UNREADABLE_KEY};
 use cluster::watch::Live;
 use engine::decide::snapshot::UsageRecord;
 use engine::serve::state::{AppState, ClusterOptions, InventorySource, Seen};
-use harness::{gated, node, POLICY};
+use harness::{gated, node};
 use serde_json::{json, Value};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -197,17 +197,7 @@ async fn the_memory_is_never_written_before_it_was_read() {
     h.api.fault(&path, Fault::Status(500));
     h.api.fault(&path, Fault::Status(409));
     h.api.fault(&path, Fault::Hang(Duration::from_secs(12)));
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
-    let state = Arc::new(AppState::new(Box::new(|| harness::NOW)));
-    state.reload_policy(dir.path()).unwrap();
-    let election = cluster::lease::Election {
-        duration: Duration::from_secs(2),
-        renew: Duration::from_millis(200),
-        ..cluster::lease::Election::new("gantry-system", "replica-a")
-    };
-    h.live
-        .start_queue_with(state.clone(), election, Duration::from_millis(100));
+    let (_state, _dir) = h.lead(|| harness::NOW, Duration::from_millis(100));
     h.api
         .apply(Kind::Pods, gated("m-0", "alpha", "best_effort", 8, None));
     let start = Instant::now();
@@ -254,6 +244,80 @@ async fn the_memory_is_never_written_before_it_was_read() {
             .any(|u| u.team == "alpha" && u.gpu_s >= kept),
         "{:?}",
         saved.usage
+    );
+}
+
+/// The seal's key lives in the Secret `gantry-seal`, never in the memory ConfigMap,
+/// where anyone who may read ConfigMaps in gantry's namespace could forge assignments. A
+/// key an older gantry kept in the ConfigMap moves to the Secret (assignments sealed with
+/// it stay trusted) and leaves the ConfigMap; while the Secret cannot be read, nothing is
+/// placed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seal_key_lives_in_a_secret_and_leaves_the_config_map() {
+    let h = harness::harness().await;
+    let key = format!("gantry-system/{CONFIG_MAP}");
+    let legacy = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+    let old = Memory {
+        seal_key: Some(legacy.into()),
+        ..remembered()
+    };
+    h.api
+        .set_config_map(&key, config_map(&serde_json::to_string(&old).unwrap()));
+    let secret_path = format!("secrets/{}", cluster::seal_secret::SECRET);
+    h.api.fault(&secret_path, Fault::Status(500));
+    h.api
+        .fault(&secret_path, Fault::Hang(Duration::from_secs(12)));
+    let (_state, _dir) = h.lead(|| harness::NOW, Duration::from_millis(100));
+    h.api
+        .apply(Kind::Pods, gated("m-0", "alpha", "best_effort", 8, None));
+    let start = Instant::now();
+    while h.api.faults_left() > 0 {
+        let writes: Vec<_> = h
+            .api
+            .writes()
+            .into_iter()
+            .filter(|(_, p)| !p.contains("leases"))
+            .collect();
+        assert!(
+            writes.is_empty(),
+            "written before the key was read: {writes:?}"
+        );
+        assert!(start.elapsed() < Duration::from_secs(40), "faults not used");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Read at last: the Secret is made from the old key, the pod placed under it.
+    while !h.pod("m-0")["spec"]["schedulingGates"].is_null() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "not placed: {:?}",
+            h.api.writes()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let secret = h
+        .api
+        .secret(&format!("gantry-system/{}", cluster::seal_secret::SECRET))
+        .expect("the leader made the Secret");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret).unwrap();
+    let made = cluster::seal_secret::key_of(&secret, "gantry-system").unwrap();
+    assert_eq!(made.text(), legacy, "the old key was moved, not replaced");
+    let pod = h.pod("m-0");
+    let annotations = &pod["metadata"]["annotations"];
+    assert!(made.verify(
+        pod["metadata"]["uid"].as_str().unwrap(),
+        annotations["gantry.dev/assigned-node"].as_str().unwrap(),
+        annotations[cluster::seal::SEAL_ANNOTATION]
+            .as_str()
+            .unwrap(),
+    ));
+    let text = h.api.config_map(&key).unwrap()["data"][KEY].to_string();
+    assert!(
+        !text.contains(legacy) && !text.contains("seal_key"),
+        "the key is still in the ConfigMap: {text}"
+    );
+    assert!(
+        text.contains("alpha"),
+        "the rest of the memory is kept: {text}"
     );
 }
 

@@ -373,22 +373,12 @@ mod replay {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_keeps_the_engines_memory_in_a_config_map() {
     let h = harness().await;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
     let clock = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64)
     };
-    let state = Arc::new(AppState::new(Box::new(clock)));
-    state.reload_policy(dir.path()).unwrap();
-    let election = cluster::lease::Election {
-        duration: Duration::from_secs(2),
-        renew: Duration::from_millis(200),
-        ..cluster::lease::Election::new("gantry-system", "replica-a")
-    };
-    h.live
-        .start_queue_with(state.clone(), election, Duration::from_millis(500));
+    let (_state, _dir) = h.lead(clock, Duration::from_millis(500));
     h.api
         .apply(Kind::Pods, gated("m-0", "alpha", "best_effort", 8, None));
     // Nudge cycles until the pod runs and its usage has been written.
@@ -430,7 +420,7 @@ async fn the_leader_keeps_the_engines_memory_in_a_config_map() {
 }
 
 /// Between its release and its binding a pod's room is promised: the extender lets that
-/// pod onto its node and keeps every other pod off it.
+/// pod onto its node and keeps every other pod off it, whatever annotations they carry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_extender_keeps_released_pods_room_for_them() {
     use engine::serve::state::InventorySource;
@@ -476,8 +466,13 @@ async fn the_extender_keeps_released_pods_room_for_them() {
     assert_eq!(released["NodeNames"], json!([node]), "{released}");
     let mut other = gated("intruder", "beta", "best_effort", 8, None);
     other["spec"]["schedulingGates"] = Value::Null;
-    let refused = filter(other).await;
+    let refused = filter(other.clone()).await;
     assert_eq!(refused["NodeNames"], json!([]), "{refused}");
+    // Issue 51: an assignment its author wrote, or one copied from the released pod with
+    // its seal, does not make the extender skip the check for room.
+    other["metadata"]["annotations"] = h.pod("p-0")["metadata"]["annotations"].clone();
+    let forged = filter(other).await;
+    assert_eq!(forged["NodeNames"], json!([]), "{forged}");
 }
 
 /// Two replicas run the queue on one cluster: only the Lease holder writes, so each pod

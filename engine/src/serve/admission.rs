@@ -51,6 +51,8 @@ pub struct Context<'a> {
     pub queue: bool,
     /// Whose requests may write gantry's keys, bind pods directly, act for others.
     pub trust: &'a super::trust::Trust,
+    /// The queue's sealed assignments, pod uid → node (`state::Seen::assigned`).
+    pub assigned: &'a std::collections::BTreeMap<String, String>,
 }
 
 /// The scheduling gate that holds a GPU pod until gantry places it; the node the queue

@@ -144,6 +144,7 @@ fn with_context<T: serde::de::DeserializeOwned>(
         occupancy: &occupancy,
         queue: state.queue,
         trust: &state.trust,
+        assigned: &inventory.assigned,
     };
     handle(&ctx, parsed)
 }

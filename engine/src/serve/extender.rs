@@ -135,8 +135,8 @@ struct Judge<'a> {
     /// Pools where the pod's team has a guarantee of its own: an unpinned pod goes there
     /// first, as `decide` places it.
     preferred_pools: Vec<String>,
-    /// The node gantry's queue assigned the pod to: its capacity there is already counted
-    /// as the pod's own.
+    /// The node gantry's queue assigned the pod to, when the assignment is sealed: its
+    /// capacity there is already counted as the pod's own.
     assigned: Option<String>,
 }
 
@@ -163,11 +163,20 @@ impl<'a> Judge<'a> {
             strategy: Strategy::from_policy(ctx.program.placement.packing),
             mig: ctx.mig,
             preferred_pools,
+            // Only an assignment the queue sealed: one a pod's author wrote would skip
+            // the check for room.
             assigned: pod
                 .metadata
-                .annotations
+                .uid
                 .as_ref()
-                .and_then(|a| a.get(super::admission::ASSIGNED_ANNOTATION))
+                .and_then(|uid| ctx.assigned.get(uid))
+                .filter(|node| {
+                    pod.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(super::admission::ASSIGNED_ANNOTATION))
+                        == Some(*node)
+                })
                 .cloned(),
         }
     }

@@ -127,6 +127,8 @@ pub struct Metadata {
     pub name: Option<String>,
     pub generate_name: Option<String>,
     pub namespace: Option<String>,
+    /// The API server's; what the queue's assignment seals bind to.
+    pub uid: Option<String>,
     pub labels: Option<BTreeMap<String, String>>,
     pub annotations: Option<BTreeMap<String, String>>,
     /// RFC 3339.

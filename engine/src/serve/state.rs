@@ -104,6 +104,10 @@ pub struct Seen {
     pub running: Vec<Job>,
     /// Nodes that take nothing new, with why (cordoned, NotReady, a node-condition taint).
     pub closed: BTreeMap<String, String>,
+    /// Assignments gantry's queue made and sealed, by pod uid: the node each pod's room is
+    /// promised on. An assignment annotation not listed here is a pod author's, and the
+    /// extender judges that pod like any other.
+    pub assigned: BTreeMap<String, String>,
 }
 
 /// Where GPUs are seen: NVML on this machine, a fleet file, or a Kubernetes cluster.
@@ -259,6 +263,8 @@ pub struct Inventory {
     pub running: Arc<Vec<Job>>,
     /// Nodes that take nothing new, with why.
     pub closed: Arc<BTreeMap<String, String>>,
+    /// Sealed assignments by pod uid (see [`Seen::assigned`]).
+    pub assigned: Arc<BTreeMap<String, String>>,
     /// Bumped whenever fleet, running jobs or closed nodes change: the key of the
     /// occupancy computed from them.
     pub generation: u64,
@@ -432,6 +438,7 @@ impl AppState {
         let same_fleet = last.as_ref().filter(|l| *l.fleet == seen.fleet);
         let same_running = last.as_ref().filter(|l| *l.running == seen.running);
         let same_closed = last.as_ref().filter(|l| *l.closed == seen.closed);
+        let same_assigned = last.as_ref().filter(|l| *l.assigned == seen.assigned);
         let generation = last.as_ref().map_or(0, |l| l.generation);
         let unchanged = same_fleet.is_some() && same_running.is_some() && same_closed.is_some();
         if same_fleet.is_none() || last.as_ref().is_none_or(|l| l.notes != seen.notes) {
@@ -447,6 +454,7 @@ impl AppState {
             notes: seen.notes,
             running: same_running.map_or_else(|| Arc::new(seen.running), |l| l.running.clone()),
             closed: same_closed.map_or_else(|| Arc::new(seen.closed), |l| l.closed.clone()),
+            assigned: same_assigned.map_or_else(|| Arc::new(seen.assigned), |l| l.assigned.clone()),
             generation: if unchanged {
                 generation
             } else {

@@ -106,6 +106,8 @@ struct Inner {
     leases: BTreeMap<String, Value>,
     /// ConfigMaps by `namespace/name`.
     config_maps: BTreeMap<String, Value>,
+    /// Secrets by `namespace/name`.
+    secrets: BTreeMap<String, Value>,
     /// Every write: (verb, path).
     writes: Vec<(String, String)>,
     /// Writes refused on purpose after this many more succeed (a crash mid-enactment).
@@ -325,6 +327,10 @@ impl FakeApi {
 
     pub fn config_map(&self, key: &str) -> Option<Value> {
         self.lock().config_maps.get(key).cloned()
+    }
+
+    pub fn secret(&self, key: &str) -> Option<Value> {
+        self.lock().secrets.get(key).cloned()
     }
 
     pub fn lease(&self, key: &str) -> Option<Value> {
@@ -596,6 +602,8 @@ impl FakeApi {
                 "/apis/scheduling.k8s.io/v1/priorityclasses/{name}",
                 get(get_priority_class),
             )
+            .route("/api/v1/namespaces/{ns}/secrets", post(create_secret))
+            .route("/api/v1/namespaces/{ns}/secrets/{name}", get(get_secret))
             .route(
                 "/api/v1/namespaces/{ns}/configmaps/{name}",
                 get(get_config_map).patch(apply_config_map),
@@ -1021,6 +1029,53 @@ async fn get_config_map(
             &status(404, "NotFound", &format!("configmaps \"{name}\" not found")),
         ),
     }
+}
+
+async fn get_secret(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    match api.secret(&format!("{ns}/{name}")) {
+        Some(s) => json_response(StatusCode::OK, &s),
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &status(404, "NotFound", &format!("secrets \"{name}\" not found")),
+        ),
+    }
+}
+
+/// Creates a Secret; 409 AlreadyExists when one has its name, as the API server answers.
+async fn create_secret(
+    State(api): State<Arc<FakeApi>>,
+    Path(ns): Path<String>,
+    body: Bytes,
+) -> Response {
+    let mut secret: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let name = secret["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    if let Err(r) = api.write("POST", format!("secrets/{ns}/{name}")) {
+        return r;
+    }
+    let mut inner = api.lock();
+    let key = format!("{ns}/{name}");
+    if inner.secrets.contains_key(&key) {
+        return json_response(
+            StatusCode::CONFLICT,
+            &status(
+                409,
+                "AlreadyExists",
+                &format!("secrets \"{name}\" already exists"),
+            ),
+        );
+    }
+    inner.rv += 1;
+    secret["metadata"]["namespace"] = json!(ns);
+    secret["metadata"]["resourceVersion"] = json!(inner.rv.to_string());
+    secret["metadata"]["uid"] = json!(format!("secret-uid-{}", inner.rv));
+    inner.secrets.insert(key, secret.clone());
+    json_response(StatusCode::CREATED, &secret)
 }
 
 /// Server-side apply (`application/apply-patch+yaml`, JSON being YAML): creates the

@@ -67,7 +67,7 @@ pub fn gated(name: &str, team: &str, tier: &str, gpus: u32, gang: Option<(&str, 
 
 pub struct Harness {
     pub api: Arc<FakeApi>,
-    /// The engine's memory as the leader keeps it (with the assignment seal's key).
+    /// The engine's memory as the leader keeps it.
     pub memory: cluster::memory::Memory,
     pub live: Live,
     pub client: kube::Client,
@@ -103,10 +103,10 @@ pub async fn harness_with(policy: &str, placeholder_image: Option<String>) -> Ha
     std::fs::write(dir.path().join("policy.gantry"), policy).unwrap();
     let state = AppState::new(Box::new(|| NOW));
     state.reload_policy(dir.path()).unwrap();
-    let mut memory = cluster::memory::Memory::default();
-    memory.ensure_seal().unwrap();
-    // As the controller does once it has the key: the view promises sealed room only.
-    live.stores().seal = memory.seal();
+    let memory = cluster::memory::Memory::default();
+    // As the controller does once it has read the key's Secret: the view promises sealed
+    // room only.
+    live.stores().seal = Some(cluster::seal::Seal::generate().unwrap());
     Harness {
         api,
         memory,
@@ -174,6 +174,27 @@ impl Harness {
         self.live.stores().remember_evictions(&done, &refused);
         self.settle().await;
         (actions, done.len())
+    }
+
+    /// Runs the queue's controller loop as the only replica (it takes the Lease at once),
+    /// on [`POLICY`] and `clock`, a cycle at least every `every`. Keep the folder.
+    #[allow(dead_code, reason = "not every test binary runs the loop")]
+    pub fn lead(
+        &self,
+        clock: impl Fn() -> i64 + Send + Sync + 'static,
+        every: Duration,
+    ) -> (Arc<AppState>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+        let state = Arc::new(AppState::new(Box::new(clock)));
+        state.reload_policy(dir.path()).unwrap();
+        let election = cluster::lease::Election {
+            duration: Duration::from_secs(2),
+            renew: Duration::from_millis(200),
+            ..cluster::lease::Election::new("gantry-system", "replica-a")
+        };
+        self.live.start_queue_with(state.clone(), election, every);
+        (state, dir)
     }
 
     /// A best_effort gang `name` of `size` gated members (`name-0`, `name-1`, ...).
