@@ -209,7 +209,19 @@ fn applied(stores: &mut Stores, actions: &[Action]) {
                 }
             }
             Action::Placed { .. } => p.waiting = Some(("Placed".into(), String::new())),
-            Action::Evict { .. } => p.terminating = true,
+            Action::Evict {
+                cause,
+                for_job,
+                mark_seal,
+                marked,
+                ..
+            } => {
+                p.terminating = true;
+                if !marked {
+                    p.preempted = Some(cluster::enact::eviction_mark(cause, for_job));
+                    p.preemption_seal.clone_from(mark_seal);
+                }
+            }
             Action::Nominate { text, seal, .. } => {
                 p.nominated = seal.as_ref().map(|s| (text.clone(), s.clone()));
             }

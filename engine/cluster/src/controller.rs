@@ -371,11 +371,15 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
             cause,
             grace_s,
             marked,
+            mark_seal,
             ..
         } => {
             if !marked {
-                let mark = format!("{cause}: for {for_job}");
-                let patch = json!({"metadata": {"uid": pod.uid, "annotations": {crate::pods::PREEMPTED_ANNOTATION: mark}}});
+                let mark = enact::eviction_mark(cause, for_job);
+                let patch = json!({"metadata": {"uid": pod.uid, "annotations": {
+                    crate::pods::PREEMPTED_ANNOTATION: mark,
+                    crate::pods::PREEMPTION_SEAL_ANNOTATION: mark_seal,
+                }}});
                 pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
                     .await
                     .map_err(|e| fail("mark", e))?;

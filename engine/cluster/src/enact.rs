@@ -67,7 +67,8 @@ pub enum Action {
         #[serde(skip)]
         told: bool,
     },
-    /// Marks the pod (unless it is `marked` already: a retry), then evicts it.
+    /// Marks the pod (unless it is `marked` already: a retry), with the mark's seal when
+    /// the key is held, then evicts it.
     Evict {
         pod: PodRef,
         job: String,
@@ -75,6 +76,8 @@ pub enum Action {
         cause: String,
         grace_s: u64,
         marked: bool,
+        #[serde(skip)]
+        mark_seal: Option<String>,
     },
     /// Holds `node` for a preemptor's member while its victims stop (`crate::nomination`):
     /// written before any of them is evicted.
@@ -373,7 +376,7 @@ pub fn actions(
                 .iter()
                 .flat_map(|v| view.members.get(v).into_iter().flatten())
                 .filter_map(pod)
-                .filter(|p| p.preempted.is_some() && !p.terminating)
+                .filter(|p| p.sealed_mark(view.seal.as_ref()).is_some() && !p.terminating)
                 .map(PodSeen::key)
                 .collect();
             let mut message = format!(
@@ -459,6 +462,7 @@ pub fn actions(
                     cause: v.cause.clone(),
                     grace_s: v.grace_s,
                     marked: true,
+                    mark_seal: None,
                 });
             }
         }
@@ -511,7 +515,10 @@ pub fn actions(
                 for_job: e.for_job.clone(),
                 cause: e.cause.clone(),
                 grace_s: e.grace_s,
-                marked: p.preempted_for() == Some(e.for_job.as_str()),
+                marked: p.preempted_for(view.seal.as_ref()) == Some(e.for_job.as_str()),
+                mark_seal: view.seal.as_ref().map(|k| {
+                    k.sign_mark("preempted", &p.uid, &eviction_mark(&e.cause, &e.for_job))
+                }),
             });
         }
     }
@@ -633,6 +640,11 @@ pub fn nomination_patch(uid: &str, held: Option<(&str, Option<&str>)>) -> Value 
         crate::pods::NOMINATED_ANNOTATION: text,
         crate::pods::NOMINATION_SEAL_ANNOTATION: seal,
     }}})
+}
+
+/// The eviction mark gantry writes on a victim's pods: why, and for which job.
+pub fn eviction_mark(cause: &str, for_job: &str) -> String {
+    format!("{cause}: for {for_job}")
 }
 
 /// The annotation patch of phase 1, the node and its seal (or their undoing with `None`).

@@ -73,14 +73,14 @@ pub fn read(text: &str) -> Option<(&str, i64)> {
 /// The seal of nominating the pod `uid` as `text` says. Distinct from an assignment's
 /// seal: node names hold no `:`.
 pub fn sign(seal: &Seal, uid: &str, text: &str) -> String {
-    seal.sign(uid, &format!("nominated:{text}"))
+    seal.sign_mark("nominated", uid, text)
 }
 
 /// The node held for `p` and until when, when its nomination is gantry's and has not
 /// expired.
 pub fn held<'a>(p: &'a PodSeen, seal: Option<&Seal>, now: i64) -> Option<(&'a str, i64)> {
     let (text, mark) = p.nominated.as_ref()?;
-    let ok = seal?.verify(&p.uid, &format!("nominated:{text}"), mark);
+    let ok = seal?.verify_mark("nominated", &p.uid, text, mark);
     let (node, until) = read(text)?;
     (ok && until > now).then_some((node, until))
 }
@@ -103,7 +103,10 @@ pub(crate) fn apply(
     // Each standing nomination's victims' pods, still present.
     let mut victim_of: BTreeMap<String, &str> = BTreeMap::new();
     for p in pods.values() {
-        if let Some((id, _)) = p.preempted_for().and_then(|j| standing.get_key_value(j)) {
+        if let Some((id, _)) = p
+            .preempted_for(seal)
+            .and_then(|j| standing.get_key_value(j))
+        {
             victim_of.insert(p.key(), id.as_str());
         }
     }
@@ -145,8 +148,7 @@ pub(crate) fn apply(
                 pod: k.clone(),
                 job: j.id.clone(),
                 cause: p
-                    .preempted
-                    .as_deref()
+                    .sealed_mark(seal)
                     .and_then(|m| m.rsplit_once(": for "))
                     .map_or_else(String::new, |(c, _)| c.to_string()),
                 grace_s: grace(j.tier.as_deref()),

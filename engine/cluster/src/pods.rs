@@ -18,7 +18,9 @@ pub use engine::serve::admission::PREEMPTED_ANNOTATION;
 pub use engine::serve::admission::QUEUE_GATE;
 /// Set on a preemptor's pods while its victims stop: the node held for each (see
 /// `crate::nomination`).
-pub use engine::serve::trust::{NOMINATED_ANNOTATION, NOMINATION_SEAL_ANNOTATION};
+pub use engine::serve::trust::{
+    NOMINATED_ANNOTATION, NOMINATION_SEAL_ANNOTATION, PREEMPTION_SEAL_ANNOTATION,
+};
 /// The pod condition saying why a pod waits.
 pub const WAITING_CONDITION: &str = "gantry.dev/Queued";
 /// Labels that name a pod's gang when it declares `gantry.dev/gang-size`, in order:
@@ -71,8 +73,10 @@ pub struct PodSeen {
     /// (`crate::seal`), which `queue::view` checks.
     pub assigned: Option<String>,
     pub seal: Option<String>,
-    /// The eviction mark: `<cause>: for <job>` (see [`PodSeen::preempted_for`]).
+    /// The eviction mark: `<cause>: for <job>`, and its seal (see
+    /// [`PodSeen::sealed_mark`]).
     pub preempted: Option<String>,
+    pub preemption_seal: Option<String>,
     /// The node held for it while its victims stop, and the seal (`crate::nomination`).
     pub nominated: Option<(String, String)>,
     pub terminating: bool,
@@ -95,10 +99,17 @@ impl PodSeen {
         key.verify(&self.uid, node, seal).then_some(node)
     }
 
-    /// The job this pod was evicted for, from its mark.
-    pub fn preempted_for(&self) -> Option<&str> {
-        self.preempted
-            .as_deref()?
+    /// The eviction mark, when gantry wrote it (its seal verifies under `key`): a mark a
+    /// pod's author wrote would hand the pod's GPUs to a nominated job.
+    pub fn sealed_mark(&self, key: Option<&crate::seal::Seal>) -> Option<&str> {
+        let (mark, seal) = (self.preempted.as_deref()?, self.preemption_seal.as_deref()?);
+        key?.verify_mark("preempted", &self.uid, mark, seal)
+            .then_some(mark)
+    }
+
+    /// The job this pod was evicted for, from its sealed mark.
+    pub fn preempted_for(&self, key: Option<&crate::seal::Seal>) -> Option<&str> {
+        self.sealed_mark(key)?
             .rsplit_once(": for ")
             .map(|(_, job)| job.trim())
     }
@@ -285,6 +296,9 @@ pub fn pod(k: &core::Pod) -> PodSeen {
             .cloned(),
         preempted: annotations
             .and_then(|a| a.get(PREEMPTED_ANNOTATION))
+            .cloned(),
+        preemption_seal: annotations
+            .and_then(|a| a.get(PREEMPTION_SEAL_ANNOTATION))
             .cloned(),
         nominated: annotations.and_then(|a| {
             Some((

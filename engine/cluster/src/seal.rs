@@ -81,6 +81,18 @@ impl Seal {
         b64().encode(hmac::sign(&self.key, &Self::message(uid, node)).as_ref())
     }
 
+    /// The seal of a mark of `kind` (`nominated`, `preempted`) saying `text` on the pod
+    /// `uid`. Distinct from an assignment's seal (node names hold no `:`) and from a mark
+    /// of another kind.
+    pub fn sign_mark(&self, kind: &str, uid: &str, text: &str) -> String {
+        self.sign(uid, &format!("{kind}:{text}"))
+    }
+
+    /// Whether `seal` is this key's seal of the mark [`Seal::sign_mark`] made.
+    pub fn verify_mark(&self, kind: &str, uid: &str, text: &str, seal: &str) -> bool {
+        self.verify(uid, &format!("{kind}:{text}"), seal)
+    }
+
     /// Whether `seal` is this key's seal of assigning `uid` to `node`.
     pub fn verify(&self, uid: &str, node: &str, seal: &str) -> bool {
         let Ok(tag) = b64().decode(seal.trim()) else {

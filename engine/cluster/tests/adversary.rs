@@ -560,3 +560,58 @@ fn a_pod_outside_its_teams_namespaces_waits_and_says_why() {
     let (_, _, again) = controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
     assert!(again.is_empty(), "said once: {again:?}");
 }
+
+/// An eviction mark is believed only with gantry's seal. A pod's author who marks their
+/// running pod as a victim of a nominated job (where the webhooks do not judge) does not
+/// hand its GPUs to that job or get it evicted; it stays charged to its team (the job is
+/// placed elsewhere, its nomination given up as its node is full). The same
+/// mark with gantry's seal does take it out: the check is what decides.
+#[test]
+fn an_eviction_mark_counts_only_with_gantrys_seal() {
+    let (policy, _dir) = policy();
+    let memory = memory();
+    let seal = the_seal();
+    let mut preemptor = honest(0, "alpha", 8);
+    let text = cluster::nomination::text("n0", NOW + 600);
+    preemptor["metadata"]["annotations"] = json!({NOMINATED_ANNOTATION: text,
+        NOMINATION_SEAL_ANNOTATION: seal.sign_mark("nominated", "uid-alpha-honest-0", &text)});
+    let mut victim = honest(1, "beta", 8);
+    victim["spec"]["schedulingGates"] = Value::Null;
+    victim["spec"]["nodeName"] = json!("n0");
+    victim["status"] = json!({"phase": "Running", "startTime": "2026-11-24T08:41:00Z"});
+    let mark = cluster::enact::eviction_mark("reclaim", "alpha/honest-0");
+    let genuine = seal.sign_mark("preempted", "uid-beta-honest-1", &mark);
+    victim["metadata"]["annotations"] = json!({"gantry.dev/assigned-node": "n0",
+        SEAL_ANNOTATION: seal.sign("uid-beta-honest-1", "n0"),
+        "gantry.dev/preempted": mark});
+    let copied = seal.sign_mark("preempted", "uid-beta-other", &mark);
+    for (mark_seal, believed) in [
+        (None, false),
+        (Some(copied.as_str()), false),
+        (Some(genuine.as_str()), true),
+    ] {
+        let mut v = victim.clone();
+        if let Some(s) = mark_seal {
+            v["metadata"]["annotations"][cluster::pods::PREEMPTION_SEAL_ANNOTATION] = json!(s);
+        }
+        let mut pods: BTreeMap<String, Value> = BTreeMap::new();
+        pods.insert(key(&preemptor), preemptor.clone());
+        pods.insert(key(&v), v);
+        let (view, _, actions) =
+            controller::cycle_with(&stores(&pods), &policy, &memory, NOW).unwrap();
+        let charged = view
+            .jobs
+            .iter()
+            .any(|j| j.id == "beta/honest-1" && j.team.as_deref() == Some("beta"));
+        assert_eq!(charged, !believed, "seal {mark_seal:?}: {:?}", view.jobs);
+        if !believed {
+            assert!(
+                !actions.iter().any(
+                    |a| matches!(a, Action::Release { node, .. } if node == "n0")
+                        || (matches!(a, Action::Evict { .. }) && a.pod().name == "honest-1")
+                ),
+                "seal {mark_seal:?}: {actions:?}"
+            );
+        }
+    }
+}

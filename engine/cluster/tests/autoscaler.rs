@@ -104,7 +104,8 @@ async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_
             "8"
         );
     }
-    // Besides the waiting reasons, the Lease and the memory: two creations, no node marks.
+    // Besides the waiting reasons, the Lease, the memory and the seal's key: two
+    // creations, no node marks.
     let writes: Vec<(String, String)> = api
         .writes()
         .into_iter()
@@ -112,7 +113,8 @@ async fn a_gang_scales_its_pool_through_placeholders_and_a_spot_notice_requeues_
             !(path.starts_with("pods/ml/")
                 || path.starts_with("events/")
                 || path.starts_with("leases/")
-                || path.starts_with("configmaps/"))
+                || path.starts_with("configmaps/")
+                || path.starts_with("secrets/"))
         })
         .collect();
     assert_eq!(

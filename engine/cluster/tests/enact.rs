@@ -255,7 +255,11 @@ fn a_preemptor_names_victims_whose_eviction_was_refused() {
     // Eviction API said no.
     let marked = |name: &str, node: &str| {
         let mut p = bound(member(name), node);
-        p["metadata"]["annotations"]["gantry.dev/preempted"] = json!("reclaim: for ml/beta-0");
+        let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+        let mark = "reclaim: for ml/beta-0";
+        p["metadata"]["annotations"]["gantry.dev/preempted"] = json!(mark);
+        p["metadata"]["annotations"]["gantry.dev/preemption-seal"] =
+            json!(seal().sign_mark("preempted", &uid, mark));
         p
     };
     let (_, then) = message(&[marked("a", "n0"), marked("b", "n1"), lender]);

@@ -591,6 +591,7 @@ async fn a_refused_write_holds_up_only_its_own_job() {
         cause: "reclaim".into(),
         grace_s: 30,
         marked: false,
+        mark_seal: None,
     };
     let actions = vec![
         evict("a-0"),

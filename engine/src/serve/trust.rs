@@ -86,6 +86,8 @@ pub const SEAL_ANNOTATION: &str = "gantry.dev/assignment-seal";
 /// until when (`<node> until <RFC 3339>`), and its seal.
 pub const NOMINATED_ANNOTATION: &str = "gantry.dev/nominated-node";
 pub const NOMINATION_SEAL_ANNOTATION: &str = "gantry.dev/nomination-seal";
+/// The seal beside an eviction mark ([`PREEMPTED_ANNOTATION`]).
+pub const PREEMPTION_SEAL_ANNOTATION: &str = "gantry.dev/preemption-seal";
 pub const QUEUE_GATE: &str = "gantry.dev/queue";
 
 fn meta<'a>(pod: &'a Value, map: &str, key: &str) -> Option<&'a Value> {
@@ -116,6 +118,7 @@ pub fn own_keys_changed(old: Option<&Value>, new: &Value) -> Vec<String> {
         ASSIGNED_ANNOTATION,
         SEAL_ANNOTATION,
         PREEMPTED_ANNOTATION,
+        PREEMPTION_SEAL_ANNOTATION,
         NOMINATED_ANNOTATION,
         NOMINATION_SEAL_ANNOTATION,
     ] {
