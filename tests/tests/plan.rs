@@ -209,6 +209,33 @@ fn the_victim_with_least_lost_work_is_chosen() {
     assert_eq!(p["preemptions"][0]["lost_gpu_s"], 800.0);
 }
 
+/// Issue 53 #3: lower tiers go first; lost work decides only within a tier.
+#[test]
+fn a_lower_tier_is_preempted_before_a_higher_one_that_would_lose_less() {
+    let p = plan("lower_tiers_first");
+    assert_eq!(victims(&p, "urgent"), ["sweep-best-effort"]);
+    assert_eq!(p["preemptions"][0]["lost_gpu_s"], 24_000.0);
+}
+
+/// Issue 53 #7: jobs inside their team's guarantee go before jobs that must borrow; by
+/// fair share alone the fill was 8 / 12 / 12 with train 8 GPUs below its guarantee.
+#[test]
+fn owners_are_placed_before_borrowers_when_capacity_is_short() {
+    let p = plan("owners_before_borrowers");
+    let placed = |team: &str| {
+        p["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["team"] == team && d["action"] == "place")
+            .count()
+    };
+    assert_eq!(
+        (placed("train"), placed("infer"), placed("eval")),
+        (4, 2, 2)
+    );
+}
+
 #[test]
 fn backfill_never_delays_the_reservation() {
     let p = plan("backfill");

@@ -581,7 +581,7 @@ impl<'a> Cycle<'a> {
             let n = order.len();
             if let Some(st) = &mut self.story {
                 st.lines.push(format!(
-                    "queue: considered {} of {n} (tier priority, then the team with the lowest fair share, then submit time)",
+                    "queue: considered {} of {n} (tier priority, then jobs inside their team's guarantee, then the team with the lowest fair share, then submit time)",
                     at + 1
                 ));
             }

@@ -11,8 +11,10 @@
 //!    guarantee. So a reclaim is never undone by priority, and no preemption loops.
 //! 4. Among the victim sets that free the room: the one that takes the fewest GPUs below a
 //!    guarantee (a reclaim goes below the borrower's guarantee only when no other set
-//!    suffices), then the least lost work (GPUs × seconds since the last checkpoint), then
-//!    the fewest victims. (Each node's cheapest set by this rule: `victim_cost.rs`.)
+//!    suffices), then the one whose highest victim tier is lowest (lower tiers go first,
+//!    as in Kueue, Slurm and KAI: a tier says how much a job's run is worth), then the
+//!    least lost work (GPUs × seconds since the last checkpoint), then the fewest victims.
+//!    (Each node's cheapest set by this rule: `victim_cost.rs`.)
 
 use super::victim_cost::{Cost, CostIndex};
 use super::{Blocked, Cycle, Outcome};
@@ -140,9 +142,13 @@ pub(super) type VictimlessKey = (u32, (Option<usize>, Option<usize>), super::Unf
 /// An asker team no running job belongs to (see `Cycle::own_victims_team`).
 pub(super) const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
 
-/// One holder as a candidate: (GPUs it alone takes below a guarantee, lost work,
-/// priority, holder).
+/// One holder as a candidate: (GPUs it alone takes below a guarantee, its tier's
+/// priority, lost work, holder).
 pub(super) type Rank = (u64, i64, i64, usize);
+
+/// A victim set's cost by rule 4: (milli-GPUs below guarantees, the highest priority
+/// among its victims, lost work, victims).
+pub(super) type SetCost = (u64, i64, i64, usize);
 
 impl<'a> Cycle<'a> {
     /// Rule 1: whether a running job may be preempted at all, and what it would lose.
@@ -545,7 +551,7 @@ impl<'a> Cycle<'a> {
         if cause == Cause::Borrowed && breach > 0 {
             return None;
         }
-        Some(((breach, v.lost, v.priority, h), cause))
+        Some(((breach, v.priority, v.lost, h), cause))
     }
 
     /// Why a holder of `team` already chosen as a victim for `asker` makes way. Not
@@ -863,10 +869,10 @@ impl<'a> Cycle<'a> {
 pub(super) fn merge_by_cost<'i, A, B>(
     a: A,
     b: B,
-) -> impl Iterator<Item = (((u64, i64, usize), usize), &'i CostIndex)>
+) -> impl Iterator<Item = ((SetCost, usize), &'i CostIndex)>
 where
-    A: Iterator<Item = (((u64, i64, usize), usize), &'i CostIndex)>,
-    B: Iterator<Item = (((u64, i64, usize), usize), &'i CostIndex)>,
+    A: Iterator<Item = ((SetCost, usize), &'i CostIndex)>,
+    B: Iterator<Item = ((SetCost, usize), &'i CostIndex)>,
 {
     let (mut a, mut b) = (a.peekable(), b.peekable());
     std::iter::from_fn(move || match (a.peek(), b.peek()) {

@@ -1,6 +1,8 @@
-//! The queue's order: tier priority (high first); within a priority, the team with the
-//! lowest fair share goes next (counting the jobs ahead of it as if placed), with its
-//! oldest job; ties by submit time and id.
+//! The queue's order: tier priority (high first); within a priority, a job that fits
+//! inside its team's guarantee goes before one that must borrow (Kueue orders its heads
+//! so: work that would be reclaimed is not started in an owner's place); then the team
+//! with the lowest fair share goes next (counting the jobs ahead of it as if placed),
+//! with its oldest job; ties by submit time and id.
 
 use super::job_memo::Resolved;
 use super::Cycle;
@@ -34,6 +36,8 @@ pub(super) struct OrderKey<'a> {
     id: &'a str,
     /// What it would hold if placed (fair share).
     holds: Resources,
+    /// Its milli-GPUs (whether it borrows).
+    gpu_milli: u64,
 }
 
 /// The shapes of the queue's jobs as placed, each once: most jobs share their shape with
@@ -96,13 +100,17 @@ impl<'a> OrderKey<'a> {
                 js.member_milli,
                 js.job.shape.members as usize,
             ),
+            gpu_milli: js.gpu_milli(),
         }
     }
 }
 
 impl<'a> Cycle<'a> {
-    /// Queue order: tier priority (high first); within a priority, the team with the
-    /// lowest fair share goes next, with its oldest job; ties by submit time and id.
+    /// Queue order: tier priority (high first); within a priority, jobs inside their
+    /// team's guarantee before jobs that borrow, then the team with the lowest fair share,
+    /// with its oldest job; ties by submit time and id. Whether a job borrows counts the
+    /// team's running jobs and its jobs ordered ahead of it, against the team's whole
+    /// guarantee (by pool, the quota check decides; the order only ranks).
     pub(super) fn order(&mut self, queue: &[Queued<'a>]) -> Vec<usize> {
         // Teams by index, which is one per name: a job naming a team the policy does not
         // define is refused at intake and never queued.
@@ -123,6 +131,10 @@ impl<'a> Cycle<'a> {
             .map(|e| (e.key.submitted_at, e.key.id))
             .collect();
         let holds: Vec<Resources> = queue.iter().map(|e| e.key.holds).collect();
+        let need: Vec<u64> = queue.iter().map(|e| e.key.gpu_milli).collect();
+        // Each team's milli-GPUs used and guaranteed, plus what its jobs ordered so far
+        // would hold.
+        let mut standing: FxHashMap<usize, (u64, u64)> = FxHashMap::default();
         let key = |q: usize| keys.get(q).copied();
         let mut order = Vec::with_capacity(queue.len());
         // The provisional holds, to undo after (by fair-share slot, found once per team).
@@ -131,6 +143,7 @@ impl<'a> Cycle<'a> {
             // Each team's jobs by position: slots and lists, with no lookup by name.
             let slots: Vec<Option<usize>> =
                 teams.keys().map(|t| self.shares.slot_of_team(*t)).collect();
+            let slots_teams: Vec<Option<usize>> = teams.keys().copied().collect();
             let mut lists: Vec<Vec<usize>> = teams.into_values().collect();
             for list in &mut lists {
                 list.sort_by_key(|q| key(*q));
@@ -145,13 +158,29 @@ impl<'a> Cycle<'a> {
                     .max(0.0)
                     .to_bits()
             };
+            let teams: Vec<Option<usize>> = slots_teams;
+            let ledger = &self.ledger;
+            let mut borrows = |t: usize, q: usize, take: bool| {
+                let team = teams.get(t).copied().flatten();
+                let n = need.get(q).copied().unwrap_or(0);
+                let Some(ix) = team else { return true };
+                let s = standing
+                    .entry(ix)
+                    .or_insert_with(|| ledger.usage(Some(ix)).unwrap_or((0, 0)));
+                let over = s.0.saturating_add(n) > s.1;
+                if take {
+                    s.0 = s.0.saturating_add(n);
+                }
+                over
+            };
             let mut heap = std::collections::BinaryHeap::new();
             for (t, list) in lists.iter().enumerate() {
                 if let Some(q) = list.last().copied() {
-                    heap.push(std::cmp::Reverse((share(&self.shares, t), key(q), t)));
+                    let b = borrows(t, q, false);
+                    heap.push(std::cmp::Reverse((b, share(&self.shares, t), key(q), t)));
                 }
             }
-            while let Some(std::cmp::Reverse((_, _, t))) = heap.pop() {
+            while let Some(std::cmp::Reverse((_, _, _, t))) = heap.pop() {
                 let Some(list) = lists.get_mut(t) else {
                     continue;
                 };
@@ -160,6 +189,7 @@ impl<'a> Cycle<'a> {
                 };
                 let next = list.last().copied();
                 order.push(q);
+                borrows(t, q, true);
                 // Placing happens later; fair share within a band follows what this job
                 // would hold if placed, so one team's many jobs do not go first in a row.
                 if let Some(r) = holds.get(q).copied() {
@@ -168,7 +198,8 @@ impl<'a> Cycle<'a> {
                     held.push((slot, r));
                 }
                 if let Some(next) = next {
-                    heap.push(std::cmp::Reverse((share(&self.shares, t), key(next), t)));
+                    let b = borrows(t, next, false);
+                    heap.push(std::cmp::Reverse((b, share(&self.shares, t), key(next), t)));
                 }
             }
         }

@@ -4,8 +4,8 @@
 //!
 //! The candidates of a team are its running jobs, which do not change within a cycle;
 //! only whether each is evicted, and each team's standing, do. So each team's candidates
-//! are sorted once per cycle by what rule 4 weighs after the guarantee floor (lost work,
-//! priority, holder): the cheapest that take nobody below a guarantee are the first
+//! are sorted once per cycle by what rule 4 weighs after the guarantee floor (priority,
+//! lost work, holder): the cheapest that take nobody below a guarantee are the first
 //! eligible ones in that order, and a search reads a few dozen holders, not all of them.
 
 use super::preempt::{Asker, Cause, Rank};
@@ -212,7 +212,7 @@ impl<'a> Cycle<'a> {
             .iter()
             .filter_map(|h| {
                 let v = self.holders.get(*h)?.victim()?;
-                Some((v.lost, v.priority, *h))
+                Some((v.priority, v.lost, *h))
             })
             .collect();
         order.sort_unstable();

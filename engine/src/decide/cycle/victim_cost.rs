@@ -2,7 +2,7 @@
 //! victim set for a kind of asking job, kept as an index of nodes by cost that catches
 //! up from the cycle's change log instead of being worked out again for every job.
 
-use super::preempt::{Asker, Cause, Rank, NO_OWN_VICTIMS};
+use super::preempt::{Asker, Cause, Rank, SetCost, NO_OWN_VICTIMS};
 use super::test_switches::{self, Switch};
 use super::Cycle;
 use crate::core::alloc::Request;
@@ -31,8 +31,8 @@ pub(super) struct CostScratch {
     eligible: Vec<usize>,
 }
 
-/// A victim set's cost (milli-GPUs below guarantees, lost work, victims) and its holders.
-pub(super) type Cost = ((u64, i64, usize), Vec<usize>);
+/// A victim set's cost ([`SetCost`]) and its holders.
+pub(super) type Cost = (SetCost, Vec<usize>);
 
 /// Each covered node's cheapest victim set for one kind of job, and the nodes ordered by
 /// it. Askers whose own team has no victims share one index per kind of job (`shared`);
@@ -45,7 +45,7 @@ pub(super) struct CostIndex {
     /// The keys of `costs` as bits by node: a catch-up passes over hundreds of nodes
     /// it does not cover for each it does.
     covered: Vec<u64>,
-    pub order: BTreeSet<((u64, i64, usize), usize)>,
+    pub order: BTreeSet<(SetCost, usize)>,
     /// How much of `Cycle::changed` this index has caught up with, and of the standing
     /// log (`TeamReach::log`).
     pub seen: usize,
@@ -106,13 +106,14 @@ impl CostIndex {
 impl<'a> Cycle<'a> {
     /// Rule 4's cost of a victim set; `None` when it takes a team below its guarantee by
     /// another team's priority (rule 3).
-    pub(super) fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<(u64, i64, usize)> {
+    pub(super) fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<SetCost> {
         let team_of = |h: &usize| self.holders.get(*h).map(|x| x.team_ix);
         let mut others: Vec<usize> = Vec::with_capacity(set.len());
-        let mut lost = 0i64;
+        let (mut lost, mut highest) = (0i64, i64::MIN);
         for h in set {
-            let holder = self.holders.get(*h)?;
-            lost += holder.victim()?.lost;
+            let v = self.holders.get(*h)?.victim()?;
+            lost += v.lost;
+            highest = highest.max(v.priority);
             if self.cause_of(*h, asker)? != Cause::OwnTeam {
                 others.push(*h);
             }
@@ -129,7 +130,7 @@ impl<'a> Cycle<'a> {
             }
             breach += b;
         }
-        Some((breach, lost, set.len()))
+        Some((breach, highest, lost, set.len()))
     }
 
     /// The cheapest victims on `node` that free room for one member of `member`: eligible
@@ -420,13 +421,8 @@ impl<'a> Cycle<'a> {
     }
 
     /// A victim set considered on `node`, for the story.
-    pub(super) fn victim_set_line(
-        &self,
-        node: usize,
-        cost: (u64, i64, usize),
-        victims: &[usize],
-    ) -> String {
-        let (breach, lost, _) = cost;
+    pub(super) fn victim_set_line(&self, node: usize, cost: SetCost, victims: &[usize]) -> String {
+        let (breach, _, lost, _) = cost;
         let names: Vec<&str> = victims
             .iter()
             .filter_map(|h| self.holders.get(*h).map(|x| x.id()))
