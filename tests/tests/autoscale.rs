@@ -130,6 +130,18 @@ fn the_spend_cap_holds() {
     assert!(reasons(&p).contains("max_spend 200 $/h"));
 }
 
+/// Issue 53 #4: a cap that leaves a gang short buys nothing for it, and says why.
+#[test]
+fn a_capped_scale_up_buys_no_part_of_a_gang() {
+    let p = plan("gang_spend_cap");
+    assert_eq!(deltas(&p), [("spot".to_string(), 0)]);
+    let why = reasons(&p);
+    assert!(
+        why.contains("max_spend 100 $/h") && why.contains("the smallest waiting job needs 4"),
+        "{why}"
+    );
+}
+
 #[test]
 fn gangs_count_in_whole_nodes_and_unfittable_shapes_scale_nothing() {
     let p = plan("gang_shapes");

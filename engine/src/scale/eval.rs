@@ -95,24 +95,65 @@ impl Env<'_> {
         self.booting.get(pool).copied().unwrap_or(0)
     }
 
-    /// Marks the waiting jobs that `nodes` new nodes of `pool` will hold.
-    pub fn cover(&mut self, pool: &str, nodes: u64, ready_at: i64) {
+    /// The waiting jobs that `nodes` new nodes of `pool` would hold (in queue order, the
+    /// plan's, skipping jobs too big for what is left), and the nodes they take. With
+    /// `partial`, a job that may also run on another pool's nodes takes what is left
+    /// (the rest of it may come from there).
+    fn held_by(&self, pool: &str, nodes: u64, partial: bool) -> (Vec<String>, f64) {
         let f = Filters {
             pool: Some(pool.to_string()),
             tier: None,
             team: None,
         };
-        // In queue order (the plan's), skipping jobs too big for what is left.
-        let jobs = self.fitting(&f);
         let mut left = nodes as f64;
         let mut ids = Vec::new();
-        for (j, _, n) in jobs {
+        for (j, _, n) in self.fitting(&f) {
             if n > left + 1e-9 {
+                if partial && !self.only_in(j, pool) {
+                    left = 0.0;
+                }
                 continue;
             }
             left -= n;
             ids.push(j.id().to_string());
         }
+        (ids, nodes as f64 - left)
+    }
+
+    /// Whether `pool` is the only pool whose nodes can hold a member of `job`.
+    fn only_in(&self, job: &JobState, pool: &str) -> bool {
+        let member = &job.job.shape.member;
+        !self.program.pools.iter().any(|p| {
+            p.name != pool
+                && (job.job.shape.pools.is_empty() || job.job.shape.pools.contains(&p.name))
+                && Shape::of(self.program, &p.name).is_some_and(|s| s.members_per_node(member) > 0)
+        })
+    }
+
+    /// Of `nodes` new nodes of `pool`, how many the waiting jobs would use. A gang that
+    /// can run only on this pool needs all of its nodes: two nodes for a gang of four are
+    /// worth nothing.
+    pub fn usable(&self, pool: &str, nodes: u64) -> u64 {
+        let (_, used) = self.held_by(pool, nodes, true);
+        ((used - 1e-9).ceil().max(0.0) as u64).min(nodes)
+    }
+
+    /// The fewest nodes of `pool` the smallest waiting job that fits it needs.
+    pub fn smallest_need(&self, pool: &str) -> Option<u64> {
+        let f = Filters {
+            pool: Some(pool.to_string()),
+            tier: None,
+            team: None,
+        };
+        self.fitting(&f)
+            .iter()
+            .map(|(_, _, n)| (n - 1e-9).ceil().max(1.0) as u64)
+            .min()
+    }
+
+    /// Marks the waiting jobs that `nodes` new nodes of `pool` will hold.
+    pub fn cover(&mut self, pool: &str, nodes: u64, ready_at: i64) {
+        let (ids, _) = self.held_by(pool, nodes, false);
         self.covered
             .extend(ids.into_iter().map(|id| (id, (pool.to_string(), ready_at))));
     }

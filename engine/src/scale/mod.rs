@@ -289,7 +289,22 @@ pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) 
                         format!("{why}; in scale-up cooldown for {left}s more"),
                     )),
                     None => {
-                        let (add, capped) = limits.room(step);
+                        let (mut add, mut capped) = limits.room(step);
+                        // A cap that cuts a step for waiting work buys only what that
+                        // work can use: part of a gang's nodes would run nothing (Kueue's
+                        // ProvisioningRequest is atomic for this reason).
+                        if let (false, Some(c)) = (for_warm, &capped) {
+                            let usable = env.usable(&pool.name, add);
+                            if usable < add {
+                                let need = env.smallest_need(&pool.name).unwrap_or(0);
+                                capped = Some(format!(
+                                    "{c}; {add} node{} would hold no more than {usable} node{} of waiting work (the smallest waiting job needs {need})",
+                                    plural(add),
+                                    plural(usable)
+                                ));
+                                add = usable;
+                            }
+                        }
                         if add > 0 {
                             env.cover(&pool.name, add, now + pool.boot_s as i64);
                             ps.booting.push(Booting {
