@@ -206,7 +206,8 @@ fn min_runtime_and_max_lost_protect_jobs() {
 fn the_victim_with_least_lost_work_is_chosen() {
     let p = plan("least_lost_work");
     assert_eq!(victims(&p, "urgent"), ["just-checkpointed"]);
-    assert_eq!(p["preemptions"][0]["lost_gpu_s"], 800.0);
+    // 8 GPUs × (100 s since the checkpoint + 30 s of grace).
+    assert_eq!(p["preemptions"][0]["lost_gpu_s"], 1040.0);
 }
 
 /// Issue 53 #3: lower tiers go first; lost work decides only within a tier.
@@ -214,7 +215,7 @@ fn the_victim_with_least_lost_work_is_chosen() {
 fn a_lower_tier_is_preempted_before_a_higher_one_that_would_lose_less() {
     let p = plan("lower_tiers_first");
     assert_eq!(victims(&p, "urgent"), ["sweep-best-effort"]);
-    assert_eq!(p["preemptions"][0]["lost_gpu_s"], 24_000.0);
+    assert_eq!(p["preemptions"][0]["lost_gpu_s"], 24_240.0);
 }
 
 /// Issue 53 #7: jobs inside their team's guarantee go before jobs that must borrow; by
@@ -368,7 +369,8 @@ fn least_lost_work_comes_before_the_number_of_victims() {
         .iter()
         .map(|x| x["lost_gpu_s"].as_f64().unwrap())
         .sum();
-    assert_eq!(lost, 480.0);
+    // Each victim's grace (30 s) counts: its GPUs run for nothing while it stops.
+    assert_eq!(lost, 720.0);
 }
 
 #[test]
@@ -483,7 +485,7 @@ fn one_jobs_story_tells_rules_quota_victims_and_outcome() {
     );
     assert!(
         text.contains(
-            "victims on n-1: small-1, small-2 (480 GPU-s of work lost, 0 gpu below a guarantee)"
+            "victims on n-1: small-1, small-2 (720 GPU-s of work lost, 0 gpu below a guarantee)"
         ),
         "{text}"
     );

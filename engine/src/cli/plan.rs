@@ -411,7 +411,7 @@ fn table(plan: &Plan, io: &mut Io<'_>) {
     for p in &plan.preemptions {
         let _ = writeln!(
             io.stdout,
-            "preempt {} for {} ({}; grace {}, {:.0} GPU-s of work since its last checkpoint)",
+            "preempt {} for {} ({}; grace {}, {:.0} GPU-s of work lost: since its last checkpoint, and through the grace)",
             p.job,
             p.for_job,
             p.cause,

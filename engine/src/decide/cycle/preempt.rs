@@ -13,7 +13,8 @@
 //!    guarantee (a reclaim goes below the borrower's guarantee only when no other set
 //!    suffices), then the one whose highest victim tier is lowest (lower tiers go first,
 //!    as in Kueue, Slurm and KAI: a tier says how much a job's run is worth), then the
-//!    least lost work (GPUs × seconds since the last checkpoint), then the fewest victims.
+//!    least lost work (GPUs × seconds since the last checkpoint, plus the grace period
+//!    the victim holds its GPUs while stopping), then the fewest victims.
 //!    (Each node's cheapest set by this rule: `victim_cost.rs`.)
 
 use super::victim_cost::{Cost, CostIndex};
@@ -30,7 +31,8 @@ use std::collections::BTreeSet;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct VictimFacts {
     pub priority: i64,
-    /// Milli-GPU-seconds of work since the last checkpoint (or start).
+    /// Milli-GPU-seconds of work lost: since the last checkpoint (or start), plus the
+    /// grace period it keeps its GPUs while stopping.
     pub lost: i64,
     pub grace_s: u64,
 }
@@ -174,9 +176,10 @@ impl<'a> Cycle<'a> {
         {
             return None;
         }
+        // Its GPUs through the grace period are thrown away too: the job is stopping.
         Some(VictimFacts {
             priority: tier.priority,
-            lost: js.gpu_milli() as i64 * lost_s,
+            lost: js.gpu_milli() as i64 * lost_s.saturating_add(tier.grace_s as i64),
             grace_s: tier.grace_s,
         })
     }
