@@ -582,9 +582,19 @@ impl<'a> Checker<'a> {
         cohort: Option<&str>,
     ) -> Option<ir::Team> {
         let f = self.fields(b, module, 0);
-        let guaranteed = self.quota(&f, "guaranteed", name).unwrap_or_default();
+        let guaranteed = self.quota(&f, "guaranteed", name);
         let burst = self.quota(&f, "burst", name);
         let lend = self.quota(&f, "lend", name);
+        // A guarantee that did not lower (it names a pool whose definition is broken, or
+        // holds an error of its own) is not 0: what is checked against it (lend, burst)
+        // would only repeat that error, so those are left out too.
+        let (guaranteed, burst, lend) = match guaranteed {
+            Some(g) => (g, burst, lend),
+            None if self.field_expr(&f, "guaranteed").is_some() => {
+                (ir::Quota::default(), None, None)
+            }
+            None => (ir::Quota::default(), burst, lend),
+        };
         let tiers = match self.field_expr(&f, "tiers") {
             Some((e, m)) => {
                 let t = self.expr(
