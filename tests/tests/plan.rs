@@ -237,6 +237,20 @@ fn owners_are_placed_before_borrowers_when_capacity_is_short() {
     );
 }
 
+/// Issue 53 #2: a gang larger than every node it may use, even at the pools' maximum
+/// nodes, never fits.
+#[test]
+fn a_gang_wider_than_its_fixed_pool_never_fits() {
+    let p = plan("gang_over_fixed_pool");
+    for job in ["wide", "wide2"] {
+        assert_eq!(code(&p, job), "never_fits");
+        assert!(decision(&p, job)["reason"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("holds at most 2"));
+    }
+}
+
 #[test]
 fn backfill_never_delays_the_reservation() {
     let p = plan("backfill");

@@ -310,9 +310,10 @@ fn bad_traces_fail_with_the_line() {
     let m: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(m["jobs"]["waiting_at_end"], 1);
     assert_eq!(m["jobs"]["completed"], 1);
+    // Issue 53 #2: a gang wider than every node it may use never fits.
     assert_eq!(
         outcome(&m, "huge")["reason"],
-        "no_capacity: needs 2 members of 8 GPUs; free capacity holds 1 now"
+        "never_fits: needs 2 members at once; every node it may use, empty and at each pool's maximum nodes, holds at most 1"
     );
     let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -47,6 +47,58 @@ impl Cycle<'_> {
         self.moment(at, |d| format!("in about {d}"), |t| format!("by about {t}"))
     }
 
+    /// For a gang: why the pools it may use can never hold all of its members at once,
+    /// even empty and grown to their maximum nodes (Slurm refuses such a job at submit).
+    /// `None` when they can, or when a pool it may use has no node to measure yet.
+    fn gang_over_ceiling(&self, shape: &JobShape) -> Option<String> {
+        let members = u64::from(shape.members);
+        if members < 2 {
+            return None;
+        }
+        let ctx = self.placer.context();
+        let fleet = &self.snapshot.fleet;
+        let empty = self.placer.empty_state();
+        let allowed = self.placer.in_pools(&shape.pools);
+        // Per pool the policy defines: nodes present and the most members one holds.
+        let mut pools: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+        let mut fixed = 0u64;
+        for (i, n) in fleet.nodes.iter().enumerate().filter(|(i, _)| allowed(*i)) {
+            let slots = empty.nodes.get(i).map_or(0, |f| {
+                crate::core::gang::member_slots(&ctx, n, f, &shape.member)
+            });
+            match n.pool.as_deref().filter(|p| self.program.pool(p).is_some()) {
+                Some(p) => {
+                    let e = pools.entry(p).or_default();
+                    e.0 += 1;
+                    e.1 = e.1.max(slots);
+                }
+                None => fixed = fixed.saturating_add(slots),
+            }
+        }
+        let mut ceiling = fixed;
+        for pool in &self.program.pools {
+            if !(shape.pools.is_empty() || shape.pools.contains(&pool.name)) {
+                continue;
+            }
+            let (present, per_node) = pools.get(pool.name.as_str()).copied().unwrap_or((0, 0));
+            let most = u64::from(pool.max_nodes).max(present);
+            if present == 0 && most > 0 {
+                return None; // no node of its shape to measure
+            }
+            ceiling = ceiling.saturating_add(most.saturating_mul(per_node));
+        }
+        (ceiling < members).then(|| {
+            let pools = if shape.pools.is_empty() {
+                String::new()
+            } else {
+                format!(" in {}", shape.pools.join(", "))
+            };
+            format!(
+                "needs {members} members at once; every node it may use{pools}, empty and at each pool's maximum nodes, holds at most {ceiling}"
+            )
+        })
+    }
+
     /// The reason for a job that stays blocked, with its ETA and what would unblock it.
     pub(super) fn explain(
         &mut self,
@@ -64,7 +116,21 @@ impl Cycle<'_> {
                     UnplacedCode::TopologyUnsatisfiable => ReasonCode::TopologyUnsatisfiable,
                     UnplacedCode::NoCapacity => ReasonCode::NoCapacity,
                 };
-                let r = Reason::new(code, u.message);
+                let over = match (code, shape.members > 1) {
+                    (ReasonCode::NoCapacity, true) => {
+                        if !self.gang_ceilings.contains_key(&shape_no) {
+                            let why = self.gang_over_ceiling(shape);
+                            self.gang_ceilings.insert(shape_no, why);
+                        }
+                        self.gang_ceilings.get(&shape_no).cloned().flatten()
+                    }
+                    _ => None,
+                };
+                let (code, message) = match over {
+                    Some(why) => (ReasonCode::NeverFits, why),
+                    None => (code, u.message),
+                };
+                let r = Reason::new(code, message);
                 match code {
                     ReasonCode::NoCapacity => self.capacity_reason(js, shape_no, shape, r),
                     ReasonCode::NoSuchModel => r.unblock(
@@ -72,6 +138,9 @@ impl Cycle<'_> {
                     ),
                     ReasonCode::TopologyUnsatisfiable => r.unblock(
                         "relax the topology requirement or label more nodes into one group",
+                    ),
+                    ReasonCode::NeverFits if r.message.starts_with("needs ") => r.unblock(
+                        "raise a pool's maximum nodes (`nodes = MIN..MAX`) or split the gang",
                     ),
                     _ => r.unblock("shrink the members or add a larger node shape"),
                 }

@@ -162,6 +162,9 @@ struct Cycle<'a> {
     released: u64,
     /// Shapes that did not fit, at which `released` count, and why.
     unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Unplaced)>,
+    /// Per queue shape number: why the gang can never be held at once, if it cannot
+    /// (`explain.rs`; the fleet and the pools' maximums do not change within a cycle).
+    gang_ceilings: HashMap<usize, Option<String>>,
     /// [`Cycle::guarantee_block`]'s messages by (team, tier, used, guaranteed,
     /// need).
     guarantee_blocks: HashMap<GuaranteeBlockKey<'a>, QuotaBlock>,
@@ -414,6 +417,7 @@ fn decide_cycle(
         changed_marks: (vec![0; fleet.nodes.len()], 0),
         released: 0,
         unfit: shape_memo::ShapeMemo::default(),
+        gang_ceilings: HashMap::default(),
         guarantee_blocks: HashMap::default(),
         quota_words: HashMap::default(),
         eta_memo: shape_memo::ShapeMemo::default(),
