@@ -533,6 +533,10 @@ const LOAD_TIMEOUT: Duration = Duration::from_secs(10);
 const LOAD_BACKOFF_MIN: Duration = Duration::from_millis(500);
 const LOAD_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
+/// How long a follower waits before reading the seal's Secret again when the leader has
+/// not made it yet.
+const SEAL_MISSING_RETRY: Duration = Duration::from_secs(5);
+
 /// How often the leader writes the engine's memory (when it changed).
 pub const SAVE_EVERY: Duration = Duration::from_secs(60);
 
@@ -575,8 +579,10 @@ pub async fn run(q: Queue) {
         changes.borrow_and_update();
         let leading = *leader.borrow_and_update();
         if leading && !was_leading {
-            // What the last leader wrote since this replica read it.
+            // What the last leader wrote since this replica read it; and the seal's key
+            // at once, which a new leader makes if there is none.
             loaded = false;
+            seal_retry_at = None;
         }
         was_leading = leading;
         if !loaded {
@@ -618,8 +624,10 @@ pub async fn run(q: Queue) {
                     seal = Some(key);
                     seal_backoff = LOAD_BACKOFF_MIN;
                 }
-                // A follower waits for the leader to make it.
-                Ok(Ok(seal_secret::Found::Missing)) => {}
+                // A follower waits for the leader to make it, reading again in a while.
+                Ok(Ok(seal_secret::Found::Missing)) => {
+                    seal_retry_at = Some(std::time::Instant::now() + SEAL_MISSING_RETRY);
+                }
                 failed => {
                     let error = match failed {
                         Ok(Err(e)) => e,
