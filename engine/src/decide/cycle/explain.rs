@@ -126,6 +126,7 @@ impl Cycle<'_> {
                     }
                     _ => None,
                 };
+                let too_wide = over.is_some();
                 let (code, message) = match over {
                     Some(why) => (ReasonCode::NeverFits, why),
                     None => (code, u.message),
@@ -139,7 +140,7 @@ impl Cycle<'_> {
                     ReasonCode::TopologyUnsatisfiable => r.unblock(
                         "relax the topology requirement or label more nodes into one group",
                     ),
-                    ReasonCode::NeverFits if r.message.starts_with("needs ") => r.unblock(
+                    ReasonCode::NeverFits if too_wide => r.unblock(
                         "raise a pool's maximum nodes (`nodes = MIN..MAX`) or split the gang",
                     ),
                     _ => r.unblock("shrink the members or add a larger node shape"),

@@ -143,7 +143,7 @@ impl<'a> Cycle<'a> {
             // Each team's jobs by position: slots and lists, with no lookup by name.
             let slots: Vec<Option<usize>> =
                 teams.keys().map(|t| self.shares.slot_of_team(*t)).collect();
-            let slots_teams: Vec<Option<usize>> = teams.keys().copied().collect();
+            let list_teams: Vec<Option<usize>> = teams.keys().copied().collect();
             let mut lists: Vec<Vec<usize>> = teams.into_values().collect();
             for list in &mut lists {
                 list.sort_by_key(|q| key(*q));
@@ -158,10 +158,10 @@ impl<'a> Cycle<'a> {
                     .max(0.0)
                     .to_bits()
             };
-            let teams: Vec<Option<usize>> = slots_teams;
             let ledger = &self.ledger;
+            // Whether list `t`'s job `q` would borrow; `take` counts it as held.
             let mut borrows = |t: usize, q: usize, take: bool| {
-                let team = teams.get(t).copied().flatten();
+                let team = list_teams.get(t).copied().flatten();
                 let n = need.get(q).copied().unwrap_or(0);
                 let Some(ix) = team else { return true };
                 let s = standing
