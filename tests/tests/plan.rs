@@ -395,18 +395,61 @@ fn reclaim_keeps_the_borrower_at_its_guarantee_when_it_can() {
 }
 
 #[test]
-fn quota_comes_before_capacity_and_reservations() {
-    let p = plan("over_burst_holds_no_reservation");
-    assert!(p["reservation"].is_null(), "{}", p["reservation"]);
+fn a_job_over_its_burst_reserves_its_quota_and_only_the_nodes_it_will_use() {
+    let p = plan("over_burst_reserves_its_quota");
+    // x's own running job ends at 10800 on n-1; now is 3600. x-next holds x's quota and
+    // n-1 from then: the idle GPUs of n-0 stay free for y.
+    assert_eq!(p["reservation"]["job"], "x-next");
+    assert_eq!(p["reservation"]["start_at"], 10800);
+    assert_eq!(p["reservation"]["nodes"], serde_json::json!(["n-1"]));
     assert_eq!(action(&p, "y-next"), "place");
     assert_eq!(code(&p, "x-huge"), "never_fits");
     assert_eq!(
         decision(&p, "x-huge")["reason"]["unblock"],
         "raise x's burst to 16 gpu or split the job"
     );
-    assert_eq!(code(&p, "x-next"), "quota_exhausted");
-    // x's own running job ends at 10800; now is 3600.
+    assert_eq!(code(&p, "x-next"), "reserved");
     assert_eq!(decision(&p, "x-next")["reason"]["eta_s"], 7200);
+    assert_eq!(decision(&p, "x-next")["reason"]["eta_kind"], "reservation");
+}
+
+#[test]
+fn a_team_at_its_burst_books_its_quota_for_its_reserved_jobs() {
+    let p = plan("quota_reservation");
+    // Now is 100. a's quota frees 8 at 3600 and 16 at 7200.
+    let eta = |job: &str| decision(&p, job)["reason"]["eta_s"].as_i64().unwrap() + 100;
+    assert_eq!(code(&p, "a-gang"), "reserved");
+    assert_eq!(eta("a-gang"), 7200);
+    // a-long would still hold a's quota at 7200: after the gang.
+    assert_eq!(eta("a-long"), 10800);
+    // a-short returns it by 6600: before both.
+    assert_eq!(eta("a-short"), 3600);
+    assert_eq!(action(&p, "b-next"), "place");
+    for job in ["a-gang", "a-long", "a-short"] {
+        assert_eq!(
+            decision(&p, job)["reason"]["eta_kind"],
+            "reservation",
+            "{job}"
+        );
+    }
+}
+
+#[test]
+fn under_easy_a_team_at_its_burst_holds_its_quota_beside_another_teams_reservation() {
+    let p = plan("quota_reservation_easy");
+    let eta = |job: &str| decision(&p, job)["reason"]["eta_s"].as_i64().unwrap() + 100;
+    // y-big holds the GPUs (EASY's one reservation); x-next holds x's quota from when
+    // both its quota and GPUs are free.
+    assert_eq!(p["reservation"]["job"], "y-big");
+    assert_eq!(code(&p, "x-next"), "reserved");
+    assert_eq!(eta("x-next"), 10800);
+    // x-small's quota frees at 7200, but from 10800 to 14400 x-next holds it.
+    assert_eq!(code(&p, "x-small"), "quota_exhausted");
+    assert_eq!(eta("x-small"), 14400);
+    let unblock = decision(&p, "x-small")["reason"]["unblock"]
+        .as_str()
+        .unwrap();
+    assert!(unblock.contains("(x-next)"), "{unblock}");
 }
 
 #[test]

@@ -351,7 +351,7 @@ fn diff_markdown_snapshot_and_fail_if() {
     let (code, out, err) = autoscale_diff("markdown", &["--max-jobs", "10"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("| `cost` | $27266.77 | $18056.75 | -33.8% |"),
+        out.contains("| `cost` | $27122.56 | $17807.00 | -34.3% |"),
         "{out}"
     );
     insta::assert_snapshot!("diff_autoscale_markdown", relative(&out));

@@ -288,7 +288,16 @@ fn fit(text: &str, width: usize) -> String {
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();
     let mut line = String::new();
-    for word in text.split_whitespace() {
+    // A word wider than the column (a long job name) is cut into pieces that fit.
+    let width = width.max(1);
+    let pieces = text.split_whitespace().flat_map(|word| {
+        let chars: Vec<char> = word.chars().collect();
+        chars
+            .chunks(width)
+            .map(|c| c.iter().collect::<String>())
+            .collect::<Vec<_>>()
+    });
+    for word in pieces {
         let fits = line.is_empty() || line.chars().count() + 1 + word.chars().count() <= width;
         if !fits {
             lines.push(std::mem::take(&mut line));
@@ -296,7 +305,7 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
         if !line.is_empty() {
             line.push(' ');
         }
-        line.push_str(word);
+        line.push_str(&word);
     }
     if !line.is_empty() || lines.is_empty() {
         lines.push(line);

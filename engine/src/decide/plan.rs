@@ -151,6 +151,11 @@ pub struct Reason {
     /// A gang that has waited longer than the policy's `gang_timeout`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub gang_timeout_exceeded: bool,
+    /// It waits for its team's quota (its own running jobs, or quota its team's
+    /// reservations hold), which more nodes would not give it: the autoscaler leaves it
+    /// out of demand, as it does `quota_exhausted`.
+    #[serde(skip)]
+    pub held_by_quota: bool,
 }
 
 impl Reason {
@@ -164,6 +169,7 @@ impl Reason {
             unblock: None,
             rule: None,
             gang_timeout_exceeded: false,
+            held_by_quota: false,
         }
     }
 

@@ -46,13 +46,14 @@ pub(crate) fn waiting<'s>(
         .filter(|d| d.action == Action::Queue)
         .filter(|d| {
             d.reason.as_ref().is_some_and(|r| {
-                !matches!(
-                    r.code,
-                    ReasonCode::QuotaExhausted
-                        | ReasonCode::InvalidJob
-                        | ReasonCode::DeniedByRule
-                        | ReasonCode::GangIncomplete
-                )
+                !r.held_by_quota
+                    && !matches!(
+                        r.code,
+                        ReasonCode::QuotaExhausted
+                            | ReasonCode::InvalidJob
+                            | ReasonCode::DeniedByRule
+                            | ReasonCode::GangIncomplete
+                    )
             })
         })
         .filter_map(|d| by_id.get(d.job.as_str()).copied())

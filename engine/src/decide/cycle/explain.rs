@@ -5,7 +5,7 @@
 //! by its own team's quota comes from that team's running jobs.
 
 use super::preempt::Protection;
-use super::{Blocked, Cycle};
+use super::{Blocked, Cycle, Reserved};
 use crate::core::gang::{JobShape, UnplacedCode};
 use crate::decide::plan::{human_duration, wall_time, Reason, ReasonCode};
 use crate::decide::snapshot::JobState;
@@ -152,63 +152,123 @@ impl Cycle<'_> {
                 r.eta_s = q
                     .own_to_free
                     .and_then(|m| self.own_release_eta(js.job.team.as_deref(), m));
-                let eta = r.eta_s;
                 let own_limit = q.own_to_free.is_some();
-                let r = r.unblock(match eta {
+                let mut unblock = match r.eta_s {
                     Some(eta) => format!(
                         "{} ({}, by their runtime estimates)",
                         unblock,
                         self.about(self.now + eta)
                     ),
                     None => unblock,
-                });
+                };
+                // Its own team's running jobs hold it: it may hold the team's quota,
+                // where that is one limit (not a guarantee per pool).
+                if own_limit && self.own_limit_of(js).is_some() {
+                    if let Some(mut reserved) = self.hold_reservation(js, shape, &r.message, true) {
+                        reserved.held_by_quota = true;
+                        return reserved;
+                    }
+                    // Without one, it starts only once its team's reservations no
+                    // longer need that quota, and GPUs are free: the later binds.
+                    let team = self.job_team(js);
+                    if self.quota_bookings.has_limited(team) {
+                        let joint = self.joint_eta(js, shape);
+                        if joint != r.eta_s {
+                            unblock = format!(
+                                "fits {}, when the quota {} frees is no longer held for its reservations ({}) and GPUs are free (by the running jobs' estimates)",
+                                joint.map_or("later".to_string(), |e| self.about(self.now + e)),
+                                self.ledger.name(team),
+                                self.quota_bookings.limited_jobs(team, 3)
+                            );
+                            r.eta_s = joint;
+                        }
+                    }
+                }
+                let r = r.unblock(unblock);
                 if own_limit {
                     self.protected_reason(js, shape, r, true)
                 } else {
                     r
                 }
             }
+            Blocked::Reservation(res) if res.quota_of.is_some() => {
+                self.waiting_for_quota(js, shape, &res)
+            }
             Blocked::Reservation(res) => {
-                let until = res.start_at - self.now;
                 let mut r = Reason::new(
                     ReasonCode::WaitingForReservation,
                     format!(
                         "it fits only on GPUs reserved for {} from {}, and {}",
                         res.job,
                         self.moment(res.start_at, |d| format!("{d} from now"), |t| t),
-                        match (js.job.runtime_s, self.runtime(js)) {
-                            (Some(rt), _) =>
-                                format!("it would run for {}", human_duration(rt as i64)),
-                            (None, Some(rt)) => format!(
-                                "it would run for {} (the policy's default runtime)",
-                                human_duration(rt)
-                            ),
-                            (None, None) => "it has no runtime estimate".to_string(),
-                        }
+                        self.runs_for(js)
                     ),
                 )
-                .unblock(if self.snapshot.wall_clock {
-                    format!(
-                        "fits once {} is done with those GPUs, or now with a runtime that ends by {}",
-                        res.job,
-                        wall_time(res.start_at)
-                    )
-                } else {
-                    format!(
-                        "fits once {} is done with those GPUs, or now with a runtime under {}",
-                        res.job,
-                        human_duration(until)
-                    )
-                });
+                .unblock(format!(
+                    "fits once {} is done with those GPUs, or now with {}",
+                    res.job,
+                    self.runtime_before(res.start_at)
+                ));
                 // Conservative backfill books a start for this job too.
                 if !self.bookings.is_empty() {
-                    if let Some(reserved) = self.hold_reservation(js, shape, &r.message) {
+                    if let Some(reserved) = self.hold_reservation(js, shape, &r.message, false) {
                         return reserved;
                     }
                 }
                 r.eta_s = self.eta(shape_no, shape, self.runtime(js));
                 r
             }
+        }
+    }
+
+    /// Why a job waits for a reservation of its team's quota (`res`): it would still
+    /// hold the quota when the reserved job starts. Conservative backfill books it
+    /// too; otherwise its ETA is its earliest start with the quota and GPUs both free.
+    fn waiting_for_quota(&mut self, js: &JobState, shape: &JobShape, res: &Reserved) -> Reason {
+        let team = res.quota_of.as_deref().unwrap_or("-");
+        let mut r = Reason::new(
+            ReasonCode::WaitingForReservation,
+            format!(
+                "team {team}'s quota from {} is reserved for {}, and {}",
+                self.moment(res.start_at, |d| format!("{d} from now"), |t| t),
+                res.job,
+                self.runs_for(js)
+            ),
+        )
+        .unblock(format!(
+            "fits once {} has started, or now with {}",
+            res.job,
+            self.runtime_before(res.start_at)
+        ));
+        r.held_by_quota = true;
+        if !self.bookings.is_empty() {
+            if let Some(mut reserved) = self.hold_reservation(js, shape, &r.message, false) {
+                reserved.held_by_quota = true;
+                return reserved;
+            }
+        }
+        r.eta_s = self.joint_eta(js, shape);
+        r
+    }
+
+    /// A runtime that ends before `at`, as a reason says it.
+    fn runtime_before(&self, at: i64) -> String {
+        if self.snapshot.wall_clock {
+            format!("a runtime that ends by {}", wall_time(at))
+        } else {
+            format!("a runtime under {}", human_duration(at - self.now))
+        }
+    }
+
+    /// How long `js` would run, as a reason says it.
+    fn runs_for(&self, js: &JobState) -> String {
+        match (js.job.runtime_s, self.runtime(js)) {
+            (Some(rt), _) => format!("it would run for {}", human_duration(rt as i64)),
+            (None, Some(rt)) => format!(
+                "it would run for {} (the policy's default runtime)",
+                human_duration(rt)
+            ),
+            (None, None) => "it has no runtime estimate".to_string(),
         }
     }
 
@@ -221,7 +281,7 @@ impl Cycle<'_> {
         shape: &JobShape,
         mut r: Reason,
     ) -> Reason {
-        if let Some(reserved) = self.hold_reservation(js, shape, &r.message) {
+        if let Some(reserved) = self.hold_reservation(js, shape, &r.message, false) {
             return reserved;
         }
         r.eta_s = self.eta(shape_no, shape, self.runtime(js));
@@ -236,48 +296,69 @@ impl Cycle<'_> {
     }
 
     /// A `reserved` reason when `js` gets a reservation (see [`Cycle::reserve`]).
-    fn hold_reservation(&mut self, js: &JobState, shape: &JobShape, why: &str) -> Option<Reason> {
-        if let Some((start, starving)) = self.reserve(js, shape) {
-            let names: Vec<String> = match self.bookings.list.last().filter(|b| b.job == js.id()) {
-                // Conservative backfill books GPUs per node.
-                Some(b) => b
-                    .nodes
-                    .iter()
-                    .filter_map(|(i, nb)| {
-                        let name = self.node_name(*i)?;
-                        Some(match nb.gpus {
-                            u64::MAX => format!("{name} (whole node)"),
-                            1 => format!("{name} (1 GPU)"),
-                            g => format!("{name} ({g} GPUs)"),
-                        })
+    fn hold_reservation(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        why: &str,
+        quota_blocked: bool,
+    ) -> Option<Reason> {
+        let (start, starving) = self.reserve(js, shape, quota_blocked)?;
+        let names: Vec<String> = match self.bookings.list.last().filter(|b| b.job == js.id()) {
+            // Conservative backfill books GPUs per node.
+            Some(b) => b
+                .nodes
+                .iter()
+                .filter_map(|(i, nb)| {
+                    let name = self.node_name(*i)?;
+                    Some(match nb.gpus {
+                        u64::MAX => format!("{name} (whole node)"),
+                        1 => format!("{name} (1 GPU)"),
+                        g => format!("{name} ({g} GPUs)"),
                     })
-                    .collect(),
-                None => self
-                    .reservation
-                    .iter()
-                    .flat_map(|res| res.nodes.iter())
-                    .filter_map(|i| self.node_name(*i))
-                    .collect(),
-            };
-            let mut reserved = Reason::new(
-                ReasonCode::Reserved,
-                format!(
-                    "{}; it holds {} on {}, free {} by the running jobs' estimates",
-                    why,
-                    if starving {
-                        "a reservation past the policy's depth (the starvation bound: it has waited `reserve_after_wait` or been overtaken by `reserve_after_overtaken` later jobs)"
-                    } else {
-                        "the reservation"
-                    },
-                    names.join(", "),
-                    self.when(start)
-                ),
-            )
-            .unblock("starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first");
-            reserved.eta_s = Some(start - self.now);
-            return Some(reserved);
-        }
-        None
+                })
+                .collect(),
+            None => self
+                .reservation
+                .iter()
+                .filter(|res| res.job == js.id())
+                .flat_map(|res| res.nodes.iter())
+                .filter_map(|i| self.node_name(*i))
+                .collect(),
+        };
+        let team = self
+            .quota_bookings
+            .limited_of_job(js.id())
+            .map(|q| self.ledger.name(q.team).to_string());
+        let quota = team.as_ref().map(|t| format!("team {t}'s quota"));
+        let what = if starving {
+            "a reservation past the policy's depth (the starvation bound: it has waited `reserve_after_wait` or been overtaken by `reserve_after_overtaken` later jobs)"
+        } else {
+            "the reservation"
+        };
+        let held = match (names.is_empty(), &quota) {
+            (false, Some(q)) => format!("{what} on {} and {q}", names.join(", ")),
+            (false, None) => format!("{what} on {}", names.join(", ")),
+            (true, Some(q)) => format!(
+                "{q} (not GPUs: under EASY backfill only the first job that waits holds GPUs)"
+            ),
+            (true, None) => what.to_string(),
+        };
+        let unblock = match (names.is_empty(), &team) {
+            (true, Some(t)) => format!("starts when {t}'s running jobs have returned the quota it needs and GPUs are free; {t}'s later jobs start first only if they end by then"),
+            (false, Some(t)) => format!("starts when {t}'s running jobs have returned the quota it needs and the running jobs on the reserved nodes end; later jobs start first only if they end by then"),
+            _ => "starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first".to_string(),
+        };
+        let mut reserved = Reason::new(
+            ReasonCode::Reserved,
+            format!(
+                "{why}; it holds {held}, free {} by the running jobs' estimates",
+                self.when(start)
+            ),
+        )
+        .unblock(unblock);
+        reserved.eta_s = Some(start - self.now);
+        Some(reserved)
     }
 
     /// Says why preemption was not used when lower-priority jobs it may take are
@@ -364,7 +445,7 @@ impl Cycle<'_> {
             .map(|r| (&r.nodes, r.ends_at.unwrap_or(i64::MAX)));
         // Room now means something other than capacity holds the job: no estimate.
         let eta = self
-            .earliest_start(shape, held, runtime)
+            .earliest_start(shape, held, runtime, self.now)
             .map(|(t, _)| t - self.now)
             .filter(|eta| *eta > 0);
         self.eta_memo.insert(shape_no, key, eta);

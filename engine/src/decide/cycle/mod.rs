@@ -16,6 +16,7 @@ mod numbering;
 mod placing;
 mod preempt;
 mod queue_order;
+mod quota_book;
 mod quota_gate;
 mod quota_victims;
 mod reserve;
@@ -94,6 +95,8 @@ struct Cycle<'a> {
     /// Conservative backfill's reservations (`reservation_depth` > 1), shared with the
     /// node checks of the job being placed.
     bookings: std::rc::Rc<bookings::Bookings>,
+    /// Reservations' holds on their teams' quotas.
+    quota_bookings: quota_book::QuotaBookings,
     /// Reservations the starvation bound added past the depth this cycle.
     starving_booked: usize,
     /// Running jobs' submit times by priority, sorted (for the starvation bound; on
@@ -384,6 +387,7 @@ fn decide_cycle(
             fleet.nodes.len(),
         )),
         bookings: std::rc::Rc::default(),
+        quota_bookings: quota_book::QuotaBookings::default(),
         starving_booked: 0,
         running_submits: None,
         no_victims: shape_memo::ShapeMemo::default(),

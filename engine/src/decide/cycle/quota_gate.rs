@@ -26,7 +26,11 @@ impl<'a> Cycle<'a> {
         let team = self.ledger.name(ix);
         let need = js.gpu_milli();
         match self.own_limits(js, shape) {
-            Limits::Pass => Ok(()),
+            // It must also keep its team's quota for the jobs that reserved it.
+            Limits::Pass => match self.quota_promised_to_another(js) {
+                Some(res) => Err(Gate::Later(Blocked::Reservation(res))),
+                None => Ok(()),
+            },
             Limits::OverBurstEver(burst) => Err(Gate::Never(
                 Reason::new(
                     ReasonCode::NeverFits,

@@ -65,6 +65,8 @@ struct WalkFor<'w> {
     held: Option<(&'w BTreeSet<usize>, i64)>,
     runtime: Option<i64>,
     only: Only<'w>,
+    /// The earliest start it may take (a time its quota frees; now for most walks).
+    from: i64,
 }
 
 /// Where an earliest start puts members: how many on the node, and its whole free GPUs
@@ -84,6 +86,8 @@ pub(super) struct Reserved {
     /// When the reserved job is expected to end (`None`: no runtime estimate).
     pub ends_at: Option<i64>,
     pub nodes: BTreeSet<usize>,
+    /// For a hold on a team's quota (`quota_book.rs`): the team's name.
+    pub quota_of: Option<String>,
 }
 
 impl Cycle<'_> {
@@ -133,6 +137,7 @@ impl Cycle<'_> {
                 start_at: b.start_at,
                 ends_at: b.ends_at,
                 nodes: b.nodes.keys().copied().collect(),
+                quota_of: None,
             }),
             None => blocked,
         }
@@ -141,37 +146,59 @@ impl Cycle<'_> {
     /// Makes `js` a reservation holder if backfill is on, the reservations are not all
     /// taken (one for EASY, `reservation_depth` for conservative backfill), and its
     /// earliest start is inside the backfill window; its start time if so, and whether
-    /// the starvation bound gave it (past the depth).
-    pub(super) fn reserve(&mut self, js: &JobState, shape: &JobShape) -> Option<(i64, bool)> {
+    /// the starvation bound gave it (past the depth). Where its team has an own limit,
+    /// the start is one where its quota is free too, and the reservation books it
+    /// (`quota_book.rs`). A job blocked by its own team's quota (`quota_blocked`) is
+    /// reserved like one blocked on capacity, except under EASY once another job holds
+    /// the one reservation of GPUs: then it holds its team's quota only, one job per
+    /// team.
+    pub(super) fn reserve(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        quota_blocked: bool,
+    ) -> Option<(i64, bool)> {
         let placement = &self.program.placement;
+        let window = placement.backfill_window_s as i64;
         let depth = placement.reservation_depth;
         let conservative = depth > 1;
+        if !placement.backfill {
+            return None;
+        }
+        let runtime = self.runtime(js);
+        if quota_blocked && !conservative && self.reservation.is_some() {
+            if self.quota_bookings.has_limited(self.job_team(js)) {
+                return None;
+            }
+            let head = self.reservation.clone();
+            let (start, _) = self.joint_start_beside(js, shape, head, runtime)?;
+            if start == self.now || start - self.now > window {
+                return None;
+            }
+            self.book_quota(js, start, runtime.map(|r| start + r), BTreeSet::new());
+            return Some((start, false));
+        }
         let within_depth = if conservative {
             self.bookings.len() < depth as usize
         } else {
             self.reservation.is_none()
         };
         // Past the depth, only a starving job gets one (the starvation bound).
-        if !placement.backfill
-            || (!within_depth
-                && (self.starving_booked >= STARVING_RESERVATIONS || !self.starving(js)))
-        {
+        if !within_depth && (self.starving_booked >= STARVING_RESERVATIONS || !self.starving(js)) {
             return None;
         }
-        let runtime = self.runtime(js);
         // EASY's head reservation holds its nodes in the walk of a starving job.
         let head = self.reservation.clone().filter(|_| !within_depth);
-        let held = head
-            .as_ref()
-            .map(|r| (&r.nodes, r.ends_at.unwrap_or(i64::MAX)));
-        let (start, landing) = self.earliest_start(shape, held, runtime)?;
-        if start == self.now || start - self.now > placement.backfill_window_s as i64 {
+        let (start, landing) = self.joint_start_beside(js, shape, head, runtime)?;
+        if start == self.now || start - self.now > window {
             return None;
         }
         if !within_depth {
             self.starving_booked += 1;
         }
         let ends_at = runtime.map(|r| start + r);
+        let nodes: BTreeSet<usize> = landing.iter().map(|l| l.node).collect();
+        self.book_quota(js, start, ends_at, nodes.clone());
         if conservative || !within_depth {
             let per = booked_gpus(&shape.member);
             let nodes = landing
@@ -193,7 +220,6 @@ impl Cycle<'_> {
             });
             return Some((start, !within_depth));
         }
-        let nodes: BTreeSet<usize> = landing.iter().map(|l| l.node).collect();
         let fleet_size = self.snapshot.fleet.nodes.len();
         self.held = Some((
             start,
@@ -204,6 +230,7 @@ impl Cycle<'_> {
             start_at: start,
             ends_at,
             nodes,
+            quota_of: None,
         }));
         Some((start, false))
     }
@@ -265,21 +292,21 @@ impl Cycle<'_> {
     /// the free room (per topology group when the job requires one) holds every member.
     /// Room per node is exact for identical members (whole GPUs, shares and MIG profiles
     /// alike), as in gang placement. `held` nodes count only from the given time (a
-    /// reservation's end). Quotas are not considered: the gate judged them already.
+    /// reservation's end). No start before `from`. Quotas are not considered here
+    /// ([`Cycle::joint_start`] adds them).
     pub(super) fn earliest_start(
         &mut self,
         shape: &JobShape,
         held: Option<(&BTreeSet<usize>, i64)>,
         runtime: Option<i64>,
+        from: i64,
     ) -> Option<(i64, Vec<Landing>)> {
         self.index_ends();
         let (key, mut index) = self.current_room(shape, gang::required_grouping(shape));
         let members = u64::from(shape.members);
         // Bookings bring events and caps of their own: such walks are neither reused nor
         // kept.
-        let walk_key: Option<WalkKey> = self
-            .bookings
-            .is_empty()
+        let walk_key: Option<WalkKey> = (self.bookings.is_empty() && from <= self.now)
             .then(|| (members, held.map(|(nodes, until)| (nodes.clone(), until))));
         let reuse = match &walk_key {
             Some(k) => index.memo.reuse(k),
@@ -291,6 +318,7 @@ impl Cycle<'_> {
             held,
             runtime,
             only: None,
+            from,
         };
         let walked = match reuse {
             Reuse::Afresh => self.walk(&index, all),
@@ -543,7 +571,9 @@ impl Cycle<'_> {
             held,
             runtime,
             only,
+            from,
         } = ask;
+        let from = from.max(self.now);
         self.snapshot.fleet.nodes.first()?;
         let (mask, cut) = match only {
             Some((mask, cut)) => (Some(mask), cut),
@@ -649,13 +679,40 @@ impl Cycle<'_> {
                 (None, None) => None,
             }
         });
+        // With a start not before `from`: the room then, once every event up to it is
+        // in (booked nodes' spare counted for a start then).
+        let at_from = |free: &F, counted: &mut BTreeMap<usize, u64>, room: &mut Vec<u64>| {
+            for (n, c) in counted.iter_mut() {
+                let after = capped(free, *n, from);
+                add(room, *n, after, *c);
+                *c = after;
+            }
+            winner(room).map(|g| (from, g, (from, usize::MAX - 2, g)))
+        };
+        let mut from_passed = from <= self.now;
         // (start, group, event) of the first group to hold every member.
-        let mut found: Option<(i64, usize, EventKey)> =
-            winner(&room).map(|g| (self.now, g, (i64::MIN, 0, g)));
+        let mut found: Option<(i64, usize, EventKey)> = winner(&room)
+            .filter(|_| from_passed)
+            .map(|g| (self.now, g, (i64::MIN, 0, g)));
         for event in events {
-            if found.is_some() {
+            let at = match event {
+                Ok((end, _)) | Err((end, _)) => end,
+            };
+            // Once found, the events at the same time still count: the landing and its
+            // free GPUs are those after every job that ends then (a booking's free GPUs
+            // at its start are what later jobs may use beside it).
+            if found.is_some_and(|(t, _, _)| at > t || t == self.now) {
                 break;
             }
+            if !from_passed && at > from {
+                from_passed = true;
+                found = at_from(free, &mut counted, &mut room);
+                if found.is_some() {
+                    break;
+                }
+            }
+            // Room before `from` may not start it.
+            let may_start = at >= from;
             let (end, h) = match event {
                 Ok(e) => e,
                 Err((at, booking)) => {
@@ -665,7 +722,7 @@ impl Cycle<'_> {
                         };
                         let after = capped(free, n, at);
                         counted.insert(n, after);
-                        if let Some(g) = add(&mut room, n, after, before) {
+                        if let Some(g) = add(&mut room, n, after, before).filter(|_| may_start) {
                             found = found.or(Some((at, g, (at, usize::MAX - 1, i))));
                         }
                     }
@@ -687,7 +744,7 @@ impl Cycle<'_> {
                         }
                         None => add(&mut room, *n, slots(free, *n, end), 0),
                     };
-                    if let Some(g) = grown {
+                    if let Some(g) = grown.filter(|_| may_start) {
                         found = found.or(Some((end, g, (end, h, i))));
                     }
                 }
@@ -708,11 +765,14 @@ impl Cycle<'_> {
                     }
                     None => slots(free, node, end),
                 };
-                if let Some(g) = add(&mut room, node, after, before) {
+                if let Some(g) = add(&mut room, node, after, before).filter(|_| may_start) {
                     // Members of one event may grow several groups: the first wins.
                     found = found.or(Some((end, g, (end, h, m))));
                 }
             }
+        }
+        if found.is_none() && !from_passed {
+            found = at_from(free, &mut counted, &mut room);
         }
         let (start, g, key) = found.filter(|f| cut.is_none_or(|c| f.2 < c))?;
         // The nodes that hold the members, roomiest first. Only a node with a slot now,
