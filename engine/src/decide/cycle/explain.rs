@@ -11,7 +11,7 @@ use crate::decide::plan::{human_duration, wall_time, Reason, ReasonCode};
 use crate::decide::snapshot::JobState;
 
 /// Earliest-start estimates per cycle; beyond it `eta_s` is absent.
-const ETA_BUDGET: usize = 64;
+pub(super) const ETA_BUDGET: usize = 64;
 
 /// Beside the shape: the reservation it waits behind (start, end) and, with bookings, how
 /// many there are and the job's runtime; the memo is cleared when the allocation state
@@ -108,6 +108,7 @@ impl Cycle<'_> {
         blocked: Blocked,
     ) -> Reason {
         self.expect_records();
+        let team_head = self.quota_bookings.first_to_wait(self.job_team(js));
         match blocked {
             Blocked::Capacity(u) => {
                 let code = match u.code {
@@ -164,7 +165,8 @@ impl Cycle<'_> {
                 // Its own team's running jobs hold it: it may hold the team's quota,
                 // where that is one limit (not a guarantee per pool).
                 if own_limit && self.own_limit_of(js).is_some() {
-                    if let Some(mut reserved) = self.hold_reservation(js, shape, &r.message, true) {
+                    let held = self.hold_reservation(js, shape, &r.message, team_head);
+                    if let Some(mut reserved) = held {
                         reserved.held_by_quota = true;
                         return reserved;
                     }

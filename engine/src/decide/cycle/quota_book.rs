@@ -49,6 +49,8 @@ pub(super) struct QuotaBookings {
     /// gone (holders, evictions) since: every job of a team with a booking asks it.
     freed: HashMap<(Option<usize>, i64), u64>,
     freed_at: (usize, u64),
+    /// Teams one of whose jobs has waited this cycle (the first is the team's head).
+    waited: BTreeSet<Option<usize>>,
 }
 
 impl QuotaBookings {
@@ -57,6 +59,12 @@ impl QuotaBookings {
             *self.limited.entry(booking.team).or_default() += 1;
         }
         self.list.push(booking);
+    }
+
+    /// Whether a job of `team` that waits is the first of its team to wait this cycle
+    /// (the head of its team's queue); called once for each job that waits.
+    pub fn first_to_wait(&mut self, team: Option<usize>) -> bool {
+        self.waited.insert(team)
     }
 
     /// Whether one of `team`'s bookings was made under a limit.
@@ -246,8 +254,14 @@ impl Cycle<'_> {
     }
 
     /// Seconds until `js` could start with its quota and GPUs both free, EASY's
-    /// reservation holding its nodes: an estimate for a job that holds no reservation.
+    /// reservation holding its nodes: an estimate for a job that holds no reservation
+    /// (`None` past the cycle's budget of estimates).
     pub(super) fn joint_eta(&mut self, js: &JobState, shape: &JobShape) -> Option<i64> {
+        // An estimate's walk, counted against the cycle's budget of them.
+        if self.eta_estimates >= super::explain::ETA_BUDGET {
+            return None;
+        }
+        self.eta_estimates += 1;
         let head = self.reservation.clone();
         self.joint_start_beside(js, shape, head, self.runtime(js))
             .map(|(start, _)| start - self.now)

@@ -150,8 +150,9 @@ impl Cycle<'_> {
     /// the start is one where its quota is free too, and the reservation books it
     /// (`quota_book.rs`). A job blocked by its own team's quota (`quota_blocked`) is
     /// reserved like one blocked on capacity, except under EASY once another job holds
-    /// the one reservation of GPUs: then it holds its team's quota only, one job per
-    /// team.
+    /// the one reservation of GPUs: then, if it is the first of its team to wait (the
+    /// head of its team's queue), it holds its team's quota only (`quota_blocked` is
+    /// given only then).
     pub(super) fn reserve(
         &mut self,
         js: &JobState,
@@ -167,9 +168,6 @@ impl Cycle<'_> {
         }
         let runtime = self.runtime(js);
         if quota_blocked && !conservative && self.reservation.is_some() {
-            if self.quota_bookings.has_limited(self.job_team(js)) {
-                return None;
-            }
             let head = self.reservation.clone();
             let (start, _) = self.joint_start_beside(js, shape, head, runtime)?;
             if start == self.now || start - self.now > window {
@@ -301,6 +299,17 @@ impl Cycle<'_> {
         runtime: Option<i64>,
         from: i64,
     ) -> Option<(i64, Vec<Landing>)> {
+        // Without bookings, room only grows along a walk (jobs end, held nodes come
+        // free), so the start from a later time is the start from now or that time, on
+        // the same nodes: the kept walk from now answers. Conservative backfill's first
+        // booking walks from the time itself, for its free GPUs then.
+        if from > self.now
+            && self.bookings.is_empty()
+            && self.program.placement.reservation_depth <= 1
+        {
+            let (start, landing) = self.earliest_start(shape, held, runtime, self.now)?;
+            return Some((start.max(from), landing));
+        }
         self.index_ends();
         let (key, mut index) = self.current_room(shape, gang::required_grouping(shape));
         let members = u64::from(shape.members);
