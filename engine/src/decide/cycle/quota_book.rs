@@ -197,15 +197,22 @@ impl Cycle<'_> {
         runtime: Option<i64>,
     ) -> Option<i64> {
         self.index_ends();
-        let mut times: Vec<i64> = self
+        // The team's running jobs by expected end, with what each frees.
+        let ends: Vec<(i64, u64)> = self
             .team_ends
             .get(&team)
             .into_iter()
             .flatten()
-            .filter(|(at, h)| {
-                *at > from && *at < i64::MAX && self.holders.get(*h).is_some_and(|x| !x.evicted)
+            .filter(|(at, _)| *at < i64::MAX)
+            .filter_map(|(at, h)| {
+                let x = self.holders.get(*h).filter(|x| !x.evicted)?;
+                Some((*at, x.member_milli() * x.choices.len() as u64))
             })
+            .collect();
+        let mut times: Vec<i64> = ends
+            .iter()
             .map(|(at, _)| *at)
+            .filter(|at| *at > from)
             .chain(
                 self.quota_bookings
                     .of_team(team)
@@ -216,9 +223,23 @@ impl Cycle<'_> {
         times.push(from);
         times.sort_unstable();
         times.dedup();
-        times
-            .into_iter()
-            .find(|t| self.quota_fits(team, need, limit, *t, runtime.map(|r| t + r)))
+        // One pass over the ends: a time where the running jobs alone leave too little
+        // is passed over without reading the bookings.
+        let used_now = self.ledger.usage(team).map_or(0, |(u, _)| u);
+        let (mut freed, mut k) = (0u64, 0usize);
+        for t in times {
+            while let Some((_, milli)) = ends.get(k).filter(|(at, _)| *at <= t) {
+                freed += milli;
+                k += 1;
+            }
+            if used_now.saturating_sub(freed) + need > limit {
+                continue;
+            }
+            if self.quota_fits(team, need, limit, t, runtime.map(|r| t + r)) {
+                return Some(t);
+            }
+        }
+        None
     }
 
     /// The earliest start of `js` where its GPUs (`held` nodes counting only from the
