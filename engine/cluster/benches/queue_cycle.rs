@@ -299,6 +299,10 @@ fn main() {
         rss_mib(),
         before
     );
+    // For profiling the cycle alone.
+    if std::env::args().any(|a| a == "--cycle-only") {
+        return;
+    }
     // The cluster carries the actions out (victims gone, released pods bound where they
     // were assigned); cycles then run until nothing more is to be done. A cycle with
     // nothing new must write nothing.

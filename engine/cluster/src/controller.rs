@@ -15,9 +15,8 @@ use engine::decide::snapshot::Snapshot;
 use engine::decide::Decider;
 use engine::serve::queue::QueueReport;
 use engine::serve::state::{AppState, LoadedPolicy};
-use k8s_openapi::api::core::v1::{Event, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -183,67 +182,6 @@ pub(crate) fn params() -> PatchParams {
     }
 }
 
-fn time(now: i64) -> Option<Time> {
-    k8s_openapi::jiff::Timestamp::from_second(now)
-        .ok()
-        .map(Time)
-}
-
-async fn event(
-    client: &Client,
-    pod: &enact::PodRef,
-    kind: &str,
-    reason: &str,
-    message: &str,
-    now: i64,
-) -> Result<(), String> {
-    let events: Api<Event> = Api::namespaced(client.clone(), &pod.namespace);
-    let e = Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.gantry-", pod.name)),
-            namespace: Some(pod.namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        involved_object: ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: Some(pod.uid.clone()),
-            ..ObjectReference::default()
-        },
-        reason: Some(reason.into()),
-        message: Some(message.chars().take(1024).collect()),
-        type_: Some(kind.into()),
-        source: Some(k8s_openapi::api::core::v1::EventSource {
-            component: Some(COMPONENT.into()),
-            host: None,
-        }),
-        first_timestamp: time(now),
-        last_timestamp: time(now),
-        event_time: k8s_openapi::jiff::Timestamp::from_second(now)
-            .ok()
-            .map(MicroTime),
-        reporting_component: Some(COMPONENT.into()),
-        reporting_instance: Some(COMPONENT.into()),
-        action: Some(reason.into()),
-        count: Some(1),
-        ..Event::default()
-    };
-    events
-        .create(&PostParams::default(), &e)
-        .await
-        .map(|_| ())
-        .map_err(|err| {
-            format!(
-                "event on {}/{}: {}",
-                pod.namespace,
-                pod.name,
-                crate::bounded::brief(&err)
-            )
-        })
-}
-
 /// A `policy/v1` Eviction with the tier's grace. Written out rather than through
 /// `Api::evict`, whose body (kube 5) names the options `delete_options`, which the API
 /// server does not read: the grace period would be lost. Sent raw so that a refusal keeps
@@ -388,7 +326,7 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
                 .await
                 .map_err(|e| format!("evict {}/{}: {e}", pod.namespace, pod.name))?;
             let message = format!("job {job} preempted for {for_job} ({cause}); grace {grace_s}s");
-            event(client, pod, "Warning", "Preempted", &message, now).await?;
+            crate::events::record(client, pod, "Warning", "Preempted", &message, now).await?;
         }
         Action::Placed { node, .. } => {
             let message = format!("bound to {node}");
@@ -408,7 +346,7 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
                 .await
                 .map_err(|e| fail("condition", e))?;
             if *with_event {
-                event(client, pod, "Normal", reason, message, now).await?;
+                crate::events::record(client, pod, "Normal", reason, message, now).await?;
             }
         }
     }

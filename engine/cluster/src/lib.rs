@@ -21,6 +21,7 @@ pub mod capacity;
 pub mod capacity_writes;
 pub mod controller;
 pub mod enact;
+pub mod events;
 pub mod lease;
 pub mod memory;
 pub mod nodes;

@@ -260,3 +260,74 @@ async fn a_new_message_under_the_same_code_writes_no_event() {
         .iter()
         .any(|e| e["involvedObject"]["name"] == "s0"));
 }
+
+/// A reason that comes back is counted on its first Event, as Kubernetes' recorder
+/// counts a repeated Event: one object per (pod, reason), its count and last time moving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reason_that_comes_back_counts_on_its_event() {
+    let h = harness_with(POLICY, None).await;
+    h.api
+        .apply(Kind::Pods, gated("flip", "beta", "best_effort", 1, None));
+    let url = h.api.serve().await;
+    let client = cluster::bounded::client(apiserver::config(&url)).unwrap();
+    let pod = cluster::enact::PodRef {
+        namespace: "ml".into(),
+        name: "flip".into(),
+        uid: "uid-series-flip".into(),
+    };
+    let wait = |reason: &str, message: &str| cluster::enact::Action::Wait {
+        pod: pod.clone(),
+        reason: reason.into(),
+        message: message.into(),
+        event: true,
+    };
+    let of = |reason: &str| -> Vec<serde_json::Value> {
+        h.api
+            .events()
+            .into_iter()
+            .filter(|e| e["involvedObject"]["name"] == "flip" && e["reason"] == reason)
+            .collect()
+    };
+    let apply = |a: cluster::enact::Action, at: i64| {
+        let client = client.clone();
+        async move { cluster::controller::apply(&client, &a, at).await.unwrap() }
+    };
+    apply(wait("NoCapacity", "none free"), NOW).await;
+    apply(wait("QuotaExhausted", "at its burst"), NOW + 60).await;
+    apply(wait("NoCapacity", "none free; expected to start by 10:40"), NOW + 120).await;
+    assert_eq!(h.api.events().len(), 2, "{:?}", h.api.events());
+    let capacity = of("NoCapacity");
+    assert_eq!(capacity.len(), 1);
+    let e = &capacity[0];
+    assert_eq!(e["count"], 2, "{e}");
+    assert_eq!(e["message"], "none free; expected to start by 10:40");
+    assert_ne!(e["firstTimestamp"], e["lastTimestamp"], "{e}");
+    assert_eq!(of("QuotaExhausted")[0]["count"], 1);
+    // A restarted gantry has no counts: it reads the Event's and adds one.
+    cluster::events::forget_counts();
+    apply(wait("QuotaExhausted", "at its burst"), NOW + 180).await;
+    assert_eq!(of("QuotaExhausted")[0]["count"], 2);
+    // Events expire (their TTL): the next repeat starts a new series at 1.
+    h.api.expire_events();
+    apply(wait("NoCapacity", "none free"), NOW + 240).await;
+    let capacity = of("NoCapacity");
+    assert_eq!(capacity.len(), 1);
+    assert_eq!(capacity[0]["count"], 1);
+    // Each request (create, get, patch) is one the shipped RBAC allows.
+    let allowed = apiserver::rbac::example_rules(&["rbac.yaml", "rbac-queue.yaml"]);
+    for (method, path, watch) in h.api.requests() {
+        let rule = apiserver::rbac::needs(&method, &path, watch);
+        assert!(allowed.contains(&rule), "{rule:?} is not allowed");
+    }
+    let verbs: Vec<String> = h
+        .api
+        .requests()
+        .iter()
+        .map(|(m, p, w)| apiserver::rbac::needs(m, p, *w))
+        .filter(|r| r.1 == "events")
+        .map(|r| r.2)
+        .collect();
+    for verb in ["create", "get", "patch"] {
+        assert!(verbs.iter().any(|v| v == verb), "{verbs:?}");
+    }
+}

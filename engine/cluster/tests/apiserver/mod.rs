@@ -341,6 +341,12 @@ impl FakeApi {
         self.lock().events.clone()
     }
 
+    /// Drops every Event, as their TTL does (an hour by default).
+    #[allow(dead_code, reason = "not every test binary lets Events expire")]
+    pub fn expire_events(&self) {
+        self.lock().events.clear();
+    }
+
     pub fn writes(&self) -> Vec<(String, String)> {
         self.lock().writes.clone()
     }
@@ -598,6 +604,10 @@ impl FakeApi {
                 post(evict_pod),
             )
             .route("/api/v1/namespaces/{ns}/events", post(create_event))
+            .route(
+                "/api/v1/namespaces/{ns}/events/{name}",
+                get(get_event).patch(patch_event),
+            )
             .route(
                 "/apis/scheduling.k8s.io/v1/priorityclasses/{name}",
                 get(get_priority_class),
@@ -1014,8 +1024,59 @@ async fn create_event(
     {
         event["metadata"]["name"] = json!(format!("{prefix}{n:05}"));
     }
+    let name = event["metadata"]["name"].as_str().unwrap_or("").to_string();
+    if find_event(&inner.events, &ns, &name).is_some() {
+        return json_response(
+            StatusCode::CONFLICT,
+            &status(409, "AlreadyExists", &format!("events \"{name}\" already exists")),
+        );
+    }
+    event["metadata"]["namespace"] = json!(ns);
     inner.events.push(event.clone());
     json_response(StatusCode::CREATED, &event)
+}
+
+fn find_event(events: &[Value], ns: &str, name: &str) -> Option<usize> {
+    events
+        .iter()
+        .position(|e| e["metadata"]["namespace"] == ns && e["metadata"]["name"] == name)
+}
+
+fn event_not_found(name: &str) -> Response {
+    json_response(
+        StatusCode::NOT_FOUND,
+        &status(404, "NotFound", &format!("events \"{name}\" not found")),
+    )
+}
+
+async fn get_event(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+) -> Response {
+    let inner = api.lock();
+    match find_event(&inner.events, &ns, &name).and_then(|i| inner.events.get(i)) {
+        Some(e) => json_response(StatusCode::OK, e),
+        None => event_not_found(&name),
+    }
+}
+
+/// A JSON merge patch of an Event (a series' count, time and message).
+async fn patch_event(
+    State(api): State<Arc<FakeApi>>,
+    Path((ns, name)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    if let Err(r) = api.write("PATCH", format!("events/{ns}/{name}")) {
+        return r;
+    }
+    let patch: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut inner = api.lock();
+    let Some(i) = find_event(&inner.events, &ns, &name) else {
+        return event_not_found(&name);
+    };
+    let event = &mut inner.events[i];
+    json_patch::merge(event, &patch);
+    json_response(StatusCode::OK, event)
 }
 
 async fn get_config_map(
