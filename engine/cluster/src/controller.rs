@@ -508,6 +508,13 @@ pub async fn run(q: Queue) {
     let mut seal: Option<crate::seal::Seal> = None;
     let mut seal_retry_at: Option<std::time::Instant> = None;
     let mut seal_backoff = LOAD_BACKOFF_MIN;
+    // Waiting reasons are written beside the cycles (`crate::teller`); the writer ends
+    // with this task.
+    let teller = crate::teller::Teller::default();
+    let _teller_task = AbortOnDrop(tokio::spawn(teller.clone().run(client.clone(), {
+        let leader = leader.clone();
+        move || *leader.borrow()
+    })));
     loop {
         tokio::select! {
             _ = tokio::time::timeout(TICK, changes.changed()) => {}
@@ -521,6 +528,9 @@ pub async fn run(q: Queue) {
             // at once, which a new leader makes if there is none.
             loaded = false;
             seal_retry_at = None;
+        }
+        if !leading {
+            teller.drop_queued();
         }
         was_leading = leading;
         if !loaded {
@@ -667,12 +677,26 @@ pub async fn run(q: Queue) {
         state.set_queue_report(report);
         let mut errors = Vec::new();
         let mut done = 0;
+        let planned = actions.len();
         if leading {
-            let (succeeded, refused) = enact(&client, &actions, now, || *leader.borrow()).await;
+            // Tellings are queued for the teller and not waited for; the rest (assign,
+            // nominate, evict, release) is carried out before the next decision, which
+            // must see it.
+            let sifted = match stores.lock() {
+                Ok(s) => teller.sift(actions, &s.pods.objects),
+                Err(p) => teller.sift(actions, &p.into_inner().pods.objects),
+            };
+            let (tellings, decisive): (Vec<Action>, Vec<Action>) = sifted
+                .into_iter()
+                .partition(crate::teller::only_tells);
+            teller.tell(tellings, now);
+            let (succeeded, mut refused) =
+                enact(&client, &decisive, now, || *leader.borrow()).await;
             match stores.lock() {
                 Ok(mut s) => s.remember_evictions(&succeeded, &refused),
                 Err(p) => p.into_inner().remember_evictions(&succeeded, &refused),
             }
+            refused.extend(teller.take_refused());
             for (a, e) in &refused {
                 state.metrics.enactment_error(action_name(a));
                 errors.push(e.clone());
@@ -708,9 +732,9 @@ pub async fn run(q: Queue) {
                     }
                 }
             }
-            if !actions.is_empty() || !changes.is_empty() {
+            if planned > 0 || !changes.is_empty() {
                 tracing::info!(
-                    actions = actions.len() + changes.len(),
+                    actions = planned + changes.len(),
                     done,
                     errors = errors.len(),
                     "queue cycle"
@@ -731,10 +755,19 @@ pub async fn run(q: Queue) {
     }
 }
 
+/// Aborts its task when dropped: a task that must not outlive the one that started it.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// The decision log's line for an action carried out (see
 /// `engine::serve::decision_log`): placements, evictions with their cause, and waiting
 /// reasons that changed. Assignments (the first phase of a placement) are at debug level.
-fn log_enacted(a: &Action) {
+pub(crate) fn log_enacted(a: &Action) {
     use engine::serve::decision_log::{admit, TARGET};
     let level = match a {
         Action::Assign { .. } | Action::Unassign { .. } | Action::Placed { .. } => {

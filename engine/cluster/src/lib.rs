@@ -34,6 +34,7 @@ pub mod queue;
 pub mod seal;
 pub mod seal_secret;
 pub mod store;
+pub mod teller;
 pub mod telling;
 pub mod watch;
 

@@ -331,3 +331,81 @@ async fn a_reason_that_comes_back_counts_on_its_event() {
         assert!(verbs.iter().any(|v| v == verb), "{verbs:?}");
     }
 }
+
+/// Telling a queue why it waits goes on beside the cycles: with every status write
+/// hanging for seconds, a completion's room is still given to a waiting pod at once,
+/// and once the API server answers again every waiting pod is told.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_tellings_never_hold_up_a_release() {
+    use std::time::{Duration, Instant};
+    let h = harness().await;
+    let (_state, _dir) = h.lead(|| NOW, Duration::from_millis(100));
+    h.gang("run", "alpha", 2, 8);
+    let start = Instant::now();
+    while h.api.bind_released() < 2 {
+        h.api.bind_released();
+        assert!(start.elapsed() < Duration::from_secs(10), "the gang never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if h.pod("run-0")["spec"]["nodeName"].is_string() {
+            break;
+        }
+    }
+    // Every status write hangs for 6 s (and then fails) for a while.
+    for _ in 0..40 {
+        h.api
+            .fault("/status", apiserver::Fault::Hang(Duration::from_secs(6)));
+    }
+    for i in 0..12 {
+        h.api.apply(
+            Kind::Pods,
+            gated(&format!("w{i:02}"), "beta", "best_effort", 8, None),
+        );
+    }
+    // The cycles tell them (and hang on it); meanwhile alpha's gang ends.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    h.api.delete(Kind::Pods, "ml/run-0");
+    h.api.delete(Kind::Pods, "ml/run-1");
+    let freed = Instant::now();
+    let released = |h: &Harness| {
+        (0..12)
+            .filter(|i| {
+                h.pod(&format!("w{i:02}"))["spec"]["schedulingGates"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
+            })
+            .count()
+    };
+    while released(&h) < 2 {
+        assert!(
+            freed.elapsed() < Duration::from_secs(4),
+            "no release within 4 s while tellings hang (6 s each)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The API server answers again: each pod still waiting is told why, once.
+    let told = Instant::now();
+    loop {
+        h.api.bind_released();
+        let untold: Vec<String> = (0..12)
+            .map(|i| format!("w{i:02}"))
+            .filter(|n| h.pod(n)["spec"]["schedulingGates"].as_array().is_some_and(|g| !g.is_empty()))
+            .filter(|n| waiting(&h.pod(n)).is_none())
+            .collect();
+        if untold.is_empty() && h.api.faults_left() == 0 {
+            break;
+        }
+        assert!(
+            told.elapsed() < Duration::from_secs(60),
+            "still untold: {untold:?}, {} faults left",
+            h.api.faults_left()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // No pod got the same Event twice.
+    let mut seen = std::collections::BTreeMap::new();
+    for e in h.api.events() {
+        let name = e["metadata"]["name"].as_str().unwrap_or("").to_string();
+        *seen.entry(name).or_insert(0) += 1;
+    }
+    assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+}
