@@ -299,6 +299,17 @@ fn main() {
         rss_mib(),
         before
     );
+    // What the leader waits for before its next decision, and what it tells beside it
+    // (`cluster::teller`).
+    let (told, decisive): (Vec<Action>, Vec<Action>) = actions
+        .iter()
+        .cloned()
+        .partition(cluster::teller::only_tells);
+    println!(
+        "the first cycle's writes: {} carried out before the next decision (assign, nominate, evict, release), {} told beside the cycles (conditions, Events)",
+        api_writes(&decisive),
+        api_writes(&told)
+    );
     // For profiling the cycle alone.
     if std::env::args().any(|a| a == "--cycle-only") {
         return;
