@@ -686,9 +686,8 @@ pub async fn run(q: Queue) {
                 Ok(s) => teller.sift(actions, &s.pods.objects),
                 Err(p) => teller.sift(actions, &p.into_inner().pods.objects),
             };
-            let (tellings, decisive): (Vec<Action>, Vec<Action>) = sifted
-                .into_iter()
-                .partition(crate::teller::only_tells);
+            let (tellings, decisive): (Vec<Action>, Vec<Action>) =
+                sifted.into_iter().partition(crate::teller::only_tells);
             teller.tell(tellings, now);
             let (succeeded, mut refused) =
                 enact(&client, &decisive, now, || *leader.borrow()).await;

@@ -49,17 +49,23 @@ fn time(now: i64) -> Option<Time> {
 /// count back. For tests.
 #[doc(hidden)]
 pub fn forget_counts() {
-    let mut counts = COUNTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut counts = COUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     *counts = None;
 }
 
 fn remembered(key: &str) -> Option<i32> {
-    let counts = COUNTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let counts = COUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     counts.as_ref().and_then(|c| c.get(key).copied())
 }
 
 fn remember(key: String, count: i32) {
-    let mut counts = COUNTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut counts = COUNTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let c = counts.get_or_insert_with(HashMap::new);
     if c.len() >= REMEMBERED && !c.contains_key(&key) {
         c.clear();
@@ -99,7 +105,11 @@ pub async fn record(
     };
     if let Some(count) = remembered(&key) {
         match events
-            .patch(&name, &crate::controller::params(), &Patch::Merge(&repeat(count + 1)))
+            .patch(
+                &name,
+                &crate::controller::params(),
+                &Patch::Merge(&repeat(count + 1)),
+            )
             .await
         {
             Ok(_) => {
@@ -123,7 +133,11 @@ pub async fn record(
             let have = events.get(&name).await.map_err(fail)?;
             let count = have.count.unwrap_or(1).saturating_add(1);
             events
-                .patch(&name, &crate::controller::params(), &Patch::Merge(&repeat(count)))
+                .patch(
+                    &name,
+                    &crate::controller::params(),
+                    &Patch::Merge(&repeat(count)),
+                )
                 .await
                 .map_err(fail)?;
             remember(key, count);

@@ -175,7 +175,11 @@ impl Teller {
         if let Err(e) = result {
             tracing::warn!(error = %e, "a waiting reason was not written; told again by a later cycle");
             // Not sent after all: a later cycle sends it again.
-            if inner.sent.get(k).is_some_and(|(s, _)| Some(s) == said(&a).as_ref()) {
+            if inner
+                .sent
+                .get(k)
+                .is_some_and(|(s, _)| Some(s) == said(&a).as_ref())
+            {
                 inner.sent.remove(k);
             }
             inner.refused.push((a, e));
@@ -282,7 +286,10 @@ mod tests {
     #[test]
     fn the_newest_telling_of_a_pod_replaces_a_queued_one_and_a_release_drops_it() {
         let teller = Teller::default();
-        teller.tell([wait("a", "NoCapacity", "x"), wait("b", "NoCapacity", "y")], 0);
+        teller.tell(
+            [wait("a", "NoCapacity", "x"), wait("b", "NoCapacity", "y")],
+            0,
+        );
         teller.tell([wait("a", "QuotaExhausted", "z")], 10);
         assert_eq!(teller.queued(), 2);
         let next = teller.next();
@@ -304,7 +311,10 @@ mod tests {
         };
         let pods: BTreeMap<String, PodSeen> = [seen("b", None)].into_iter().collect();
         let out = teller.sift(vec![release], &pods);
-        assert!(matches!(out.as_slice(), [Action::Release { told: true, .. }]));
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Release { told: true, .. }]
+        ));
         assert_eq!(teller.queued(), 0);
         assert!(teller.next().is_none());
     }

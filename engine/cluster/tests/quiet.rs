@@ -294,7 +294,11 @@ async fn a_reason_that_comes_back_counts_on_its_event() {
     };
     apply(wait("NoCapacity", "none free"), NOW).await;
     apply(wait("QuotaExhausted", "at its burst"), NOW + 60).await;
-    apply(wait("NoCapacity", "none free; expected to start by 10:40"), NOW + 120).await;
+    apply(
+        wait("NoCapacity", "none free; expected to start by 10:40"),
+        NOW + 120,
+    )
+    .await;
     assert_eq!(h.api.events().len(), 2, "{:?}", h.api.events());
     let capacity = of("NoCapacity");
     assert_eq!(capacity.len(), 1);
@@ -344,7 +348,10 @@ async fn slow_tellings_never_hold_up_a_release() {
     let start = Instant::now();
     while h.api.bind_released() < 2 {
         h.api.bind_released();
-        assert!(start.elapsed() < Duration::from_secs(10), "the gang never ran");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the gang never ran"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
         if h.pod("run-0")["spec"]["nodeName"].is_string() {
             break;
@@ -388,7 +395,11 @@ async fn slow_tellings_never_hold_up_a_release() {
         h.api.bind_released();
         let untold: Vec<String> = (0..12)
             .map(|i| format!("w{i:02}"))
-            .filter(|n| h.pod(n)["spec"]["schedulingGates"].as_array().is_some_and(|g| !g.is_empty()))
+            .filter(|n| {
+                h.pod(n)["spec"]["schedulingGates"]
+                    .as_array()
+                    .is_some_and(|g| !g.is_empty())
+            })
             .filter(|n| waiting(&h.pod(n)).is_none())
             .collect();
         if untold.is_empty() && h.api.faults_left() == 0 {

@@ -1028,7 +1028,11 @@ async fn create_event(
     if find_event(&inner.events, &ns, &name).is_some() {
         return json_response(
             StatusCode::CONFLICT,
-            &status(409, "AlreadyExists", &format!("events \"{name}\" already exists")),
+            &status(
+                409,
+                "AlreadyExists",
+                &format!("events \"{name}\" already exists"),
+            ),
         );
     }
     event["metadata"]["namespace"] = json!(ns);
