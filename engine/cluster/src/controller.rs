@@ -329,7 +329,7 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
             crate::events::record(client, pod, "Warning", "Preempted", &message, now).await?;
         }
         Action::Placed { node, .. } => {
-            let message = format!("bound to {node}");
+            let message = format!("placed on {node}");
             let patch = enact::condition_patch(false, enact::PLACED, &message, now);
             pods.patch_status(&pod.name, &params(), &Patch::Strategic(&patch))
                 .await
@@ -695,6 +695,7 @@ pub async fn run(q: Queue) {
                 Ok(mut s) => s.remember_evictions(&succeeded, &refused),
                 Err(p) => p.into_inner().remember_evictions(&succeeded, &refused),
             }
+            teller.placed(&succeeded, now);
             refused.extend(teller.take_refused());
             for (a, e) in &refused {
                 state.metrics.enactment_error(action_name(a));

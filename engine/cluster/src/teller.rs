@@ -59,6 +59,8 @@ struct Inner {
     sent: HashMap<String, ((String, Option<String>), Instant)>,
     /// Refused tellings since the last cycle read them, for its errors and metrics.
     refused: Vec<(Action, String)>,
+    /// Pods released while a telling of theirs was in flight: owed a `Placed` after it.
+    owed: HashSet<String>,
 }
 
 /// The leader's tellings: queued by the cycles, written by [`Teller::run`].
@@ -104,6 +106,12 @@ impl Teller {
                 {
                     *told = true;
                 }
+                // A wait still being written would land after the release's own
+                // condition: the teller says Placed after it instead (`Teller::placed`).
+                if *told && inner.in_flight.contains(&k) {
+                    *told = false;
+                    inner.owed.insert(k.clone());
+                }
             }
             out.push(a);
         }
@@ -129,12 +137,38 @@ impl Teller {
         }
     }
 
+    /// After the cycle's writes: each release done of a pod owed a `Placed` (`sift`) is
+    /// told it, behind the telling that was in flight.
+    pub fn placed(&self, done: &[Action], now: i64) {
+        let mut owed = Vec::new();
+        {
+            let mut inner = self.lock();
+            if inner.owed.is_empty() {
+                return;
+            }
+            for a in done {
+                if let Action::Release { pod, node, .. } = a {
+                    if inner.owed.remove(&key(a)) {
+                        owed.push(Action::Placed {
+                            pod: pod.clone(),
+                            node: node.clone(),
+                        });
+                    }
+                }
+            }
+            // A release refused owes nothing: the pod still waits.
+            inner.owed.clear();
+        }
+        self.tell(owed, now);
+    }
+
     /// Drops every queued telling: this replica no longer leads.
     pub fn drop_queued(&self) {
         let mut inner = self.lock();
         inner.queued.clear();
         inner.order.clear();
         inner.sent.clear();
+        inner.owed.clear();
     }
 
     /// Tellings queued and not yet started.
@@ -317,6 +351,37 @@ mod tests {
         ));
         assert_eq!(teller.queued(), 0);
         assert!(teller.next().is_none());
+    }
+
+    #[test]
+    fn a_pod_released_while_its_wait_is_written_is_told_placed_after_it() {
+        let teller = Teller::default();
+        teller.tell([wait("a", "NoCapacity", "x")], 0);
+        let next = teller.next();
+        assert!(next.is_some());
+        let Some((k, a, _)) = next else { return };
+        let release = Action::Release {
+            pod: a.pod().clone(),
+            job: "a".into(),
+            node: "n0".into(),
+            patch: serde_json::Value::Null,
+            told: false,
+        };
+        let pods: BTreeMap<String, PodSeen> = [seen("a", None)].into_iter().collect();
+        let out = teller.sift(vec![release], &pods);
+        // Its own condition write would race the wait in flight: none with the release.
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Release { told: false, .. }]
+        ));
+        teller.placed(&out, 5);
+        // Queued behind the wait in flight, and written once it is done.
+        assert!(teller.next().is_none());
+        teller.done(&k, a, Ok(()));
+        assert!(matches!(
+            teller.next(),
+            Some((_, Action::Placed { node, .. }, 5)) if node == "n0"
+        ));
     }
 
     #[test]
