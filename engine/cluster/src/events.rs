@@ -131,6 +131,22 @@ pub async fn record(
         // count, then add one.
         Err(kube::Error::Api(e)) if e.code == 409 => {
             let have = events.get(&name).await.map_err(fail)?;
+            // Anyone who may create Events in the namespace can take the name (it is
+            // derived from public fields): an Event not gantry's about this pod is left
+            // alone, and this one is recorded under a name of its own, outside any series.
+            let ours = have.involved_object.uid.as_deref() == Some(pod.uid.as_str())
+                && have.reporting_component.as_deref() == Some(crate::controller::COMPONENT);
+            if !ours {
+                let mut single = first;
+                single.metadata.name = None;
+                let base: String = pod.name.chars().take(200).collect();
+                single.metadata.generate_name = Some(format!("{base}.gantry-"));
+                return events
+                    .create(&PostParams::default(), &single)
+                    .await
+                    .map(|_| ())
+                    .map_err(fail);
+            }
             let count = have.count.unwrap_or(1).saturating_add(1);
             events
                 .patch(

@@ -256,13 +256,28 @@ mod tests {
     use super::*;
     use crate::enact::PodRef;
 
+    fn pod(name: &str) -> PodRef {
+        PodRef {
+            namespace: "ml".into(),
+            name: name.into(),
+            uid: format!("u-{name}"),
+        }
+    }
+
+    /// A one-pod job's release onto n0, not told before.
+    fn release(name: &str) -> Action {
+        Action::Release {
+            pod: pod(name),
+            job: name.into(),
+            node: "n0".into(),
+            patch: serde_json::Value::Null,
+            told: false,
+        }
+    }
+
     fn wait(name: &str, reason: &str, message: &str) -> Action {
         Action::Wait {
-            pod: PodRef {
-                namespace: "ml".into(),
-                name: name.into(),
-                uid: format!("u-{name}"),
-            },
+            pod: pod(name),
             reason: reason.into(),
             message: message.into(),
             event: true,
@@ -332,17 +347,7 @@ mod tests {
             "{next:?}"
         );
         // A release of b: its telling is dropped and its condition will say Placed.
-        let release = Action::Release {
-            pod: PodRef {
-                namespace: "ml".into(),
-                name: "b".into(),
-                uid: "u-b".into(),
-            },
-            job: "b".into(),
-            node: "n0".into(),
-            patch: serde_json::Value::Null,
-            told: false,
-        };
+        let release = release("b");
         let pods: BTreeMap<String, PodSeen> = [seen("b", None)].into_iter().collect();
         let out = teller.sift(vec![release], &pods);
         assert!(matches!(
@@ -360,13 +365,7 @@ mod tests {
         let next = teller.next();
         assert!(next.is_some());
         let Some((k, a, _)) = next else { return };
-        let release = Action::Release {
-            pod: a.pod().clone(),
-            job: "a".into(),
-            node: "n0".into(),
-            patch: serde_json::Value::Null,
-            told: false,
-        };
+        let release = release("a");
         let pods: BTreeMap<String, PodSeen> = [seen("a", None)].into_iter().collect();
         let out = teller.sift(vec![release], &pods);
         // Its own condition write would race the wait in flight: none with the release.

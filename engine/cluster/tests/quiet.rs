@@ -317,6 +317,32 @@ async fn a_reason_that_comes_back_counts_on_its_event() {
     let capacity = of("NoCapacity");
     assert_eq!(capacity.len(), 1);
     assert_eq!(capacity[0]["count"], 1);
+    // An Event someone else made under a series' name (it is derived from public
+    // fields) is left as it is; gantry's goes under a name of its own.
+    let forged: k8s_openapi::api::core::v1::Event = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": cluster::events::series_name(&pod, "Reserved"), "namespace": "ml"},
+        "involvedObject": {"kind": "Pod", "name": "other", "namespace": "ml", "uid": "uid-other"},
+        "reason": "Reserved", "message": "not gantry's", "count": 7
+    }))
+    .unwrap();
+    kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), "ml")
+        .create(&Default::default(), &forged)
+        .await
+        .unwrap();
+    cluster::events::forget_counts();
+    apply(wait("Reserved", "held for it"), NOW + 300).await;
+    let reserved = of("Reserved");
+    assert_eq!(reserved.len(), 1, "{reserved:?}");
+    assert_eq!(reserved[0]["message"], "held for it");
+    assert_eq!(reserved[0]["count"], 1);
+    let forged_now: Vec<serde_json::Value> = h
+        .api
+        .events()
+        .into_iter()
+        .filter(|e| e["involvedObject"]["uid"] == "uid-other")
+        .collect();
+    assert_eq!(forged_now[0]["count"], 7);
+    assert_eq!(forged_now[0]["message"], "not gantry's");
     // Each request (create, get, patch) is one the shipped RBAC allows.
     let allowed = apiserver::rbac::example_rules(&["rbac.yaml", "rbac-queue.yaml"]);
     for (method, path, watch) in h.api.requests() {
