@@ -29,6 +29,12 @@ fn pool_of(i: usize) -> &'static str {
 
 /// 23 teams whose guarantees add up to about the fleet.
 pub fn policy(n: usize, backfill: &str) -> Program {
+    policy_with(n, backfill, false)
+}
+
+/// [`policy`], with the cohorts' teams guaranteed one total instead of a share of each
+/// pool when `overall` (a team's standing is then one figure, read without the ledger).
+pub fn policy_with(n: usize, backfill: &str, overall: bool) -> Program {
     let gpus = n * 8;
     let train = gpus * 3 / 4;
     let infer = gpus - train;
@@ -46,9 +52,14 @@ pub fn policy(n: usize, backfill: &str) -> Program {
         text.push_str(&format!(
             "cohort c{c} {{\n  fair_share = drf\n  half_life = 7d\n"
         ));
+        let guaranteed = if overall {
+            format!("{} gpu", per_train + per_infer)
+        } else {
+            format!("[{per_train} gpu in train, {per_infer} gpu in infer]")
+        };
         for t in 0..7 {
             text.push_str(&format!(
-                "  team t{c}_{t} {{ guaranteed = [{per_train} gpu in train, {per_infer} gpu in infer]; burst = {} gpu; lend = {} gpu }}\n",
+                "  team t{c}_{t} {{ guaranteed = {guaranteed}; burst = {} gpu; lend = {} gpu }}\n",
                 (per_train + per_infer) * 3,
                 per_train / 2
             ));

@@ -23,6 +23,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 use std::time::Instant;
 
+// The controller runs in the `gantry` binary, which ships with jemalloc.
+#[cfg(all(unix, not(target_env = "musl")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const NODES: usize = 1_000;
 const POLICY: &str = r#"
 use std.nodes.{dgx_h100}

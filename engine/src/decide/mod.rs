@@ -17,4 +17,4 @@ pub use cycle::{
     apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job, Decider,
 };
 #[doc(hidden)]
-pub use cycle::{find_victims_afresh, record_holders_at_once};
+pub use cycle::{check_victim_indexes, find_victims_afresh, record_holders_at_once};

@@ -384,6 +384,12 @@ impl Ledger {
         }
     }
 
+    /// Milli-GPUs `team` uses beyond its guarantee, summed over its buckets (more than 0:
+    /// it is borrowing).
+    pub fn borrowed(&self, team: Option<TeamIx>) -> u64 {
+        self.book(team).map_or(0, |b| b.cached.0)
+    }
+
     /// Whether `team` uses more than its guarantee (it is borrowing).
     pub fn is_borrowing(&self, team: Option<TeamIx>) -> bool {
         self.book(team).is_some_and(|b| b.cached.0 > 0)
@@ -657,16 +663,22 @@ impl Ledger {
     /// Milli-GPUs by which giving up `removed` (pool, milli) would take `team` further
     /// below its guarantee, bucket by bucket: 0 when the team keeps its guarantee (or has
     /// none the policy knows).
-    pub fn breach(&self, team: Option<TeamIx>, removed: &[(Option<PoolIx>, u64)]) -> u64 {
+    pub fn breach(
+        &self,
+        team: Option<TeamIx>,
+        removed: impl IntoIterator<Item = (Option<PoolIx>, u64)>,
+    ) -> u64 {
         let Some(b) = self.book(team) else {
             return 0;
         };
-        let mut by_bucket: Vec<(Bucket, u64)> = Vec::new();
+        // Victim searches ask this for every candidate: the few buckets a set touches are
+        // summed in place, not in a vector on the heap.
+        let mut by_bucket: smallvec::SmallVec<[(Bucket, u64); 4]> = smallvec::SmallVec::new();
         for (pool, milli) in removed {
-            let k = b.bucket(*pool);
+            let k = b.bucket(pool);
             match by_bucket.iter_mut().find(|e| e.0 == k) {
                 Some(e) => e.1 += milli,
-                None => by_bucket.push((k, *milli)),
+                None => by_bucket.push((k, milli)),
             }
         }
         by_bucket

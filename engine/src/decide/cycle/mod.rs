@@ -37,7 +37,7 @@ pub use holding::record_holders_at_once;
 pub use intake::{default_job, invalid_job, unassigned_job};
 pub use story::job_story;
 #[doc(hidden)]
-pub use victim_cost::find_victims_afresh;
+pub use victim_cost::{check_victim_indexes, find_victims_afresh};
 
 use holding::Holder;
 use job_memo::Resolved;
@@ -842,18 +842,20 @@ impl<'a> Cycle<'a> {
     /// Nodes whose allocation changed since position `seen` of the change log, once each.
     /// (In log order: the indexes that read them do not depend on the order.)
     fn changed_since(&mut self, seen: usize) -> Vec<usize> {
-        self.changed_for(seen, None)
+        self.changed_for(seen, None).0
     }
 
     /// [`Cycle::changed_since`], and with `standing` (a position in the standing log and
     /// an asker) the nodes where the teams' standing changes since may alter the asker's
-    /// victim sets ([`victim_reach::TeamReach::nodes_since`]). For an asker with a team of
-    /// its own (an overlay index), only nodes where that team may have victims.
+    /// victim sets ([`victim_reach::TeamReach::nodes_since`]); and, apart, nodes (with a
+    /// team) whose sets change only if they hold one of that team's jobs. For an asker
+    /// with a team of its own (an overlay index), only nodes where that team may have
+    /// victims.
     fn changed_for(
         &mut self,
         seen: usize,
         standing: Option<(usize, &preempt::Asker)>,
-    ) -> Vec<usize> {
+    ) -> (Vec<usize>, Vec<(usize, usize)>) {
         let log = self.changed.get(seen..).unwrap_or(&[]);
         let own = standing
             .map(|(_, asker)| asker.team)
@@ -868,10 +870,15 @@ impl<'a> Cycle<'a> {
             marks.1 = 1;
         }
         let stamp = marks.1;
+        if marks.0.len() < victim_teams.len() {
+            marks.0.resize(victim_teams.len(), 0);
+        }
+        // Most nodes hold none of an overlay's team's jobs: said by one bit.
+        let skipped =
+            |n: usize| own.is_some_and(|bit| victim_teams.get(n).is_some_and(|b| b & bit == 0));
         let mut nodes = Vec::with_capacity(log.len());
         let mut add = |n: usize| {
-            // Most nodes hold none of an overlay's team's jobs: said by one bit.
-            if own.is_some_and(|bit| victim_teams.get(n).is_some_and(|b| b & bit == 0)) {
+            if skipped(n) {
                 return;
             }
             if marks.0.len() <= n {
@@ -883,10 +890,17 @@ impl<'a> Cycle<'a> {
             }
         };
         log.iter().for_each(|n| add(*n));
+        let mut if_held = Vec::new();
         if let Some((from, asker)) = standing {
-            self.reach.nodes_since(from, asker, add);
+            self.reach.nodes_since(from, asker, add, |n, team| {
+                if !skipped(n) {
+                    if_held.push((n, team));
+                }
+            });
         }
-        nodes
+        // A node listed outright needs no look at what its set holds.
+        if_held.retain(|(n, _)| marks.0.get(*n).is_none_or(|m| *m != stamp));
+        (nodes, if_held)
     }
 
     /// Where the change logs end (allocations, standing), for [`Cycle::rewind`] and the

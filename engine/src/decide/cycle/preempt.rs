@@ -623,12 +623,11 @@ impl<'a> Cycle<'a> {
                 .saturating_sub(st.used.saturating_sub(removed));
             return short_after - short_before.min(short_after);
         }
-        let charges: Vec<(Option<PoolIx>, u64)> = holders
-            .iter()
-            .filter_map(of)
-            .flat_map(|x| self.charges(x.member_milli(), &x.choices))
-            .collect();
-        self.ledger.breach(first.team_ix, &charges)
+        let charges = holders.iter().filter_map(of).flat_map(|x| {
+            let milli = x.member_milli();
+            x.choices.iter().map(move |c| (self.pool_of(c.node), milli))
+        });
+        self.ledger.breach(first.team_ix, charges)
     }
 
     /// Victims chosen node by node: each usable node's cheapest set ([`Cycle::node_cost`]),

@@ -9,6 +9,8 @@ pub(super) enum Switch {
     RecordHoldersAtOnce,
     /// [`super::find_victims_afresh`].
     VictimsAfresh,
+    /// [`super::check_victim_indexes`].
+    CheckVictimIndexes,
 }
 
 thread_local! {

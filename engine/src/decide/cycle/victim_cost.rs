@@ -20,6 +20,14 @@ pub fn find_victims_afresh(on: bool) {
     test_switches::set(Switch::VictimsAfresh, on);
 }
 
+/// For tests, on this thread: after each catch-up of a kept cost index, work out every
+/// node's cheapest set afresh and panic where the index holds another (the plans of
+/// [`find_victims_afresh`] show only the sets a search goes on to try).
+#[doc(hidden)]
+pub fn check_victim_indexes(on: bool) {
+    test_switches::set(Switch::CheckVictimIndexes, on);
+}
+
 /// Buffers [`Cycle::node_cost`] reuses from node to node (it runs for every changed node
 /// of every cost index).
 #[derive(Debug, Default)]
@@ -58,22 +66,34 @@ pub(super) type CostKey = (u32, u32);
 
 impl CostIndex {
     pub(super) fn set(&mut self, node: usize, cost: Option<Cost>) {
-        if self.costs.get(&node) == Some(&cost) {
-            return;
-        }
-        if let Some(Some((old, _))) = self.costs.remove(&node) {
-            self.order.remove(&(old, node));
-        }
-        if let Some((c, _)) = &cost {
-            self.order.insert((*c, node));
-        }
-        self.costs.insert(node, cost);
-        let (word, bit) = (node / 64, 1u64 << (node % 64));
-        if self.covered.len() <= word {
-            self.covered.resize(word + 1, 0);
-        }
-        if let Some(w) = self.covered.get_mut(word) {
-            *w |= bit;
+        use std::collections::hash_map::Entry;
+        // One lookup: most catch-ups find the node's set unchanged.
+        match self.costs.entry(node) {
+            Entry::Occupied(mut e) => {
+                if e.get() == &cost {
+                    return;
+                }
+                if let Some((old, _)) = e.get() {
+                    self.order.remove(&(*old, node));
+                }
+                if let Some((c, _)) = &cost {
+                    self.order.insert((*c, node));
+                }
+                e.insert(cost);
+            }
+            Entry::Vacant(e) => {
+                if let Some((c, _)) = &cost {
+                    self.order.insert((*c, node));
+                }
+                e.insert(cost);
+                let (word, bit) = (node / 64, 1u64 << (node % 64));
+                if self.covered.len() <= word {
+                    self.covered.resize(word + 1, 0);
+                }
+                if let Some(w) = self.covered.get_mut(word) {
+                    *w |= bit;
+                }
+            }
         }
     }
 
@@ -108,7 +128,8 @@ impl<'a> Cycle<'a> {
     /// another team's priority (rule 3).
     pub(super) fn set_cost(&self, set: &[usize], asker: &Asker) -> Option<SetCost> {
         let team_of = |h: &usize| self.holders.get(*h).map(|x| x.team_ix);
-        let mut others: Vec<usize> = Vec::with_capacity(set.len());
+        // A set is a few holders: kept off the heap (this runs for every set tried).
+        let mut others: smallvec::SmallVec<[usize; 8]> = smallvec::SmallVec::new();
         let (mut lost, mut highest) = (0i64, i64::MIN);
         for h in set {
             let v = self.holders.get(*h)?.victim()?;
@@ -328,8 +349,32 @@ impl<'a> Cycle<'a> {
         if overlay {
             self.mark_victim_teams();
         }
-        let nodes: Vec<usize> = if kept {
+        let (mut nodes, if_held) = if kept {
             self.changed_for(index.seen, Some((index.seen_standing, asker)))
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        // A team that stopped borrowing changes a node's set only if the set holds one of
+        // its jobs (`victim_reach.rs`).
+        let held = nodes.len();
+        nodes.extend(if_held.iter().filter_map(|&(node, team)| {
+            let (_, victims) = index.cost(node)?;
+            victims
+                .iter()
+                .any(|h| {
+                    self.holders
+                        .get(*h)
+                        .is_some_and(|x| x.team_ix == Some(team))
+                })
+                .then_some(node)
+        }));
+        if let Some(added) = nodes.get_mut(held..) {
+            // Once each, though two teams that stopped borrowing share the node.
+            added.sort_unstable();
+        }
+        nodes.dedup();
+        let nodes: Vec<usize> = if kept {
+            nodes
         } else if overlay {
             index = CostIndex::default();
             // In node order, once each (a sort, not a tree: thousands of nodes).
@@ -364,12 +409,42 @@ impl<'a> Cycle<'a> {
                 index.uncover(node);
             }
         }
+        if kept && test_switches::is_on(Switch::CheckVictimIndexes) {
+            self.check_index(&index, &shape.member, usable, asker, &mut scratch);
+        }
         self.cost_scratch = scratch;
         (index.seen, index.seen_standing) = self.log_mark();
         if let Some(slot) = self.cost_indexes.get_mut(id) {
             *slot = index;
         }
         id
+    }
+
+    /// [`check_victim_indexes`]: `index` against every node's set worked out afresh.
+    fn check_index(
+        &self,
+        index: &CostIndex,
+        member: &Request,
+        usable: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+        scratch: &mut CostScratch,
+    ) {
+        let overlay = asker.team != NO_OWN_VICTIMS;
+        for node in 0..self.holders_on.len() {
+            let fresh = if (overlay && !self.has_own_victims(node, asker)) || !usable(node) {
+                None
+            } else {
+                Some(self.node_cost(node, member, asker, scratch))
+                    .filter(|cost| overlay || cost.is_some())
+            };
+            let held = index
+                .covers(node)
+                .then(|| index.costs.get(&node).cloned().flatten());
+            assert_eq!(
+                held, fresh,
+                "cost index out of step at node {node} for {asker:?} (outer None: not covered)"
+            );
+        }
     }
 
     /// Fills `victim_teams` on first use: the victim candidates on each node do not

@@ -10,6 +10,15 @@
 //! `r` while `r ≤ u ≤ g`, by nothing once `u ≥ g + r`, and by an amount that moves with
 //! `u` in between (`u < r`, or `g < u < g + r`). So a change of `u` alters only the sets
 //! that remove more than a threshold, and most changes log few nodes or none.
+//!
+//! A team that starts or stops borrowing (teams sitting at their guarantee do, with each
+//! job placed or evicted) is read narrowly by askers that take its jobs by priority: rule 3
+//! lets them take only sets that remove no more than the team borrows, so a start reaches
+//! only nodes where one of its jobs is that small, and a stop only nodes whose cheapest set
+//! held one of its jobs. A node's cheapest set is found greedily (`victim_cost.rs`), and
+//! leaving out candidates its set did not use leaves that set unchanged: each candidate
+//! before the last one taken was given back because the set was feasible without it, and
+//! with fewer candidates given back earlier it still is.
 
 use super::preempt::Asker;
 use super::Cycle;
@@ -38,14 +47,43 @@ pub(super) struct StandingChange {
     team: usize,
     bucket: Option<usize>,
     count: usize,
+    /// Set when the team started or stopped borrowing (`bucket` none): what it means to
+    /// askers that take its jobs by priority. Reclaim askers read all of its nodes.
+    flip: Option<Flip>,
+}
+
+/// A team started or stopped borrowing, as askers taking its jobs by priority see it.
+#[derive(Debug, Clone, Copy)]
+enum Flip {
+    /// It borrows this many milli-GPUs: a set that removes more of it takes it below its
+    /// guarantee, so its jobs larger than that are still no victims of theirs.
+    Started(u64),
+    /// None of its jobs is a victim of theirs any more.
+    Stopped,
+}
+
+/// What an asker reads of one team's changes since its index last caught up.
+#[derive(Debug)]
+struct TeamRead {
+    team: usize,
+    /// The priority the team's jobs must be below to make way.
+    below: i64,
+    /// Every node of the team's.
+    all: bool,
+    /// Nodes where one of its jobs is at most this large (a start).
+    started: Option<u64>,
+    /// Nodes whose cheapest set holds one of its jobs (a stop).
+    stopped: bool,
+    /// Per bucket, the longest prefix of its list.
+    buckets: Vec<(usize, usize)>,
 }
 
 /// The nodes holding a team's victim candidates (the running jobs, fixed for the cycle),
-/// each with the lowest priority of those there: an asker above it only can take them
-/// by priority.
+/// each with the lowest priority of those there (an asker above it only can take them by
+/// priority) and the smallest of those jobs in milli-GPUs (a whole gang counts).
 #[derive(Debug, Default)]
 struct TeamNodes {
-    all: Vec<(usize, i64)>,
+    all: Vec<(usize, i64, u64)>,
     /// Per guaranteed bucket ([`crate::decide::quota::Ledger::guaranteed_buckets`]), each
     /// of its nodes with the milli-GPUs evicting every candidate there would remove from
     /// the team (whole jobs: a gang's members elsewhere go too), largest first. Evictions
@@ -56,52 +94,81 @@ struct TeamNodes {
 impl TeamReach {
     /// Calls `add` with each node where a standing change logged from position `from`
     /// on may alter `asker`'s victim sets: nodes where the changed team has a candidate
-    /// the asker may take (by reclaim, any; by priority, one below the asker's).
-    pub(super) fn nodes_since(&self, from: usize, asker: &Asker, mut add: impl FnMut(usize)) {
+    /// the asker may take (by reclaim, any; by priority, one below the asker's); and
+    /// `add_if_held` with a node and a team where the change alters the node's set only
+    /// if that set holds one of the team's jobs.
+    pub(super) fn nodes_since(
+        &self,
+        from: usize,
+        asker: &Asker,
+        mut add: impl FnMut(usize),
+        mut add_if_held: impl FnMut(usize, usize),
+    ) {
         // A team's changes since are read as one: the longest prefix of each bucket's
-        // list, or all its nodes once it flipped (the lists are long; changes of one team
-        // come in runs).
-        // Each with the priority the team's jobs must be below to make way.
-        let mut spans: Vec<(StandingChange, i64)> = Vec::new();
+        // list, the largest start, or all its nodes (the lists are long; changes of one
+        // team come in runs).
+        let mut reads: Vec<TeamRead> = Vec::new();
         for change in self.log.get(from..).unwrap_or(&[]) {
             let Some(below) = asker.takes_by_standing(change.team) else {
                 continue;
             };
-            let same_team = |s: &(StandingChange, i64)| s.0.team == change.team;
-            if spans.iter().any(|s| same_team(s) && s.0.bucket.is_none()) {
-                continue;
-            }
-            if change.bucket.is_none() {
-                spans.retain(|s| !same_team(s));
-                spans.push((*change, below));
-            } else if let Some(s) = spans
-                .iter_mut()
-                .find(|s| same_team(s) && s.0.bucket == change.bucket)
-            {
-                s.0.count = s.0.count.max(change.count);
-            } else {
-                spans.push((*change, below));
-            }
-        }
-        for (change, below) in &spans {
-            let below = *below;
-            let Some(Some(nodes)) = self.teams.get(change.team) else {
+            let read = match reads.iter().position(|r| r.team == change.team) {
+                Some(i) => reads.get_mut(i),
+                None => {
+                    reads.push(TeamRead {
+                        team: change.team,
+                        below,
+                        all: false,
+                        started: None,
+                        stopped: false,
+                        buckets: Vec::new(),
+                    });
+                    reads.last_mut()
+                }
+            };
+            let Some(read) = read.filter(|r| !r.all) else {
                 continue;
             };
-            match change.bucket {
-                None => nodes
-                    .all
-                    .iter()
-                    .filter(|(_, lowest)| *lowest < below)
-                    .for_each(|(n, _)| add(*n)),
-                Some(b) => nodes
+            let by_priority = below != i64::MAX;
+            match (change.bucket, change.flip) {
+                (None, Some(Flip::Started(within))) if by_priority => {
+                    read.started = Some(read.started.map_or(within, |s| s.max(within)));
+                }
+                (None, Some(Flip::Stopped)) if by_priority => read.stopped = true,
+                (None, _) => read.all = true,
+                (Some(b), _) => match read.buckets.iter_mut().find(|e| e.0 == b) {
+                    Some(e) => e.1 = e.1.max(change.count),
+                    None => read.buckets.push((b, change.count)),
+                },
+            }
+        }
+        for read in &reads {
+            let below = read.below;
+            let Some(Some(nodes)) = self.teams.get(read.team) else {
+                continue;
+            };
+            let candidates = || nodes.all.iter().filter(|e| e.1 < below);
+            if read.all {
+                candidates().for_each(|e| add(e.0));
+                continue;
+            }
+            if let Some(within) = read.started {
+                candidates()
+                    .filter(|e| e.2 <= within)
+                    .for_each(|e| add(e.0));
+            }
+            for &(b, count) in &read.buckets {
+                nodes
                     .by_bucket
                     .get(b)
-                    .and_then(|list| list.get(..change.count))
+                    .and_then(|list| list.get(..count))
                     .unwrap_or(&[])
                     .iter()
                     .filter(|(_, _, lowest)| *lowest < below)
-                    .for_each(|(_, n, _)| add(*n)),
+                    .for_each(|(_, n, _)| add(*n));
+            }
+            if read.stopped {
+                candidates().for_each(|e| add_if_held(e.0, read.team));
             }
         }
     }
@@ -149,6 +216,12 @@ impl Cycle<'_> {
             return;
         }
         let borrowing = self.standing.get(team).is_some_and(|s| s.borrowing);
+        let borrowed = self.ledger.borrowed(Some(team));
+        debug_assert_eq!(
+            borrowing,
+            borrowed > 0,
+            "standing out of step with the ledger"
+        );
         let altered = &mut self.reach.altered;
         altered.clear();
         if let Some(seen) = self.reach.seen_used.get_mut(team) {
@@ -187,10 +260,18 @@ impl Cycle<'_> {
             team,
             bucket,
             count,
+            flip: None,
         };
         if flipped {
             if !nodes.all.is_empty() {
-                log.push(change(None, nodes.all.len()));
+                let flip = match borrowed {
+                    0 => Flip::Stopped,
+                    b => Flip::Started(b),
+                };
+                log.push(StandingChange {
+                    flip: Some(flip),
+                    ..change(None, nodes.all.len())
+                });
             }
             return;
         }
@@ -221,18 +302,20 @@ impl Cycle<'_> {
             all: Vec::new(),
             by_bucket: vec![Vec::new(); buckets],
         };
-        let mut sums: Vec<(usize, u64, i64)> = Vec::new();
+        // Per node: the sum, the lowest priority, the smallest job.
+        let mut sums: Vec<(usize, u64, i64, u64)> = Vec::new();
         for (node, _, milli, priority) in per_node {
             match sums.last_mut() {
-                Some((n, sum, lowest)) if *n == node => {
+                Some((n, sum, lowest, smallest)) if *n == node => {
                     *sum += milli;
                     *lowest = (*lowest).min(priority);
+                    *smallest = (*smallest).min(milli);
                 }
-                _ => sums.push((node, milli, priority)),
+                _ => sums.push((node, milli, priority, milli)),
             }
         }
-        for (node, sum, lowest) in sums {
-            out.all.push((node, lowest));
+        for (node, sum, lowest, smallest) in sums {
+            out.all.push((node, lowest, smallest));
             let bucket = self
                 .ledger
                 .guaranteed_bucket_of(Some(team), self.pool_of(node));
