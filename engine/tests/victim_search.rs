@@ -51,13 +51,13 @@ fn kept_equals_afresh_with(n: usize, backfill: &str, overall: bool) {
 
 /// Decides `snapshot` with the kept indexes (each catch-up checked node by node, not
 /// only the sets a search tries) and afresh, and compares; at least `preemptions` must
-/// be made for the case to exercise victim search.
+/// be made for the case to exercise victim search. The kept plan.
 fn compare(
     program: &lang::ir::Program,
     snapshot: &engine::decide::snapshot::Snapshot,
     case: &str,
     preemptions: usize,
-) {
+) -> Plan {
     engine::decide::check_victim_indexes(true);
     let kept = engine::decide::decide(program, snapshot, NOW);
     engine::decide::check_victim_indexes(false);
@@ -74,6 +74,7 @@ fn compare(
         "{case}: the kept victim indexes change the plan\n{}",
         first_difference(&kept, &afresh)
     );
+    kept
 }
 
 #[test]
@@ -105,7 +106,8 @@ fn teams_guaranteed_one_total_too() {
 }
 
 /// The queue benchmark's shape at a smaller scale: five teams of one cohort, each
-/// borrowing one GPU past its guarantee, running 1- and 2-GPU jobs of two tiers that fill
+/// borrowing one GPU past its guarantee (and a sixth holding none of its own, whose jobs
+/// reclaim), running 1- and 2-GPU jobs of two tiers that fill
 /// about 90% of the fleet, and a queue of three tiers (1–8 GPUs and gangs) whose
 /// placements and evictions push each team across its guarantee again and again, so that
 /// priority askers read many starts and stops of borrowing.
@@ -151,7 +153,8 @@ fn at_guarantee(n: usize, seed: u64) -> (lang::ir::Program, engine::decide::snap
         };
         jobs.push(Job {
             id: format!("pend-{i}"),
-            team: Some(format!("t{}", rng.below(5))),
+            // A sixth team holds nothing of its guarantee: its jobs reclaim.
+            team: Some(format!("t{}", rng.below(6))),
             tier: Some(tiers[rng.below(3)].to_string()),
             submitted_at: Some(NOW - 3_600 + i as i64),
             runtime_s: Some(600 + rng.below(86_400) as u64),
@@ -170,6 +173,7 @@ fn at_guarantee(n: usize, seed: u64) -> (lang::ir::Program, engine::decide::snap
             g / 2
         ));
     }
+    text.push_str(&format!("  team t5 {{ guaranteed = {} gpu }}\n", n / 3));
     text.push_str(&format!(
         "}}\npool train {{ capacity = reserved; node = dgx_h100; nodes = {n} }}\n"
     ));
