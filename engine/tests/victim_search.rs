@@ -15,7 +15,7 @@
 #[path = "../benches/common/mod.rs"]
 mod common;
 
-use common::mix::{policy_with, snapshots, NOW};
+use common::mix::{policy_with, running_job, snapshots, NOW};
 use engine::decide::plan::Plan;
 
 /// The first decision (or the preemptions, or the reservation) where two plans differ.
@@ -113,7 +113,7 @@ fn teams_guaranteed_one_total_too() {
 /// priority askers read many starts and stops of borrowing.
 fn at_guarantee(n: usize, seed: u64) -> (lang::ir::Program, engine::decide::snapshot::Snapshot) {
     use engine::core::rng::Rng;
-    use engine::inventory::jobs_file::{Job, PlacedMember};
+    use engine::inventory::jobs_file::Job;
     let tiers = ["critical", "standard", "best_effort"];
     let mut rng = Rng::new(seed);
     let mut jobs = Vec::new();
@@ -124,23 +124,14 @@ fn at_guarantee(n: usize, seed: u64) -> (lang::ir::Program, engine::decide::snap
         while used < target {
             let want = [1u32, 1, 2][rng.below(3)].min(target - used);
             let k = jobs.len();
-            let mut j = Job {
-                id: format!("run-{k}"),
-                team: Some(format!("t{}", k % 5)),
-                tier: Some(tiers[1 + rng.below(2)].to_string()),
-                submitted_at: Some(NOW - 7_200),
-                runtime_s: Some(3_600 + rng.below(86_400) as u64),
-                started_at: Some(NOW - 3_600 - rng.below(3_000) as i64),
-                last_checkpoint_at: Some(NOW - rng.below(1_800) as i64),
-                shape: common::shape(1, want, 1000, None),
-                ..Job::default()
-            };
-            j.placement = vec![PlacedMember {
-                node: format!("h100-{node}"),
-                gpus: (used..used + want).collect(),
-                gpu_milli: None,
-                mig_starts: Vec::new(),
-            }];
+            let tier = tiers[1 + rng.below(2)];
+            let j = running_job(
+                k,
+                Some(format!("t{}", k % 5)),
+                tier,
+                (node, used..used + want),
+                &mut rng,
+            );
             used += want;
             held[k % 5] += want;
             jobs.push(j);

@@ -122,28 +122,42 @@ fn running(n: usize, teams: &[String], rng: &mut Rng) -> Vec<Job> {
         };
         while used < target {
             let want = [1u32, 2, 4, 8][rng.below(4)].min(target - used);
-            let mut j = Job {
-                id: format!("run-{}", out.len()),
-                team: teams.get(rng.below(teams.len())).cloned(),
-                tier: Some(TIERS[rng.below(3)].to_string()),
-                submitted_at: Some(NOW - 7_200),
-                runtime_s: Some(3_600 + rng.below(86_400) as u64),
-                started_at: Some(NOW - 3_600 - rng.below(3_000) as i64),
-                last_checkpoint_at: Some(NOW - rng.below(1_800) as i64),
-                shape: shape(1, want, 1000, None),
-                ..Job::default()
-            };
-            j.placement = vec![PlacedMember {
-                node: format!("h100-{node}"),
-                gpus: (used..used + want).collect(),
-                gpu_milli: None,
-                mig_starts: Vec::new(),
-            }];
+            let team = teams.get(rng.below(teams.len())).cloned();
+            let tier = TIERS[rng.below(3)];
+            let j = running_job(out.len(), team, tier, (node, used..used + want), rng);
             used += want;
             out.push(j);
         }
     }
     out
+}
+
+/// Running job `k` of `team` and `tier` on `node`'s GPUs `gpus` (whole GPUs), started
+/// in the hour before the last and checkpointed in the last half hour.
+pub fn running_job(
+    k: usize,
+    team: Option<String>,
+    tier: &str,
+    (node, gpus): (usize, std::ops::Range<u32>),
+    rng: &mut Rng,
+) -> Job {
+    Job {
+        id: format!("run-{k}"),
+        team,
+        tier: Some(tier.to_string()),
+        submitted_at: Some(NOW - 7_200),
+        runtime_s: Some(3_600 + rng.below(86_400) as u64),
+        started_at: Some(NOW - 3_600 - rng.below(3_000) as i64),
+        last_checkpoint_at: Some(NOW - rng.below(1_800) as i64),
+        shape: shape(1, gpus.len() as u32, 1000, None),
+        placement: vec![PlacedMember {
+            node: format!("h100-{node}"),
+            gpus: gpus.collect(),
+            gpu_milli: None,
+            mig_starts: Vec::new(),
+        }],
+        ..Job::default()
+    }
 }
 
 /// The snapshot of N nodes, and the same with one more pending job (the next cycle's
