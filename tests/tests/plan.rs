@@ -479,6 +479,39 @@ fn a_victim_protected_until_its_next_checkpoint_gives_the_eta() {
 }
 
 #[test]
+fn easy_reservations_book_gpus_not_nodes() {
+    let p = plan("easy_books_gpus");
+    assert_eq!(code(&p, "big"), "reserved");
+    assert_eq!(p["reservations"][0]["nodes"][0]["gpus"], 6);
+    let message = decision(&p, "big")["reason"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("no node has that many free now"),
+        "{message}"
+    );
+    // Two of the three free GPUs leave big its six at 3600.
+    assert_eq!(action(&p, "two-long"), "place");
+    // The last free GPU is one big needs.
+    assert_eq!(code(&p, "one-long"), "waiting_for_reservation");
+    assert_eq!(decision(&p, "one-long")["reason"]["eta_s"], 6600);
+    assert_eq!(action(&p, "one-short"), "place", "ends before big starts");
+}
+
+#[test]
+fn a_mig_reservation_holds_its_gpu_not_its_node() {
+    let p = plan("mig_reservation_holds_its_gpu");
+    assert_eq!(code(&p, "big-7g"), "reserved");
+    assert_eq!(decision(&p, "big-7g")["reason"]["eta_s"], 500);
+    assert_eq!(p["reservations"][0]["nodes"][0]["gpus"], 1);
+    // GPU 1's free slots delay nobody.
+    assert_eq!(action(&p, "wide-4g"), "place");
+    assert_eq!(decision(&p, "wide-4g")["placement"][0]["gpus"][0], 1);
+    // Only GPU 0's slots are left, and big-7g needs them from 600 s to 4,200 s.
+    assert_eq!(code(&p, "long-1g"), "waiting_for_reservation");
+    assert_eq!(decision(&p, "long-1g")["reason"]["eta_s"], 4100);
+    assert_eq!(action(&p, "quick-1g"), "place", "ends before big-7g starts");
+}
+
+#[test]
 fn mig_jobs_get_reservations_and_etas_like_whole_gpus() {
     let p = plan("mig_backfill");
     assert_eq!(code(&p, "big-7g"), "reserved");
@@ -537,7 +570,7 @@ fn one_jobs_story_tells_rules_quota_victims_and_outcome() {
         "{text}"
     );
     assert!(
-        text.contains("placement: needs 8 GPUs; none is free now"),
+        text.contains("placement: needs 8 GPUs on one node; no node has that many free now"),
         "{text}"
     );
     assert!(

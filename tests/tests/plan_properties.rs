@@ -465,6 +465,16 @@ struct ReplayStats {
 fn replay(
     program: &lang::ir::Program,
     nodes: u32,
+    arrivals: Vec<Job>,
+    promises: Promises,
+) -> Result<ReplayStats, TestCaseError> {
+    replay_on(program, &fleet(nodes), arrivals, promises)
+}
+
+/// [`replay`] on a given fleet.
+fn replay_on(
+    program: &lang::ir::Program,
+    fleet: &Fleet,
     mut arrivals: Vec<Job>,
     promises: Promises,
 ) -> Result<ReplayStats, TestCaseError> {
@@ -493,7 +503,7 @@ fn replay(
         running.retain(|j| j.started_at.unwrap_or(0) + j.runtime_s.unwrap_or(0) as i64 > now);
         let mut jobs = running.clone();
         jobs.extend(pending.iter().cloned());
-        let (snapshot, plan) = decide(program, fleet(nodes), jobs, now);
+        let (snapshot, plan) = decide(program, fleet.clone(), jobs, now);
         if std::env::var("DEBUG_REPLAY").is_ok() {
             for d in &plan.decisions {
                 eprintln!(
@@ -689,6 +699,55 @@ fn check_promises_with(
     replay(&program, *nodes, jobs, Promises::Strict)
 }
 
+const MIG_PROFILES: [&str; 5] = ["1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"];
+
+/// Nodes of two H100s in MIG mode.
+fn mig_fleet(nodes: u32) -> Fleet {
+    let mut f = fleet(nodes);
+    for n in &mut f.nodes {
+        n.gpus.truncate(2);
+        for g in &mut n.gpus {
+            g.mig = Some(Vec::new());
+        }
+    }
+    f
+}
+
+/// MIG jobs (a profile number each, exact runtimes) submitted at once, one team and tier:
+/// a reservation of MIG instances is a promise too, whichever slots it holds.
+fn check_mig_promises(
+    (nodes, specs): &(u32, Vec<(usize, u64)>),
+    mode: &str,
+) -> Result<ReplayStats, TestCaseError> {
+    let program = lang::check(&[("p.gantry".to_string(), policy_with(&[], *nodes, mode))])
+        .program
+        .expect("a policy without teams checks");
+    let jobs: Vec<Job> = specs
+        .iter()
+        .enumerate()
+        .map(|(i, (profile, runtime))| Job {
+            id: format!("m{i}"),
+            tier: Some("standard".into()),
+            submitted_at: Some(i as i64),
+            runtime_s: Some(*runtime),
+            shape: JobShape {
+                members: 1,
+                member: Request {
+                    cpu_milli: 4_000,
+                    memory_mib: 16_384,
+                    num_gpu: 1,
+                    gpu_milli: 1000,
+                    mig_profile: MIG_PROFILES.get(*profile).map(|p| p.to_string()),
+                    ..Request::default()
+                },
+                ..JobShape::default()
+            },
+            ..Job::default()
+        })
+        .collect();
+    replay_on(&program, &mig_fleet(*nodes), jobs, Promises::Strict)
+}
+
 /// (nodes, the team's burst in GPUs, jobs).
 type QuotaCase = (u32, u32, Vec<JobSpec>);
 
@@ -773,6 +832,15 @@ proptest! {
     }
 
     #[test]
+    fn mig_reservations_are_kept_across_cycles(
+        case in (1u32..3, prop::collection::vec((0usize..5, 60u64..20_000), 1..20))
+    ) {
+        check_mig_promises(&case, "on")?;
+        let one_node = (1, case.1.clone());
+        check_mig_promises(&one_node, "conservative(depth = all)")?;
+    }
+
+    #[test]
     fn conservative_replays_have_no_preemption_loops(case in replay_case_strategy()) {
         check_replay_with(&case, "conservative(depth = all)")?;
     }
@@ -784,7 +852,7 @@ proptest! {
 fn random_replays_preempt_and_keep_reservations() {
     use proptest::strategy::ValueTree;
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let (mut preemptions, mut promises) = (0, 0);
+    let (mut preemptions, mut promises, mut mig_promises) = (0, 0, 0);
     for _ in 0..60 {
         let case = replay_case_strategy()
             .new_tree(&mut runner)
@@ -798,9 +866,21 @@ fn random_replays_preempt_and_keep_reservations() {
             .unwrap()
             .current();
         promises += check_promises(&case).unwrap().promises_checked;
+        let case = (
+            1u32..3,
+            prop::collection::vec((0usize..5, 60u64..20_000), 1..20),
+        )
+            .new_tree(&mut runner)
+            .unwrap()
+            .current();
+        mig_promises += check_mig_promises(&case, "on").unwrap().promises_checked;
     }
     assert!(preemptions > 0, "no replay preempted");
     assert!(promises > 0, "no reservation was checked");
+    assert!(
+        mig_promises > 0,
+        "no reservation of MIG instances was checked"
+    );
     // Where the quota binds under conservative backfill, on several nodes: each cycle
     // books afresh, and a job that starts at its booked time may land on other nodes
     // than its booking's (placement chooses by fragmentation), taking GPUs a later

@@ -433,9 +433,19 @@ pub fn not_now(placer: &Placer<'_>, job: &JobShape, allowed: &dyn Fn(usize) -> b
     }
     let pools = pools_text(job);
     if job.members == 1 {
+        // Several whole GPUs: "none is free" read as false beside idle GPUs. Worded
+        // without counts, which placements later in the cycle would make stale.
+        let message = if r.num_gpu > 1 && r.mig_profile.is_none() && !r.is_share() {
+            format!(
+                "needs {} on one node; no node has that many free{pools} now",
+                describe(r)
+            )
+        } else {
+            format!("needs {}; none is free{pools} now", describe(r))
+        };
         return Unplaced {
             code: UnplacedCode::NoCapacity,
-            message: format!("needs {}; none is free{pools} now", describe(r)),
+            message,
         };
     }
     // Counted per class of identical nodes, not per node.

@@ -5,10 +5,13 @@
 //! on a booked node it may use only the whole GPUs that every overlapping booking leaves
 //! spare at its start. Bookings count whole GPUs per node, not whole nodes (Slurm books
 //! whole nodes); a GPU share counts as one whole GPU on both sides (a share may take a
-//! free GPU), and a booking of MIG instances holds its whole node.
+//! free GPU). A booking of MIG instances holds the slots they take at its start
+//! (`mig_hold.rs`), counted as their GPUs by whole-GPU jobs. EASY's one reservation is
+//! booked the same way.
 
 use crate::core::alloc::Request;
 use crate::core::fleet::MILLI;
+use crate::core::mig::SlotMask;
 use crate::core::placer::Choice;
 use std::collections::BTreeMap;
 
@@ -20,6 +23,9 @@ pub(super) struct NodeBooking {
     /// Whole GPUs free on the node at the booking's start by the running jobs' estimates,
     /// less those of jobs started since that run past it.
     pub free_at_start: u64,
+    /// A booking of MIG instances: the GPU slots they take at its start (`gpus` counts
+    /// their GPUs). Empty otherwise.
+    pub mig_slots: Vec<(usize, SlotMask)>,
 }
 
 #[derive(Debug, Clone)]
@@ -134,10 +140,41 @@ impl Bookings {
         }
     }
 
-    /// Whether one member of `r` may start on `node` now and run until `until`.
+    /// Whether one member of `r` may start on `node` now and run until `until`. A MIG
+    /// member where only MIG bookings overlap it may: it must fit around their slots
+    /// (the caller checks that on the node's state).
     pub fn allows(&self, node: usize, r: &Request, now: i64, until: Option<i64>) -> bool {
+        if r.mig_profile.is_some() && self.held_mig_slots(node, now, until).is_some() {
+            return true;
+        }
         // Nothing is booked before its start, and every start is later than now.
         self.cap(node, (1, u64::MAX), r, now, until) > 0
+    }
+
+    /// The slots held on `node` by the bookings that overlap [`from`, `until`), when all
+    /// of them are bookings of MIG instances; `None` when another kind overlaps, or none.
+    pub fn held_mig_slots(
+        &self,
+        node: usize,
+        from: i64,
+        until: Option<i64>,
+    ) -> Option<Vec<(usize, SlotMask)>> {
+        let mut held = Vec::new();
+        for b in self
+            .by_node
+            .get(&node)?
+            .iter()
+            .filter_map(|i| self.list.get(*i))
+        {
+            let Some(nb) = b.nodes.get(&node).filter(|_| b.overlaps(from, until)) else {
+                continue;
+            };
+            if nb.mig_slots.is_empty() {
+                return None;
+            }
+            held.extend(nb.mig_slots.iter().copied());
+        }
+        (!held.is_empty()).then_some(held)
     }
 
     /// The first node where `choices` take more than the bookings leave spare.
@@ -156,8 +193,12 @@ impl Bookings {
         for c in choices {
             *per_node.entry(c.node).or_default() += 1;
         }
+        // MIG members around MIG bookings' slots are steered by the caller.
         per_node
             .into_iter()
+            .filter(|(n, _)| {
+                r.mig_profile.is_none() || self.held_mig_slots(*n, now, until).is_none()
+            })
             .find(|(n, members)| self.cap(*n, (*members, u64::MAX), r, now, until) < *members)
             .map(|(n, _)| n)
     }

@@ -442,12 +442,9 @@ impl Cycle<'_> {
             return None;
         }
         self.eta_estimates += 1;
-        let held = res
-            .as_ref()
-            .map(|r| (&r.nodes, r.ends_at.unwrap_or(i64::MAX)));
         // Room now means something other than capacity holds the job: no estimate.
         let eta = self
-            .earliest_start(shape, held, runtime, self.now)
+            .earliest_start(shape, None, runtime, self.now)
             .map(|(t, _)| t - self.now)
             .filter(|eta| *eta > 0);
         self.eta_memo.insert(shape_no, key, eta);

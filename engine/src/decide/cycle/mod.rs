@@ -10,6 +10,7 @@ mod intake;
 mod job_lookup;
 mod job_memo;
 mod ledger_pools;
+mod mig_hold;
 mod names;
 mod node_bits;
 mod numbering;
@@ -87,9 +88,6 @@ struct Cycle<'a> {
     /// Shared: explanations and ETAs read it for every blocked job, and a copy of its
     /// node set each time cost more than the read.
     reservation: Option<std::rc::Rc<Reserved>>,
-    /// The reservation's start and nodes as bits, for the node check of every placement
-    /// (set with `reservation`).
-    held: Option<(i64, std::rc::Rc<node_bits::NodeBits>)>,
     /// Nodes that take no new jobs (closed or interrupted), as bits.
     takes_none: std::rc::Rc<node_bits::NodeBits>,
     /// Conservative backfill's reservations (`reservation_depth` > 1), shared with the
@@ -212,9 +210,8 @@ struct Standing {
     per_pool: bool,
 }
 
-/// How a shape stands to the reservation (its start, whether the job ends first) and,
-/// with bookings, the job's end.
-type UnfitKey = (Option<(i64, bool)>, Option<Option<i64>>);
+/// With bookings (reservations), the job's end: it decides what they leave the job.
+type UnfitKey = Option<Option<i64>>;
 
 /// What placing one job came to.
 enum Outcome {
@@ -381,7 +378,6 @@ fn decide_cycle(
         briefs: None,
         unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),
         reservation: None,
-        held: None,
         takes_none: std::rc::Rc::new(node_bits::NodeBits::of(
             snapshot.closed.iter().chain(&snapshot.interrupted).copied(),
             fleet.nodes.len(),

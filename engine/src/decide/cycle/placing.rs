@@ -22,39 +22,37 @@ impl<'a> Cycle<'a> {
     /// quota gate first, then directly, or by preempting, or not (with a reason).
     pub(super) fn place(&mut self, js: &'a JobState, shape_no: usize, shape: &JobShape) -> Outcome {
         let ends_at = self.runtime(js).map(|r| self.now + r);
-        let held = self.held.clone();
         let takes_none = std::rc::Rc::clone(&self.takes_none);
         let bookings = std::rc::Rc::clone(&self.bookings);
         let (now, member) = (self.now, &shape.member);
+        // Booked nodes a MIG member cannot fit around their held slots.
+        let mig_blocked = if bookings.is_empty() {
+            std::collections::BTreeSet::new()
+        } else {
+            self.mig_blocked_by_holds(member, ends_at)
+        };
         #[cfg(debug_assertions)]
-        let (reservation, snapshot) = (self.reservation.clone(), self.snapshot);
+        let snapshot = self.snapshot;
         let respects = |node: usize| {
             let fast = !takes_none.has(node)
-                && held.as_ref().is_none_or(|(start_at, nodes)| {
-                    !nodes.has(node) || ends_at.is_some_and(|e| e <= *start_at)
-                })
-                && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at));
-            // The sets as the snapshot and the reservation have them.
+                && (!bookings.is_booked(node)
+                    || (bookings.allows(node, member, now, ends_at)
+                        && !mig_blocked.contains(&node)));
+            // The set as the snapshot has it.
             #[cfg(debug_assertions)]
             debug_assert_eq!(
                 fast,
                 snapshot.takes_new(node)
-                    && reservation.as_ref().is_none_or(|r| {
-                        !r.nodes.contains(&node) || ends_at.is_some_and(|e| e <= r.start_at)
-                    })
-                    && (!bookings.is_booked(node) || bookings.allows(node, member, now, ends_at)),
+                    && (!bookings.is_booked(node)
+                        || (bookings.allows(node, member, now, ends_at)
+                            && !mig_blocked.contains(&node))),
                 "node check of node {node}"
             );
             fast
         };
-        // How the job stands to the reservation and, with bookings, its end: with its
-        // shape, what decides the nodes it may take.
-        let within_key: UnfitKey = (
-            held.as_ref()
-                .map(|(start_at, _)| (*start_at, ends_at.is_some_and(|e| e <= *start_at))),
-            // Bookings let a job through by its end.
-            (!bookings.is_empty()).then_some(ends_at),
-        );
+        // With its shape, what decides the nodes it may take: bookings let a job through
+        // by its end.
+        let within_key: UnfitKey = (!bookings.is_empty()).then_some(ends_at);
         self.tell_quota(js);
         let blocked = match self.quota_gate(js, shape) {
             Err(Gate::Never(reason)) => {
@@ -87,18 +85,23 @@ impl<'a> Cycle<'a> {
                     None => self.try_place_keeping(js, shape, &respects, true),
                 };
                 // Several members on one booked node may together take what one alone
-                // could: such a placement would delay a reservation.
+                // could, and MIG members go around the slots a booking holds: either
+                // failing, the placement would delay a reservation.
                 let attempt = match attempt {
-                    Ok((choices, _))
-                        if bookings.violated(member, &choices, now, ends_at).is_some() =>
-                    {
-                        for c in &choices {
-                            self.placer.release(member, c);
+                    Ok((mut choices, borrowing)) => {
+                        if self.steer_off_holds(member, &mut choices, ends_at)
+                            && bookings.violated(member, &choices, now, ends_at).is_none()
+                        {
+                            Ok((choices, borrowing))
+                        } else {
+                            for c in &choices {
+                                self.placer.release(member, c);
+                            }
+                            Err(Blocked::Capacity(Unplaced {
+                                code: UnplacedCode::NoCapacity,
+                                message: DELAYS_RESERVED.into(),
+                            }))
                         }
-                        Err(Blocked::Capacity(Unplaced {
-                            code: UnplacedCode::NoCapacity,
-                            message: DELAYS_RESERVED.into(),
-                        }))
                     }
                     other => other,
                 };

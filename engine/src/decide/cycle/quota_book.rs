@@ -283,25 +283,9 @@ impl Cycle<'_> {
             return None;
         }
         self.eta_estimates += 1;
-        let head = self.reservation.clone();
-        self.joint_start_beside(js, shape, head, self.runtime(js))
+        self.joint_start(js, shape, None, self.runtime(js))
             .map(|(start, _)| start - self.now)
             .filter(|eta| *eta > 0)
-    }
-
-    /// [`Cycle::joint_start`] with `head`'s nodes (EASY's reservation) held until its
-    /// expected end.
-    pub(super) fn joint_start_beside(
-        &mut self,
-        js: &JobState,
-        shape: &JobShape,
-        head: Option<std::rc::Rc<Reserved>>,
-        runtime: Option<i64>,
-    ) -> Option<(i64, Vec<Landing>)> {
-        let held = head
-            .as_ref()
-            .map(|h| (&h.nodes, h.ends_at.unwrap_or(i64::MAX)));
-        self.joint_start(js, shape, held, runtime)
     }
 
     /// Books `need` of the team's quota for `js` from `start`, with `nodes`, the GPUs

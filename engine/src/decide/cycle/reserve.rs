@@ -5,7 +5,6 @@
 //! required topology group.
 
 use super::bookings::{booked_gpus, Booking, NodeBooking};
-use super::node_bits::NodeBits;
 use super::walk_free::{FlatWalk, NodeFreeWalk, WalkFree};
 use super::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::{Blocked, Cycle};
@@ -102,16 +101,6 @@ impl Cycle<'_> {
         if !matches!(blocked, Blocked::Capacity(_)) {
             return blocked;
         }
-        if let Some(res) = self.reservation.clone() {
-            let snapshot = self.snapshot;
-            if self.room_on(&res.nodes, shape)
-                && self
-                    .try_place(js, shape, &|n| snapshot.takes_new(n))
-                    .is_ok()
-            {
-                return Blocked::Reservation((*res).clone());
-            }
-        }
         if !self.bookings.is_empty() {
             return self.booked_for_another(js, shape, blocked);
         }
@@ -168,8 +157,7 @@ impl Cycle<'_> {
         }
         let runtime = self.runtime(js);
         if quota_blocked && !conservative && self.reservation.is_some() {
-            let head = self.reservation.clone();
-            let (start, _) = self.joint_start_beside(js, shape, head, runtime)?;
+            let (start, _) = self.joint_start(js, shape, None, runtime)?;
             if start == self.now || start - self.now > window {
                 return None;
             }
@@ -185,9 +173,7 @@ impl Cycle<'_> {
         if !within_depth && (self.starving_booked >= STARVING_RESERVATIONS || !self.starving(js)) {
             return None;
         }
-        // EASY's head reservation holds its nodes in the walk of a starving job.
-        let head = self.reservation.clone().filter(|_| !within_depth);
-        let (start, landing) = self.joint_start_beside(js, shape, head, runtime)?;
+        let (start, landing) = self.joint_start(js, shape, None, runtime)?;
         if start == self.now || start - self.now > window {
             return None;
         }
@@ -197,32 +183,44 @@ impl Cycle<'_> {
         let ends_at = runtime.map(|r| start + r);
         let nodes: BTreeSet<usize> = landing.iter().map(|l| l.node).collect();
         self.book_quota(js, start, ends_at, nodes.clone());
-        if conservative || !within_depth {
+        // Every reservation books the GPUs it needs per node (EASY's one as conservative
+        // backfill's): a job that runs past its start may take what it leaves spare.
+        {
             let per = booked_gpus(&shape.member);
-            let nodes = landing
-                .iter()
-                .map(|l| {
-                    let gpus = per.map_or(u64::MAX, |p| p.saturating_mul(l.members));
-                    let nb = NodeBooking {
-                        gpus,
-                        free_at_start: l.whole_free,
-                    };
-                    (l.node, nb)
-                })
-                .collect();
+            let mut booked = BTreeMap::new();
+            for l in &landing {
+                let mig_slots = match per {
+                    Some(_) => Vec::new(),
+                    None => self
+                        .mig_hold(l.node, (start, ends_at), &shape.member, l.members)
+                        .unwrap_or_default(),
+                };
+                let gpus = match per {
+                    Some(p) => p.saturating_mul(l.members),
+                    None if mig_slots.is_empty() => u64::MAX,
+                    None => mig_slots
+                        .iter()
+                        .map(|(g, _)| *g)
+                        .collect::<BTreeSet<_>>()
+                        .len() as u64,
+                };
+                let nb = NodeBooking {
+                    gpus,
+                    free_at_start: l.whole_free,
+                    mig_slots,
+                };
+                booked.insert(l.node, nb);
+            }
             std::rc::Rc::make_mut(&mut self.bookings).push(Booking {
                 job: js.id().to_string(),
                 start_at: start,
                 ends_at,
-                nodes,
+                nodes: booked,
             });
+        }
+        if conservative || !within_depth {
             return Some((start, !within_depth));
         }
-        let fleet_size = self.snapshot.fleet.nodes.len();
-        self.held = Some((
-            start,
-            std::rc::Rc::new(NodeBits::of(nodes.iter().copied(), fleet_size)),
-        ));
         self.reservation = Some(std::rc::Rc::new(Reserved {
             job: js.id().to_string(),
             start_at: start,
@@ -265,24 +263,6 @@ impl Cycle<'_> {
             .map(|(_, at)| at.len() - at.partition_point(|t| *t <= submitted))
             .sum();
         overtaken >= limit
-    }
-
-    /// Whether any of `nodes` (in the job's pools) has room for a member now.
-    pub(super) fn room_on(&self, nodes: &BTreeSet<usize>, shape: &JobShape) -> bool {
-        let ctx = self.placer.context();
-        nodes.iter().any(|n| {
-            match (
-                self.snapshot.fleet.nodes.get(*n),
-                self.placer.state().nodes.get(*n),
-            ) {
-                (Some(node), Some(free)) => {
-                    (shape.pools.is_empty()
-                        || node.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
-                        && gang::member_slots(&ctx, node, free, &shape.member) > 0
-                }
-                _ => false,
-            }
-        })
     }
 
     /// When `shape` could start if running jobs end as estimated, and on which nodes:
@@ -621,6 +601,12 @@ impl Cycle<'_> {
                 return 0;
             }
             let until = runtime.map(|r| at.saturating_add(r));
+            // MIG instances fit around the slots MIG bookings hold, as placement does.
+            if member.mig_profile.is_some() {
+                if let Some(held) = bookings.held_mig_slots(n, at, until) {
+                    return free.slots_around(n, &held);
+                }
+            }
             bookings.cap(n, (raw(free, n), free.whole_free(n)), member, at, until)
         };
         let mut room = index.room.clone();

@@ -11,6 +11,7 @@ use super::holding::Holder;
 use crate::core::alloc::{NodeFree, Request};
 use crate::core::fleet::{Node, MILLI};
 use crate::core::gang;
+use crate::core::mig::SlotMask;
 use crate::core::packing::Context;
 use crate::core::placer::give_on;
 
@@ -130,6 +131,11 @@ pub(super) trait WalkFree {
     fn give(&mut self, h: usize, m: usize, k: usize, n: usize);
     /// The nodes the walk changed.
     fn touched(&self) -> &[usize];
+    /// Member slots of node `n` at this point of the walk around MIG slots `held` (by
+    /// bookings of MIG instances): only MIG requests ask, and they walk `NodeFree`s.
+    fn slots_around(&self, _n: usize, _held: &[(usize, SlotMask)]) -> u64 {
+        0
+    }
 }
 
 /// Copies of the nodes an earliest-start walk has touched, kept between walks so their
@@ -210,6 +216,24 @@ impl WalkFree for NodeFreeWalk<'_, '_> {
 
     fn touched(&self) -> &[usize] {
         &self.scratch.touched
+    }
+
+    fn slots_around(&self, n: usize, held: &[(usize, SlotMask)]) -> u64 {
+        let s = &self.scratch;
+        let (Some(node), Some(f)) = (
+            self.nodes.get(n),
+            match s.nodes.get(n).filter(|e| e.0 == s.walk) {
+                Some((_, f, _)) => Some(f),
+                None => self.now_free.get(n),
+            },
+        ) else {
+            return 0;
+        };
+        let mut f = f.clone();
+        for (gpu, mask) in held {
+            f.take_mig(*gpu, *mask);
+        }
+        gang::member_slots(&self.ctx, node, &f, self.member)
     }
 }
 
