@@ -527,7 +527,7 @@ PriorityClass `globalDefault` does. Only one tier and one team may be the defaul
         explanation: "The value checks, but it is far outside what the field is used for, which usually means \
 a unit slipped: `half_life = 7m` forgets fair-share usage within minutes when days were meant, `idle > 15h` \
 keeps idle nodes (and their cost) for most of a day, `boot = 10h` makes the autoscaler wait hours for a node. \
-Each duration field has a range (`half_life` 1h to 365d, `grace` up to 2h, `max_lost` 1m to 7d, \
+Each duration field has a range (`half_life` 1h to 365d, `grace` up to 2h, `max_lost` 1m to 7d, `reclaim_within` up to 7d, \
 `min_runtime` up to 7d, `default_runtime` 1m to 30d, `boot` 10s to 2h, `notice` 10s to 1h, `gang_timeout` \
 1m to 7d, `reserve_after_wait` 1m to 30d, cooldowns 10s to 1d, `idle >` in a scale-down trigger 1m to 6h). \
 When the same number in another unit falls in the range, the help names it and `--format json` carries the \

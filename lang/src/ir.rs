@@ -125,6 +125,10 @@ pub struct Tier {
     pub priority: i64,
     pub preempt: PreemptMode,
     pub max_lost_s: Option<u64>,
+    /// For `after_checkpoint` with `max_lost`: how long a job of a team that borrows stays
+    /// protected once past `max_lost` without a checkpoint, so a lender's guarantee comes
+    /// back within a bound. `None`: `max_lost` again.
+    pub reclaim_within_s: Option<u64>,
     pub min_runtime_s: u64,
     /// Time a victim gets to checkpoint before it is stopped.
     pub grace_s: u64,

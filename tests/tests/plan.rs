@@ -464,7 +464,8 @@ fn a_victim_protected_until_its_next_checkpoint_gives_the_eta() {
     let p = plan("checkpoint_wait");
     assert_eq!(action(&p, "urgent"), "queue");
     let reason = &decision(&p, "urgent")["reason"];
-    assert_eq!(reason["eta_s"], 1680, "{reason}");
+    // Its next checkpoint in 28m, then the victims' 2m grace.
+    assert_eq!(reason["eta_s"], 1800, "{reason}");
     assert!(
         reason["message"]
             .as_str()
@@ -509,6 +510,26 @@ fn a_mig_reservation_holds_its_gpu_not_its_node() {
     assert_eq!(code(&p, "long-1g"), "waiting_for_reservation");
     assert_eq!(decision(&p, "long-1g")["reason"]["eta_s"], 4100);
     assert_eq!(action(&p, "quick-1g"), "place", "ends before big-7g starts");
+}
+
+#[test]
+fn a_guarantee_comes_back_within_reclaim_within_checkpoints_or_not() {
+    let p = plan("guarantee_comes_back");
+    // Past max_lost and reclaim_within without a checkpoint: a borrower is reclaimed.
+    assert_eq!(action(&p, "nlp-a"), "place");
+    assert_eq!(victims(&p, "nlp-a"), ["hostage"]);
+    assert_eq!(p["preemptions"][0]["cause"], "reclaim");
+    // young passed max_lost at 3900 s; reclaim_within (30m) protects it until 5700 s,
+    // and its 2m grace follows.
+    let reason = &decision(&p, "nlp-b")["reason"];
+    assert_eq!(reason["eta_s"], 1820, "{reason}");
+    assert!(
+        reason["message"]
+            .as_str()
+            .unwrap()
+            .contains("reclaim_within"),
+        "{reason}"
+    );
 }
 
 #[test]

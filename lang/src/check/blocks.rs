@@ -28,6 +28,7 @@ fn schema(kind: BlockKind) -> &'static [(&'static str, bool)] {
             ("priority", true),
             ("preempt", false),
             ("max_lost", false),
+            ("reclaim_within", false),
             ("min_runtime", false),
             ("grace", false),
             ("default", false),
@@ -552,6 +553,7 @@ impl<'a> Checker<'a> {
             _ => ir::PreemptMode::Never,
         };
         let max_lost_s = self.seconds(&f, "max_lost");
+        let reclaim_within_s = self.seconds(&f, "reclaim_within");
         let min_runtime_s = self.seconds(&f, "min_runtime").unwrap_or(0);
         let grace_s = self.seconds(&f, "grace").unwrap_or(120);
         let default = self.flag(&f, "default", &format!("tier/{name}/default"));
@@ -566,6 +568,7 @@ impl<'a> Checker<'a> {
             priority: priority?,
             preempt,
             max_lost_s,
+            reclaim_within_s,
             min_runtime_s,
             grace_s,
             default,

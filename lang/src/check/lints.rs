@@ -25,6 +25,8 @@ const DURATIONS: &[(BlockKind, &str, f64, f64, f64, &str)] = &[
         "a preempted job gets this long to checkpoint before it is stopped; seconds to minutes are usual"),
     (BlockKind::Tier, "max_lost", MINUTE, 7.0 * DAY, HOUR,
         "a job is preempted only while the work since its last checkpoint is under this"),
+    (BlockKind::Tier, "reclaim_within", 0.0, 7.0 * DAY, HOUR,
+        "a borrowing job past max_lost without a checkpoint stays protected this long more"),
     (BlockKind::Tier, "min_runtime", 0.0, 7.0 * DAY, 10.0 * MINUTE,
         "a job is not preempted before it has run this long"),
     (BlockKind::Tier, "default_runtime", MINUTE, 30.0 * DAY, HOUR,

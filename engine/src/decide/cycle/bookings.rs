@@ -248,6 +248,24 @@ impl Bookings {
         out
     }
 
+    /// `runtime` as far as walks from `now` can tell it apart: a job that runs past every
+    /// booking's start overlaps each of them wherever it starts, as one without an
+    /// estimate does, so all such runtimes walk alike (`None`).
+    pub fn runtime_seen(&self, now: i64, runtime: Option<i64>) -> Option<i64> {
+        let latest = self.list.iter().map(|b| b.start_at).max()?;
+        runtime.filter(|r| now.saturating_add(*r) <= latest)
+    }
+
+    /// What the bookings make of a job started now with `runtime`, as a key: which of
+    /// them start before it ends (their count; with how many there are, since the list
+    /// only grows). A start now checks a booking only by that, so jobs of one key may
+    /// take the same GPUs now.
+    pub fn start_now_key(&self, now: i64, runtime: Option<i64>) -> (usize, usize) {
+        let ends = runtime.map_or(i64::MAX, |r| now.saturating_add(r));
+        let before = self.list.iter().filter(|b| b.start_at < ends).count();
+        (self.list.len(), before)
+    }
+
     pub fn nodes_of(&self, booking: usize) -> impl Iterator<Item = usize> + '_ {
         self.list
             .get(booking)

@@ -377,10 +377,10 @@ impl Cycle<'_> {
         }
         // Every search counts against the budget, found or not.
         self.eta_estimates += 1;
-        let Some((at, node, why)) = self.protected_wait(js, shape, own_only) else {
+        let Some((ready, node, why, at)) = self.protected_wait(js, shape, own_only) else {
             return r;
         };
-        let wait = at - self.now;
+        let wait = ready - self.now;
         // Reclaim takes borrowers' jobs whatever their tier: "lower-priority" only when
         // that is what they are.
         let asker = self.priority(js);
@@ -403,12 +403,25 @@ impl Cycle<'_> {
         let node = self.node_name(node).unwrap_or_default();
         let until = match why {
             Protection::Checkpoint => format!("after their next checkpoint {}", self.when(at)),
+            Protection::ReclaimWithin => format!(
+                "{}, when the reclaim_within their tier gives a borrower past max_lost is over",
+                self.when(at)
+            ),
             Protection::MinRuntime => {
                 format!("once past their tier's min_runtime {}", self.when(at))
             }
         };
+        // Preempted then, they keep their GPUs through their grace: the ETA counts it.
+        let stopping = if ready > at {
+            format!(
+                ", then stop within their grace ({})",
+                human_duration(ready - at)
+            )
+        } else {
+            String::new()
+        };
         r.message = format!(
-            "{}; {whose} on {node} it may preempt are protected now and become preemptible {until}",
+            "{}; {whose} on {node} it may preempt are protected now and become preemptible {until}{stopping}",
             r.message
         );
         if r.eta_s.is_none_or(|e| wait < e) {
@@ -433,7 +446,12 @@ impl Cycle<'_> {
         let booked = !self.bookings.is_empty();
         let key: EtaKey = (
             res.as_ref().map(|r| (r.start_at, r.ends_at)),
-            booked.then(|| (self.bookings.len(), runtime)),
+            booked.then(|| {
+                (
+                    self.bookings.len(),
+                    self.bookings.runtime_seen(self.now, runtime),
+                )
+            }),
         );
         if let Some(hit) = self.eta_memo.get(shape_no, &key) {
             return *hit;

@@ -318,11 +318,14 @@ impl<'a> Cycle<'a> {
         choices: Cow<'a, [Choice]>,
     ) {
         let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
+        // Whether its team borrowed at the cycle's start (not now: records are written
+        // late, and must not depend on when).
+        let borrowing = team_ix.is_some_and(|t| self.borrowing_at_start.get(t) == Some(&true));
         let stand = match &js.running {
-            Some(r) => match self.victim_facts(tier, js, r) {
+            Some(r) => match self.victim_facts(tier, js, r, borrowing) {
                 Some(v) => Stand::Victim(v),
                 None => self
-                    .protection(tier, js, r)
+                    .protection(tier, js, r, borrowing)
                     .map_or(Stand::Neither, Stand::Protected),
             },
             None => Stand::Neither,

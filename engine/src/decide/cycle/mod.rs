@@ -88,6 +88,9 @@ struct Cycle<'a> {
     /// Shared: explanations and ETAs read it for every blocked job, and a copy of its
     /// node set each time cost more than the read.
     reservation: Option<std::rc::Rc<Reserved>>,
+    /// Per policy team, whether it borrowed once the running jobs were held: how long
+    /// `max_lost` protects its jobs (`preempt::reclaim_bound`).
+    borrowing_at_start: Vec<bool>,
     /// Nodes that take no new jobs (closed or interrupted), as bits.
     takes_none: std::rc::Rc<node_bits::NodeBits>,
     /// Conservative backfill's reservations (`reservation_depth` > 1), shared with the
@@ -210,8 +213,9 @@ struct Standing {
     per_pool: bool,
 }
 
-/// With bookings (reservations), the job's end: it decides what they leave the job.
-type UnfitKey = Option<Option<i64>>;
+/// With bookings (reservations), how they stand to the job started now
+/// (`Bookings::start_now_key`): it decides what they leave the job.
+type UnfitKey = Option<(usize, usize)>;
 
 /// What placing one job came to.
 enum Outcome {
@@ -378,6 +382,7 @@ fn decide_cycle(
         briefs: None,
         unrecorded: holding::Unrecorded::new(buffers::recycle(unrecorded)),
         reservation: None,
+        borrowing_at_start: Vec::new(),
         takes_none: std::rc::Rc::new(node_bits::NodeBits::of(
             snapshot.closed.iter().chain(&snapshot.interrupted).copied(),
             fleet.nodes.len(),
@@ -513,6 +518,9 @@ impl<'a> Cycle<'a> {
         running.clear();
         self.running = running;
         self.settle_running();
+        self.borrowing_at_start = (0..self.program.teams.len())
+            .map(|t| self.ledger.is_borrowing(Some(t)))
+            .collect();
         if test_switches::is_on(test_switches::Switch::RecordHoldersAtOnce) {
             self.record_holders();
         }

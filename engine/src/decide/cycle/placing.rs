@@ -51,8 +51,9 @@ impl<'a> Cycle<'a> {
             fast
         };
         // With its shape, what decides the nodes it may take: bookings let a job through
-        // by its end.
-        let within_key: UnfitKey = (!bookings.is_empty()).then_some(ends_at);
+        // by the bookings that start before it ends.
+        let within_key: UnfitKey =
+            (!bookings.is_empty()).then(|| bookings.start_now_key(now, self.runtime(js)));
         self.tell_quota(js);
         let blocked = match self.quota_gate(js, shape) {
             Err(Gate::Never(reason)) => {

@@ -2,7 +2,10 @@
 //!
 //! 1. A running job whose tier says `preempt = never`, that is inside its tier's
 //!    `min_runtime`, or (for `after_checkpoint`) has lost more than `max_lost` since its
-//!    last checkpoint, is never a victim.
+//!    last checkpoint, is never a victim. Except that a job of a team borrowing at the
+//!    cycle's start is protected by `max_lost` only for its tier's `reclaim_within`
+//!    (default: `max_lost` again) past it: a lender's guarantee comes back within a
+//!    bound, checkpoints or not.
 //! 2. Within a team, a job preempts jobs of lower tiers.
 //! 3. Across teams (Kueue's reclaimWithinCohort and borrowWithinCohort), a team's
 //!    guaranteed GPUs are its own. A job inside its team's guarantee reclaims from the
@@ -43,6 +46,8 @@ pub(super) struct Protected {
     pub priority: i64,
     pub from: i64,
     pub why: Protection,
+    /// Its tier's `grace`: preempted then, it holds its GPUs that long more.
+    pub grace_s: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +56,25 @@ pub(super) enum Protection {
     MinRuntime,
     /// It has lost more than `max_lost` since its last checkpoint; its next one is due.
     Checkpoint,
+    /// As `Checkpoint`, but its team borrows: the protection ends `reclaim_within` past
+    /// `max_lost`, before any checkpoint (or with none declared).
+    ReclaimWithin,
+}
+
+/// When a borrowing job's `max_lost` protection ends: `reclaim_within` (default:
+/// `max_lost`) past the time it passed `max_lost`. `None` for tiers `max_lost` does not
+/// apply to.
+fn reclaim_bound(tier: &Tier, since_checkpoint: i64) -> Option<i64> {
+    if tier.preempt != PreemptMode::AfterCheckpoint {
+        return None;
+    }
+    let max_lost = tier.max_lost_s? as i64;
+    let within = tier.reclaim_within_s.map_or(max_lost, |w| w as i64);
+    Some(
+        since_checkpoint
+            .saturating_add(max_lost)
+            .saturating_add(within),
+    )
 }
 
 /// Why a running job may make way for the asking job.
@@ -159,6 +183,7 @@ impl<'a> Cycle<'a> {
         tier: Option<&Tier>,
         js: &JobState,
         run: &Running,
+        borrowing: bool,
     ) -> Option<VictimFacts> {
         let tier = tier?;
         if tier.preempt == PreemptMode::Never
@@ -173,6 +198,7 @@ impl<'a> Cycle<'a> {
         let lost_s = (self.now - since).max(0);
         if tier.preempt == PreemptMode::AfterCheckpoint
             && tier.max_lost_s.is_some_and(|m| lost_s > m as i64)
+            && !(borrowing && reclaim_bound(tier, since).is_some_and(|b| self.now >= b))
         {
             return None;
         }
@@ -186,12 +212,14 @@ impl<'a> Cycle<'a> {
 
     /// For a job rule 1 protects now: when it stops (its tier's `min_runtime` ends, or,
     /// having lost more than `max_lost`, it takes its next checkpoint, due every
-    /// `checkpoint_interval_s`). `None` when it is never a victim or the time is unknown.
+    /// `checkpoint_interval_s`, or, its team `borrowing`, `reclaim_within` has passed).
+    /// `None` when it is never a victim or the time is unknown.
     pub(super) fn protection(
         &self,
         tier: Option<&Tier>,
         js: &JobState,
         run: &Running,
+        borrowing: bool,
     ) -> Option<Protected> {
         let tier = tier?;
         if tier.preempt == PreemptMode::Never {
@@ -205,10 +233,23 @@ impl<'a> Cycle<'a> {
         let lost_too_much = tier.preempt == PreemptMode::AfterCheckpoint
             && tier.max_lost_s.is_some_and(|m| self.now - last > m as i64);
         let (from, why) = if lost_too_much {
-            let every = js.job.checkpoint_interval_s.filter(|i| *i > 0)? as i64;
-            let next = last + ((self.now - last) / every + 1) * every;
-            if next >= min_end {
-                (next, Protection::Checkpoint)
+            let next = js
+                .job
+                .checkpoint_interval_s
+                .filter(|i| *i > 0)
+                .map(|every| {
+                    let every = every as i64;
+                    last + ((self.now - last) / every + 1) * every
+                });
+            let bound = reclaim_bound(tier, last).filter(|_| borrowing);
+            let (end, why) = match (next, bound) {
+                (Some(n), Some(b)) if b < n => (b, Protection::ReclaimWithin),
+                (Some(n), _) => (n, Protection::Checkpoint),
+                (None, Some(b)) => (b, Protection::ReclaimWithin),
+                (None, None) => return None,
+            };
+            if end >= min_end {
+                (end, why)
             } else {
                 (min_end, Protection::MinRuntime)
             }
@@ -219,20 +260,22 @@ impl<'a> Cycle<'a> {
             priority: tier.priority,
             from,
             why,
+            grace_s: tier.grace_s,
         })
     }
 
     /// For a single-member job that preemption could not place now: the earliest time
     /// jobs it may preempt (rules 2 and 3) free room for it on one node, counting jobs
-    /// rule 1 protects from when that protection ends. The time, the node, and why the
-    /// last of those victims is protected until then.
+    /// rule 1 protects from when that protection ends and each victim's `grace` after it
+    /// (all are preempted once the last may be). The time, the node, why the last of
+    /// those victims is protected, and until when.
     /// With `own_only`, only the job's own team's jobs count (its own quota holds it).
     pub(super) fn protected_wait(
         &self,
         js: &JobState,
         shape: &JobShape,
         own_only: bool,
-    ) -> Option<(i64, usize, Protection)> {
+    ) -> Option<(i64, usize, Protection, i64)> {
         if shape.members != 1 {
             return None;
         }
@@ -252,7 +295,7 @@ impl<'a> Cycle<'a> {
                 || self.bookings.is_booked(n)
         };
         let in_pools = self.placer.in_pools(&shape.pools);
-        let mut best: Option<(i64, usize, Protection)> = None;
+        let mut best: Option<(i64, usize, Protection, i64)> = None;
         for (n, protected) in self.protected_on.iter().enumerate() {
             let Some(node) = fleet.nodes.get(n) else {
                 continue;
@@ -264,14 +307,19 @@ impl<'a> Cycle<'a> {
             if protected.is_empty() || !usable {
                 continue;
             }
-            // Victims now, then the protected ones as their protection ends.
-            let mut order: Vec<(i64, usize, Option<Protection>)> = Vec::new();
+            // Victims now, then the protected ones as their protection ends; with grace.
+            let mut order: Vec<(i64, usize, Option<Protection>, u64)> = Vec::new();
             let counts = |h: usize| {
                 !own_only || self.holders.get(h).is_some_and(|x| x.team_ix == asker.team)
             };
             for h in self.holders_on.get(n) {
                 if counts(*h) && self.victim_rank(*h, &asker).is_some() {
-                    order.push((self.now, *h, None));
+                    let grace = self
+                        .holders
+                        .get(*h)
+                        .and_then(|x| x.victim())
+                        .map_or(0, |v| v.grace_s);
+                    order.push((self.now, *h, None, grace));
                 }
             }
             for h in protected {
@@ -280,10 +328,10 @@ impl<'a> Cycle<'a> {
                 };
                 let team = self.holders.get(*h).and_then(|x| x.team_ix);
                 if counts(*h) && self.may_make_way(team, p.priority, &asker).is_some() {
-                    order.push((p.from, *h, Some(p.why)));
+                    order.push((p.from, *h, Some(p.why), p.grace_s));
                 }
             }
-            order.sort_unstable_by_key(|(from, h, _)| (*from, *h));
+            order.sort_unstable_by_key(|(from, h, _, _)| (*from, *h));
             let (Some(capacity), Some(now_free)) = (
                 self.placer.empty_state().nodes.get(n),
                 self.placer.state().nodes.get(n),
@@ -291,16 +339,19 @@ impl<'a> Cycle<'a> {
                 continue;
             };
             let mut free = now_free.clone();
-            for (from, h, why) in order {
+            let mut grace = 0u64;
+            for (from, h, why, g) in order {
                 let Some(holder) = self.holders.get(h) else {
                     continue;
                 };
+                grace = grace.max(g);
                 for c in holder.choices.iter().filter(|c| c.node == n) {
                     give_on(&ctx, node, &mut free, holder.member(), &c.on, capacity);
                 }
                 if crate::core::packing::feasible(&ctx, node, &free, &shape.member) {
-                    if let Some(why) = why.filter(|_| best.is_none_or(|b| from < b.0)) {
-                        best = Some((from, n, why));
+                    let ready = from.saturating_add(grace as i64);
+                    if let Some(why) = why.filter(|_| best.is_none_or(|b| ready < b.0)) {
+                        best = Some((ready, n, why, from));
                     }
                     break;
                 }

@@ -110,6 +110,11 @@ impl Cycle<'_> {
     /// Conservative backfill: a job that would fit now if no GPUs were booked waits for
     /// the first booking its placement would delay.
     fn booked_for_another(&mut self, js: &JobState, shape: &JobShape, blocked: Blocked) -> Blocked {
+        // Only room on a booked node can be what bookings keep from it: without any, a
+        // placement ignoring them would have been made.
+        if !self.room_on_booked(shape) {
+            return blocked;
+        }
         let snapshot = self.snapshot;
         let Ok((choices, _)) = self.try_place(js, shape, &|n| snapshot.takes_new(n)) else {
             return blocked;
@@ -265,6 +270,24 @@ impl Cycle<'_> {
         overtaken >= limit
     }
 
+    /// Whether any booked node (in the job's pools) has room for a member now.
+    fn room_on_booked(&self, shape: &JobShape) -> bool {
+        let ctx = self.placer.context();
+        self.bookings.booked_nodes().any(|n| {
+            match (
+                self.snapshot.fleet.nodes.get(n),
+                self.placer.state().nodes.get(n),
+            ) {
+                (Some(node), Some(free)) => {
+                    (shape.pools.is_empty()
+                        || node.pool.as_ref().is_some_and(|p| shape.pools.contains(p)))
+                        && gang::member_slots(&ctx, node, free, &shape.member) > 0
+                }
+                _ => false,
+            }
+        })
+    }
+
     /// When `shape` could start if running jobs end as estimated, and on which nodes:
     /// jobs are released in order of expected end, on a copy of the free resources, until
     /// the free room (per topology group when the job requires one) holds every member.
@@ -293,12 +316,25 @@ impl Cycle<'_> {
         self.index_ends();
         let (key, mut index) = self.current_room(shape, gang::required_grouping(shape));
         let members = u64::from(shape.members);
-        // Bookings bring events and caps of their own: such walks are neither reused nor
-        // kept.
-        let walk_key: Option<WalkKey> = (self.bookings.is_empty() && from <= self.now)
-            .then(|| (members, held.map(|(nodes, until)| (nodes.clone(), until))));
-        let reuse = match &walk_key {
-            Some(k) => index.memo.reuse(k),
+        // Bookings bring events of their own, out of the walk's order of ends: a walk
+        // with bookings is reused only when nothing changed since (same bookings, a
+        // runtime they tell apart alike), never cut short over the changed groups.
+        let booked = (!self.bookings.is_empty()).then(|| {
+            (
+                self.bookings.len(),
+                self.bookings.runtime_seen(self.now, runtime),
+            )
+        });
+        let walk_key: Option<WalkKey> = (from <= self.now).then(|| {
+            (
+                members,
+                held.map(|(nodes, until)| (nodes.clone(), until)),
+                booked,
+            )
+        });
+        let reuse = match walk_key.as_ref().map(|k| index.memo.reuse(k)) {
+            Some(Reuse::Changed(_)) if booked.is_some() => Reuse::Afresh,
+            Some(reuse) => reuse,
             None => Reuse::Afresh,
         };
         let all = WalkFor {

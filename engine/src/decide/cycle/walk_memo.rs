@@ -17,7 +17,8 @@ use std::collections::BTreeSet;
 /// it had room before any job ended (the lowest such group wins), else the ending
 /// `(time, holder, member)` that gave it, in walk order (the reservation's nodes are
 /// holder `usize::MAX`, after the jobs ending at that time). Booking boundaries are
-/// `(time, usize::MAX - 1, node)`, out of walk order: walks with bookings are not kept.
+/// `(time, usize::MAX - 1, node)`, out of walk order: walks with bookings are kept only
+/// for reuse when nothing changed.
 pub(super) type EventKey = (i64, usize, usize);
 
 /// An earliest start: when, where the members go, which group, and the event.
@@ -29,9 +30,14 @@ pub(super) struct Walked {
     pub key: EventKey,
 }
 
-/// What a kept walk depends on besides the room index: how many members, and the nodes
-/// a reservation holds and until when (a walk's `held`).
-pub(super) type WalkKey = (u64, Option<(BTreeSet<usize>, i64)>);
+/// What a kept walk depends on besides the room index: how many members, the nodes a
+/// reservation holds and until when (a walk's `held`), and with bookings, how many and
+/// the job's runtime as they tell it apart (`Bookings::runtime_seen`).
+pub(super) type WalkKey = (
+    u64,
+    Option<(BTreeSet<usize>, i64)>,
+    Option<(usize, Option<i64>)>,
+);
 
 /// Walks kept per room index (gangs of several sizes share one).
 const KEPT: usize = 8;
@@ -125,8 +131,8 @@ impl WalkMemo {
         self.kept.get(k).and_then(|e| e.walked.as_ref())
     }
 
-    /// Keeps what a walk for `key` found (`None`: a walk with bookings, not kept) and
-    /// clears the mask.
+    /// Keeps what a walk for `key` found (`None`: a walk from a later time, not kept)
+    /// and clears the mask.
     pub fn remember(&mut self, key: Option<WalkKey>, walked: Option<Walked>) {
         if self.mask.iter().any(|m| *m) {
             self.mask.iter_mut().for_each(|m| *m = false);
