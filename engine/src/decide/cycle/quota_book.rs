@@ -242,14 +242,12 @@ impl Cycle<'_> {
         None
     }
 
-    /// The earliest start of `js` where its GPUs (`held` nodes counting only from the
-    /// given time) and, if its team has an own limit, its quota are both free; where
-    /// its members land then.
+    /// The earliest start of `js` where its GPUs (what bookings spare) and, if its team
+    /// has an own limit, its quota are both free; where its members land then.
     pub(super) fn joint_start(
         &mut self,
         js: &JobState,
         shape: &JobShape,
-        held: Option<(&BTreeSet<usize>, i64)>,
         runtime: Option<i64>,
     ) -> Option<(i64, Vec<Landing>)> {
         let team = self.job_team(js);
@@ -257,13 +255,13 @@ impl Cycle<'_> {
         let limit = match self.own_limit_of(js) {
             Some(l) => l,
             None if self.quota_bookings.has_limited(team) => u64::MAX,
-            None => return self.earliest_start(shape, held, runtime, self.now),
+            None => return self.earliest_start(shape, runtime, self.now),
         };
         let need = js.gpu_milli();
         let mut from = self.now;
         for _ in 0..JOINT_ROUNDS {
             let quota_at = self.quota_start(team, need, limit, from, runtime)?;
-            let (start, landing) = self.earliest_start(shape, held, runtime, quota_at)?;
+            let (start, landing) = self.earliest_start(shape, runtime, quota_at)?;
             if start == quota_at
                 || self.quota_fits(team, need, limit, start, runtime.map(|r| start + r))
             {
@@ -283,7 +281,7 @@ impl Cycle<'_> {
             return None;
         }
         self.eta_estimates += 1;
-        self.joint_start(js, shape, None, self.runtime(js))
+        self.joint_start(js, shape, self.runtime(js))
             .map(|(start, _)| start - self.now)
             .filter(|eta| *eta > 0)
     }

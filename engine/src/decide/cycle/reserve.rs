@@ -55,13 +55,12 @@ impl RoomIndex {
 /// The groups a walk looks at (`None`: all) and the event it stops before.
 type Only<'m> = Option<(&'m [bool], Option<EventKey>)>;
 
-/// What an earliest-start walk looks for: room for `members` of `member`, the nodes a
-/// reservation holds until its end (`held`), a job of `runtime`, over `only` some groups.
+/// What an earliest-start walk looks for: room for `members` of `member`, a job of
+/// `runtime`, over `only` some groups.
 #[derive(Clone, Copy)]
 struct WalkFor<'w> {
     member: &'w Request,
     members: u64,
-    held: Option<(&'w BTreeSet<usize>, i64)>,
     runtime: Option<i64>,
     only: Only<'w>,
     /// The earliest start it may take (a time its quota frees; now for most walks).
@@ -162,7 +161,7 @@ impl Cycle<'_> {
         }
         let runtime = self.runtime(js);
         if quota_blocked && !conservative && self.reservation.is_some() {
-            let (start, _) = self.joint_start(js, shape, None, runtime)?;
+            let (start, _) = self.joint_start(js, shape, runtime)?;
             if start == self.now || start - self.now > window {
                 return None;
             }
@@ -178,7 +177,7 @@ impl Cycle<'_> {
         if !within_depth && (self.starving_booked >= STARVING_RESERVATIONS || !self.starving(js)) {
             return None;
         }
-        let (start, landing) = self.joint_start(js, shape, None, runtime)?;
+        let (start, landing) = self.joint_start(js, shape, runtime)?;
         if start == self.now || start - self.now > window {
             return None;
         }
@@ -292,25 +291,23 @@ impl Cycle<'_> {
     /// jobs are released in order of expected end, on a copy of the free resources, until
     /// the free room (per topology group when the job requires one) holds every member.
     /// Room per node is exact for identical members (whole GPUs, shares and MIG profiles
-    /// alike), as in gang placement. `held` nodes count only from the given time (a
-    /// reservation's end). No start before `from`. Quotas are not considered here
-    /// ([`Cycle::joint_start`] adds them).
+    /// alike), as in gang placement; bookings (reservations) leave what they spare. No
+    /// start before `from`. Quotas are not considered here ([`Cycle::joint_start`] adds
+    /// them).
     pub(super) fn earliest_start(
         &mut self,
         shape: &JobShape,
-        held: Option<(&BTreeSet<usize>, i64)>,
         runtime: Option<i64>,
         from: i64,
     ) -> Option<(i64, Vec<Landing>)> {
-        // Without bookings, room only grows along a walk (jobs end, held nodes come
-        // free), so the start from a later time is the start from now or that time, on
+        // Without bookings, room only grows along a walk (jobs end), so the start from a later time is the start from now or that time, on
         // the same nodes: the kept walk from now answers. Conservative backfill's first
         // booking walks from the time itself, for its free GPUs then.
         if from > self.now
             && self.bookings.is_empty()
             && self.program.placement.reservation_depth <= 1
         {
-            let (start, landing) = self.earliest_start(shape, held, runtime, self.now)?;
+            let (start, landing) = self.earliest_start(shape, runtime, self.now)?;
             return Some((start.max(from), landing));
         }
         self.index_ends();
@@ -325,13 +322,7 @@ impl Cycle<'_> {
                 self.bookings.runtime_seen(self.now, runtime),
             )
         });
-        let walk_key: Option<WalkKey> = (from <= self.now).then(|| {
-            (
-                members,
-                held.map(|(nodes, until)| (nodes.clone(), until)),
-                booked,
-            )
-        });
+        let walk_key: Option<WalkKey> = (from <= self.now).then_some((members, booked));
         let reuse = match walk_key.as_ref().map(|k| index.memo.reuse(k)) {
             Some(Reuse::Changed(_)) if booked.is_some() => Reuse::Afresh,
             Some(reuse) => reuse,
@@ -340,7 +331,6 @@ impl Cycle<'_> {
         let all = WalkFor {
             member: &key.0,
             members,
-            held,
             runtime,
             only: None,
             from,
@@ -593,7 +583,6 @@ impl Cycle<'_> {
         let WalkFor {
             member,
             members,
-            held,
             runtime,
             only,
             from,
@@ -619,23 +608,12 @@ impl Cycle<'_> {
         // Nodes whose jobs ended so far (most nodes are never touched), with their
         // member slots then.
         free.begin();
-        let held_until = held.map_or(i64::MIN, |(_, t)| t);
-        let is_held = |n: usize| held.is_some_and(|(nodes, _)| nodes.contains(&n));
         let raw = |free: &F, n: usize| -> u64 {
             free.slots(n)
                 .unwrap_or_else(|| index.slots.get(n).copied().unwrap_or(0))
         };
-        let slots = |free: &F, n: usize, at: i64| -> u64 {
-            if at < held_until && is_held(n) {
-                return 0;
-            }
-            raw(free, n)
-        };
-        // A booked node: what the bookings leave spare, and nothing while it is held.
+        // A booked node: what the bookings leave spare.
         let capped = |free: &F, n: usize, at: i64| -> u64 {
-            if at < held_until && is_held(n) {
-                return 0;
-            }
             let until = runtime.map(|r| at.saturating_add(r));
             // MIG instances fit around the slots MIG bookings hold, as placement does.
             if member.mig_profile.is_some() {
@@ -663,52 +641,27 @@ impl Cycle<'_> {
             add(&mut room, n, c, raw(free, n));
             counted.insert(n, c);
         }
-        // Held nodes count nothing until the reservation's job ends (booked ones are
-        // counted above).
-        if self.now < held_until {
-            for n in held.iter().flat_map(|(nodes, _)| nodes.iter()) {
-                if !counted.contains_key(n) {
-                    add(&mut room, *n, 0, index.slots.get(*n).copied().unwrap_or(0));
-                }
-            }
-        }
         let winner = |room: &[u64]| {
             room.iter()
                 .enumerate()
                 .position(|(g, r)| *r >= members && looked_at(g))
         };
-        // The held nodes come free at `held_until` (`usize::MAX` marks that event).
-        let held_event = held
-            .map(|(_, until)| (until, usize::MAX))
-            .filter(|(until, _)| *until > self.now && *until < i64::MAX);
         let mut ends = self
             .ends
             .iter()
             .copied()
             .filter(|(_, h)| !gives.is_evicted(*h))
             .peekable();
-        let mut held_event = held_event.into_iter().peekable();
         let mut boundaries = bookings
             .boundaries(self.now, runtime)
             .into_iter()
             .peekable();
         // Booking boundaries come before ends at the same time (`Err` marks them).
-        let events = std::iter::from_fn(|| {
-            let end = match (ends.peek(), held_event.peek()) {
-                (Some(e), Some(h)) if h < e => held_event.peek().copied(),
-                (Some(e), _) => Some(*e),
-                (None, h) => h.copied(),
-            };
-            match (boundaries.peek(), end) {
-                (Some(b), Some(e)) if b.0 <= e.0 => boundaries.next().map(Err),
-                (Some(_), None) => boundaries.next().map(Err),
-                (_, Some(_)) => match (ends.peek(), held_event.peek()) {
-                    (Some(e), Some(h)) if h < e => held_event.next().map(Ok),
-                    (Some(_), _) => ends.next().map(Ok),
-                    (None, _) => held_event.next().map(Ok),
-                },
-                (None, None) => None,
-            }
+        let events = std::iter::from_fn(|| match (boundaries.peek(), ends.peek()) {
+            (Some(b), Some(e)) if b.0 <= e.0 => boundaries.next().map(Err),
+            (Some(_), None) => boundaries.next().map(Err),
+            (_, Some(_)) => ends.next().map(Ok),
+            (None, None) => None,
         });
         // With a start not before `from`: the room then, once every event up to it is
         // in (booked nodes' spare counted for a start then).
@@ -764,29 +717,13 @@ impl Cycle<'_> {
             if cut.is_some_and(|(t, c, _)| (end, h) > (t, c)) {
                 break;
             }
-            if h == usize::MAX {
-                for (i, n) in held.iter().flat_map(|(nodes, _)| nodes.iter()).enumerate() {
-                    // A booked node comes free only as far as its bookings leave room.
-                    let grown = match counted.get(n).copied() {
-                        Some(before) => {
-                            let after = capped(free, *n, end);
-                            counted.insert(*n, after);
-                            add(&mut room, *n, after, before)
-                        }
-                        None => add(&mut room, *n, slots(free, *n, end), 0),
-                    };
-                    if let Some(g) = grown.filter(|_| may_start) {
-                        found = found.or(Some((end, g, (end, h, i))));
-                    }
-                }
-            }
             for (m, (k, node)) in gives.members(h).enumerate() {
                 if group_of(node).is_none() {
                     continue;
                 }
                 let before = match counted.get(&node) {
                     Some(b) => *b,
-                    None => slots(free, node, end),
+                    None => raw(free, node),
                 };
                 free.give(h, m, k, node);
                 let after = match counted.get_mut(&node) {
@@ -794,7 +731,7 @@ impl Cycle<'_> {
                         *slot = capped(free, node, end);
                         *slot
                     }
-                    None => slots(free, node, end),
+                    None => raw(free, node),
                 };
                 if let Some(g) = add(&mut room, node, after, before).filter(|_| may_start) {
                     // Members of one event may grow several groups: the first wins.
@@ -824,7 +761,7 @@ impl Cycle<'_> {
             .into_iter()
             .map(|n| match counted.get(&n) {
                 Some(c) => (*c, n),
-                None => (slots(free, n, start), n),
+                None => (raw(free, n), n),
             })
             .filter(|(s, _)| *s > 0)
             .collect();

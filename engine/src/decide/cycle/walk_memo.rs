@@ -11,12 +11,10 @@
 //! changes elsewhere in the fleet (each full walk released ~6,700 jobs at 12,500 nodes).
 
 use super::reserve::Landing;
-use std::collections::BTreeSet;
 
 /// When a walk's winning group got room for every member: `(i64::MIN, 0, group)` when
 /// it had room before any job ended (the lowest such group wins), else the ending
-/// `(time, holder, member)` that gave it, in walk order (the reservation's nodes are
-/// holder `usize::MAX`, after the jobs ending at that time). Booking boundaries are
+/// `(time, holder, member)` that gave it, in walk order. Booking boundaries are
 /// `(time, usize::MAX - 1, node)`, out of walk order: walks with bookings are kept only
 /// for reuse when nothing changed.
 pub(super) type EventKey = (i64, usize, usize);
@@ -30,14 +28,10 @@ pub(super) struct Walked {
     pub key: EventKey,
 }
 
-/// What a kept walk depends on besides the room index: how many members, the nodes a
-/// reservation holds and until when (a walk's `held`), and with bookings, how many and
-/// the job's runtime as they tell it apart (`Bookings::runtime_seen`).
-pub(super) type WalkKey = (
-    u64,
-    Option<(BTreeSet<usize>, i64)>,
-    Option<(usize, Option<i64>)>,
-);
+/// What a kept walk depends on besides the room index: how many members, and with
+/// bookings, how many and the job's runtime as they tell it apart
+/// (`Bookings::runtime_seen`).
+pub(super) type WalkKey = (u64, Option<(usize, Option<i64>)>);
 
 /// Walks kept per room index (gangs of several sizes share one).
 const KEPT: usize = 8;
