@@ -213,7 +213,8 @@ pub struct Booked {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BookedNode {
     pub node: String,
-    /// Whole GPUs booked there; `None` for the whole node (shares and MIG instances).
+    /// Whole GPUs booked there (a MIG booking: the GPUs its slots are on); `None` for the
+    /// whole node (MIG instances whose slots at the start could not be worked out).
     pub gpus: Option<u64>,
 }
 
