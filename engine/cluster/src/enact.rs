@@ -336,9 +336,18 @@ pub fn actions(
                 .map(|e| e.grace_s)
                 .max()
                 .unwrap_or(0);
+            // A nomination it takes over was held for victims still stopping: hold as long.
+            let taken_over = d
+                .victims
+                .iter()
+                .filter_map(|v| view.nominated.get(v))
+                .map(|n| n.until)
+                .max()
+                .unwrap_or(i64::MIN);
             let until = now
                 .saturating_add(i64::try_from(grace).unwrap_or(i64::MAX / 4))
-                .saturating_add(nomination::SLACK_S);
+                .saturating_add(nomination::SLACK_S)
+                .max(taken_over);
             // Without the key a nomination would not be believed: none is written.
             if let (true, Some(key)) = (nodes.len() == members.len(), view.seal.as_ref()) {
                 for (p, node) in members.iter().zip(&nodes) {
@@ -379,11 +388,30 @@ pub fn actions(
                 .filter(|p| p.sealed_mark(view.seal.as_ref()).is_some() && !p.terminating)
                 .map(PodSeen::key)
                 .collect();
-            let mut message = format!(
-                "placed once {} stop{} (evicted to make room)",
-                d.victims.join(", "),
-                if d.victims.len() == 1 { "s" } else { "" }
-            );
+            // A nominated victim runs nowhere: its nomination is withdrawn, nothing stops.
+            let (withdrawn, running): (Vec<&String>, Vec<&String>) = d
+                .victims
+                .iter()
+                .partition(|v| view.nominated.contains_key(*v));
+            let mut message = if running.is_empty() {
+                let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
+                format!(
+                    "placed on {} once the pods stopping there are gone",
+                    nodes.join(", ")
+                )
+            } else {
+                format!(
+                    "placed once {} stop{} (evicted to make room)",
+                    join(&running),
+                    if running.len() == 1 { "s" } else { "" }
+                )
+            };
+            if !withdrawn.is_empty() {
+                message.push_str(&format!(
+                    "; takes the room held for {} (nomination withdrawn)",
+                    join(&withdrawn)
+                ));
+            }
             message.push_str(&refusals(view, &refused));
             ("Preempting".to_string(), message)
         } else {
@@ -653,4 +681,11 @@ pub fn assign_patch(uid: &str, node: Option<&str>, seal: Option<&str>) -> Value 
         ASSIGNED_ANNOTATION: node,
         crate::seal::SEAL_ANNOTATION: seal,
     }}})
+}
+
+fn join(jobs: &[&String]) -> String {
+    jobs.iter()
+        .map(|j| j.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

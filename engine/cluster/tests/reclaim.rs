@@ -83,12 +83,15 @@ fn holding(h: &Harness, team: &str) -> u32 {
 
 /// Alpha borrows beta's 8 GPUs: four bound 4-GPU best_effort pods fill both nodes.
 async fn alpha_fills_both_nodes() -> Harness {
+    alpha_fills_both_nodes_at("best_effort").await
+}
+
+/// Alpha runs four 4-GPU pods of `tier` on the two nodes.
+async fn alpha_fills_both_nodes_at(tier: &str) -> Harness {
     let h = harness().await;
     for i in 0..4 {
-        h.api.apply(
-            Kind::Pods,
-            gated(&format!("a-{i}"), "alpha", "best_effort", 4, None),
-        );
+        h.api
+            .apply(Kind::Pods, gated(&format!("a-{i}"), "alpha", tier, 4, None));
     }
     h.cycle().await;
     assert_eq!(h.api.bind_released(), 4);
@@ -516,8 +519,18 @@ mod many_cycles {
                             "step {n}: {gpus} GPUs taken from {t}, which held {held} of its {GUARANTEE}: {:?}", kinds(&actions));
                     }
                     for a in &actions {
-                        if let Action::Nominate { job, .. } = a {
-                            nominated_to.insert(job.clone(), nominations(&actions, job));
+                        match a {
+                            Action::Nominate { job, .. } => {
+                                nominated_to.insert(job.clone(), nominations(&actions, job));
+                            }
+                            // A higher tier took its room: its choice is undone.
+                            Action::Unnominate { pod } => {
+                                let key = format!("ml/{}", pod.name);
+                                let job = job_of(&key, &before[&key]);
+                                nominated_to.remove(&job);
+                                victim_set.remove(&job);
+                            }
+                            _ => {}
                         }
                     }
                     for (job, victims) in &new_victims {
@@ -588,6 +601,47 @@ mod many_cycles {
             })?;
         }
     }
+}
+
+/// A higher tier that takes a nominated job's room while that job's victim still stops
+/// holds the room as long, and is told it waits for the stopping pods, not for the
+/// withdrawn job (which runs nowhere) to stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nomination_taken_over_is_held_while_its_victims_stop() {
+    // Alpha's pods stop within standard's grace, longer than best_effort's.
+    let h = alpha_fills_both_nodes_at("standard").await;
+    h.api
+        .apply(Kind::Pods, gated("b-0", "beta", "best_effort", 4, None));
+    let (actions, _) = h.cycle().await;
+    assert_eq!(evictions(&actions).len(), 1, "{:?}", kinds(&actions));
+    let (node, until) = cluster::nomination::read(
+        h.pod("b-0")["metadata"]["annotations"]["gantry.dev/nominated-node"]
+            .as_str()
+            .unwrap(),
+    )
+    .map(|(n, u)| (n.to_string(), u))
+    .unwrap();
+    // The victim has not stopped when beta's standard job of the same size arrives.
+    h.api
+        .apply(Kind::Pods, gated("b-s", "beta", "standard", 4, None));
+    let (actions, _) = h.cycle_at(NOW + 10).await;
+    let k = kinds(&actions);
+    assert!(k.contains(&"unnominate b-0".to_string()), "{k:?}");
+    assert!(!k.iter().any(|a| a.starts_with("evict")), "{k:?}");
+    let annotations = &h.pod("b-s")["metadata"]["annotations"];
+    let (taken, taken_until) =
+        cluster::nomination::read(annotations["gantry.dev/nominated-node"].as_str().unwrap())
+            .unwrap();
+    assert_eq!(taken, node);
+    assert!(taken_until >= until, "{taken_until} < {until}");
+    let (reason, message) = waiting(&h.pod("b-s")).unwrap();
+    assert_eq!(reason, "Preempting");
+    assert!(
+        message.starts_with(&format!(
+            "placed on {node} once the pods stopping there are gone"
+        )) && message.contains("takes the room held for ml/b-0 (nomination withdrawn)"),
+        "{message}"
+    );
 }
 
 /// A higher tier may preempt a nominated job before it was released: its nomination is
