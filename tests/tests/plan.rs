@@ -533,6 +533,38 @@ fn a_guarantee_comes_back_within_reclaim_within_checkpoints_or_not() {
 }
 
 #[test]
+fn a_gang_waits_for_the_protection_that_ends_last_not_for_every_job_to_end() {
+    let p = plan("gang_waits_for_protected_victims");
+    assert_eq!(action(&p, "gang"), "queue");
+    assert!(p["preemptions"].as_array().unwrap().is_empty(), "{p}");
+    // v2's min_runtime ends at 4100 s; then both stop within their 2m grace.
+    let reason = &decision(&p, "gang")["reason"];
+    assert_eq!(reason["eta_s"], 220, "{reason}");
+    let message = reason["message"].as_str().unwrap();
+    assert!(
+        message.contains("on n-1 it may preempt are protected now")
+            && message.contains("min_runtime"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_gang_waits_for_a_job_it_may_not_preempt_to_end_and_is_told_which() {
+    let p = plan("gang_waits_for_a_job_it_may_not_preempt");
+    assert_eq!(action(&p, "gang"), "queue");
+    // v2 (never preempted) ends at 10000 s; v1 is preempted then and stops within 2m.
+    let reason = &decision(&p, "gang")["reason"];
+    assert_eq!(reason["eta_s"], 6120, "{reason}");
+    assert!(
+        reason["message"]
+            .as_str()
+            .unwrap()
+            .contains("v2 of team vision on n-1, which it may not preempt, ends"),
+        "{reason}"
+    );
+}
+
+#[test]
 fn mig_jobs_get_reservations_and_etas_like_whole_gpus() {
     let p = plan("mig_backfill");
     assert_eq!(code(&p, "big-7g"), "reserved");

@@ -5,6 +5,7 @@
 //! by its own team's quota comes from that team's running jobs.
 
 use super::preempt::Protection;
+use super::protected_wait::Wake;
 use super::{Blocked, Cycle, Reserved};
 use crate::core::gang::{JobShape, UnplacedCode};
 use crate::decide::plan::{human_duration, wall_time, Reason, ReasonCode};
@@ -363,8 +364,9 @@ impl Cycle<'_> {
         Some(reserved)
     }
 
-    /// Says why preemption was not used when lower-priority jobs it may take are
-    /// protected for a while (rule 1), and takes the earlier ETA.
+    /// Says why preemption was not used when jobs it may take are protected for a while
+    /// (rule 1), or (for a gang) jobs it may not take hold nodes it needs until they end,
+    /// and takes the earlier ETA.
     fn protected_reason(
         &mut self,
         js: &JobState,
@@ -372,36 +374,94 @@ impl Cycle<'_> {
         mut r: Reason,
         own_only: bool,
     ) -> Reason {
-        if self.eta_estimates >= ETA_BUDGET || !self.any_protected {
+        // A gang may wait for victims on some nodes and for jobs that end on others.
+        let gang_may_preempt = shape.members > 1
+            && (self
+                .lowest_victim_priority
+                .is_some_and(|p| p < self.priority(js))
+                || !self.reclaimable(js).is_empty());
+        if self.eta_estimates >= ETA_BUDGET || !(self.any_protected || gang_may_preempt) {
             return r;
         }
         // Every search counts against the budget, found or not.
         self.eta_estimates += 1;
-        let Some((ready, node, why, at)) = self.protected_wait(js, shape, own_only) else {
+        let Some((ready, node_ix, why, at)) = self.protected_wait(js, shape, own_only) else {
             return r;
         };
         let wait = ready - self.now;
-        // Reclaim takes borrowers' jobs whatever their tier: "lower-priority" only when
-        // that is what they are.
+        let node = self.node_name(node_ix).unwrap_or_default();
+        // Preempted then, victims keep their GPUs through their grace: the ETA counts it.
+        let stopping = |what: &str| {
+            if ready > at {
+                format!(
+                    ", then {what} within their grace ({})",
+                    human_duration(ready - at)
+                )
+            } else {
+                String::new()
+            }
+        };
+        let (message, unblock) = match why {
+            Wake::Protection(why) => {
+                let whose = self.whose_protected(js, node_ix);
+                let until = self.protection_ends(why, at);
+                (
+                    format!(
+                        "{whose} on {node} it may preempt are protected now and become preemptible {until}{}",
+                        stopping("stop")
+                    ),
+                    format!("preempts them on {node} {until}"),
+                )
+            }
+            Wake::End(h) => {
+                let job = self.holders.get(h).map_or("", |x| x.id());
+                let team = self
+                    .holders
+                    .get(h)
+                    .and_then(|x| x.job.job.team.as_deref())
+                    .map(|t| format!(" of team {t}"))
+                    .unwrap_or_default();
+                let until = self.about(at);
+                (
+                    format!(
+                        "{job}{team} on {node}, which it may not preempt, ends {until} (by its runtime estimate){}",
+                        stopping("the jobs it preempts stop")
+                    ),
+                    format!("preempts what it needs once {job} on {node} ends, {until}"),
+                )
+            }
+        };
+        r.message = format!("{}; {message}", r.message);
+        if r.eta_s.is_none_or(|e| wait < e) {
+            r.eta_s = Some(wait);
+            r.unblock = Some(unblock);
+        }
+        r
+    }
+
+    /// Whose jobs on node `n` are protected, as a reason says it: reclaim takes
+    /// borrowers' jobs whatever their tier, "lower-priority" only when that is what they
+    /// are.
+    fn whose_protected(&self, js: &JobState, n: usize) -> &'static str {
         let asker = self.priority(js);
-        let (lower, not_lower) = self
-            .protected_on
-            .get(node)
-            .iter()
-            .fold((0, 0), |(l, n), h| {
+        let (lower, not_lower) =
+            self.protected_on.get(n).iter().fold((0, 0), |(l, o), h| {
                 match self.holders.get(*h).and_then(|x| x.protected()) {
-                    Some(p) if p.priority < asker => (l + 1, n),
-                    Some(_) => (l, n + 1),
-                    None => (l, n),
+                    Some(p) if p.priority < asker => (l + 1, o),
+                    Some(_) => (l, o + 1),
+                    None => (l, o),
                 }
             });
-        let whose = match (lower, not_lower) {
+        match (lower, not_lower) {
             (_, 0) => "the lower-priority jobs",
             (0, _) => "the borrowing teams' jobs",
             _ => "the jobs",
-        };
-        let node = self.node_name(node).unwrap_or_default();
-        let until = match why {
+        }
+    }
+
+    /// When a protection ends, as a reason says it.
+    fn protection_ends(&self, why: Protection, at: i64) -> String {
+        match why {
             Protection::Checkpoint => format!("after their next checkpoint {}", self.when(at)),
             Protection::ReclaimWithin => format!(
                 "{}, when the reclaim_within their tier gives a borrower past max_lost is over",
@@ -410,25 +470,7 @@ impl Cycle<'_> {
             Protection::MinRuntime => {
                 format!("once past their tier's min_runtime {}", self.when(at))
             }
-        };
-        // Preempted then, they keep their GPUs through their grace: the ETA counts it.
-        let stopping = if ready > at {
-            format!(
-                ", then stop within their grace ({})",
-                human_duration(ready - at)
-            )
-        } else {
-            String::new()
-        };
-        r.message = format!(
-            "{}; {whose} on {node} it may preempt are protected now and become preemptible {until}{stopping}",
-            r.message
-        );
-        if r.eta_s.is_none_or(|e| wait < e) {
-            r.eta_s = Some(wait);
-            r.unblock = Some(format!("preempts them on {node} {until}"));
         }
-        r
     }
 
     /// Seconds until `shape` could start by the running jobs' estimates, with the

@@ -16,6 +16,7 @@ mod node_bits;
 mod numbering;
 mod placing;
 mod preempt;
+mod protected_wait;
 mod queue_order;
 mod quota_book;
 mod quota_gate;

@@ -23,7 +23,7 @@
 use super::victim_cost::{Cost, CostIndex};
 use super::{Blocked, Cycle, Outcome};
 use crate::core::gang::{JobShape, UnplacedCode};
-use crate::core::placer::{give_on, Choice};
+use crate::core::placer::Choice;
 use crate::decide::plan::Preemption;
 use crate::decide::quota::PoolIx;
 use crate::decide::snapshot::{JobState, Running};
@@ -112,6 +112,16 @@ pub(super) struct Asker {
 }
 
 impl Asker {
+    /// An asker that spares no team (what a search starts with).
+    pub(super) fn new(team: Option<usize>, priority: i64, reclaimable: Vec<usize>) -> Asker {
+        Asker {
+            team,
+            priority,
+            reclaimable,
+            spared: Vec::new(),
+        }
+    }
+
     #[cfg(test)]
     pub(super) fn for_test(
         team: Option<usize>,
@@ -264,102 +274,6 @@ impl<'a> Cycle<'a> {
         })
     }
 
-    /// For a single-member job that preemption could not place now: the earliest time
-    /// jobs it may preempt (rules 2 and 3) free room for it on one node, counting jobs
-    /// rule 1 protects from when that protection ends and each victim's `grace` after it
-    /// (all are preempted once the last may be). The time, the node, why the last of
-    /// those victims is protected, and until when.
-    /// With `own_only`, only the job's own team's jobs count (its own quota holds it).
-    pub(super) fn protected_wait(
-        &self,
-        js: &JobState,
-        shape: &JobShape,
-        own_only: bool,
-    ) -> Option<(i64, usize, Protection, i64)> {
-        if shape.members != 1 {
-            return None;
-        }
-        let priority = self.priority(js);
-        let asker = Asker {
-            team: self.job_team(js),
-            priority,
-            reclaimable: self.reclaimable(js),
-            spared: Vec::new(),
-        };
-        let fleet = &self.snapshot.fleet;
-        let ctx = self.placer.context();
-        let reserved = |n: usize| {
-            self.reservation
-                .as_ref()
-                .is_some_and(|r| r.nodes.contains(&n))
-                || self.bookings.is_booked(n)
-        };
-        let in_pools = self.placer.in_pools(&shape.pools);
-        let mut best: Option<(i64, usize, Protection, i64)> = None;
-        for (n, protected) in self.protected_on.iter().enumerate() {
-            let Some(node) = fleet.nodes.get(n) else {
-                continue;
-            };
-            let usable = in_pools(n)
-                && shape.member.accepts_node(node)
-                && self.snapshot.takes_new(n)
-                && !reserved(n);
-            if protected.is_empty() || !usable {
-                continue;
-            }
-            // Victims now, then the protected ones as their protection ends; with grace.
-            let mut order: Vec<(i64, usize, Option<Protection>, u64)> = Vec::new();
-            let counts = |h: usize| {
-                !own_only || self.holders.get(h).is_some_and(|x| x.team_ix == asker.team)
-            };
-            for h in self.holders_on.get(n) {
-                if counts(*h) && self.victim_rank(*h, &asker).is_some() {
-                    let grace = self
-                        .holders
-                        .get(*h)
-                        .and_then(|x| x.victim())
-                        .map_or(0, |v| v.grace_s);
-                    order.push((self.now, *h, None, grace));
-                }
-            }
-            for h in protected {
-                let Some(p) = self.holders.get(*h).and_then(|x| x.protected()) else {
-                    continue;
-                };
-                let team = self.holders.get(*h).and_then(|x| x.team_ix);
-                if counts(*h) && self.may_make_way(team, p.priority, &asker).is_some() {
-                    order.push((p.from, *h, Some(p.why), p.grace_s));
-                }
-            }
-            order.sort_unstable_by_key(|(from, h, _, _)| (*from, *h));
-            let (Some(capacity), Some(now_free)) = (
-                self.placer.empty_state().nodes.get(n),
-                self.placer.state().nodes.get(n),
-            ) else {
-                continue;
-            };
-            let mut free = now_free.clone();
-            let mut grace = 0u64;
-            for (from, h, why, g) in order {
-                let Some(holder) = self.holders.get(h) else {
-                    continue;
-                };
-                grace = grace.max(g);
-                for c in holder.choices.iter().filter(|c| c.node == n) {
-                    give_on(&ctx, node, &mut free, holder.member(), &c.on, capacity);
-                }
-                if crate::core::packing::feasible(&ctx, node, &free, &shape.member) {
-                    let ready = from.saturating_add(grace as i64);
-                    if let Some(why) = why.filter(|_| best.is_none_or(|b| ready < b.0)) {
-                        best = Some((ready, n, why, from));
-                    }
-                    break;
-                }
-            }
-        }
-        best
-    }
-
     /// Preempts running jobs to place `js`, if the rules allow a set that works. Capacity:
     /// victims are chosen node by node (see [`Cycle::node_cost`]), cheapest nodes first;
     /// quota: the cohort's borrowers, cheapest first. Victims the placement turns out not
@@ -489,7 +403,7 @@ impl<'a> Cycle<'a> {
 
     /// Borrowing teams of `js`'s cohort, when `js` fits inside its team's guarantee
     /// (overall or in one of its guaranteed pools).
-    fn reclaimable(&self, js: &JobState) -> Vec<usize> {
+    pub(super) fn reclaimable(&self, js: &JobState) -> Vec<usize> {
         let team = self.job_team(js);
         let Some(cohort) = self.ledger.cohort(team) else {
             return Vec::new();

@@ -1,0 +1,345 @@
+//! How long a job that preemption could not place waits for the jobs rule 1 of
+//! `preempt.rs` protects now: the earliest time the victims it may take free room for
+//! it, counting each from when its protection ends and through its `grace` after that.
+
+use super::preempt::{Asker, Protection};
+use super::Cycle;
+use crate::core::alloc::NodeFree;
+use crate::core::gang::{member_slots, JobShape};
+use crate::core::placer::give_on;
+use crate::decide::snapshot::JobState;
+use lang::ir::TopologyLevel;
+use rustc_hash::FxHashMap;
+
+/// When a job waiting on protected victims could start: the time, the node where room
+/// comes last, what frees it then, and when.
+pub(super) type ProtectedWait = (i64, usize, Wake, i64);
+
+/// What frees the room that comes last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Wake {
+    /// Victims whose protection ends.
+    Protection(Protection),
+    /// A job it may not preempt (holder number) ends, by its runtime estimate.
+    End(usize),
+}
+
+/// A node's state once one more of the jobs on it has gone: from `from` on (a victim's
+/// protection over, or a job it may not preempt ended), with it and every earlier one
+/// gone, the node holds `slots` members; `grace` is the longest grace among the victims;
+/// `why` what happened (`None`: a victim that may be preempted now).
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    from: i64,
+    slots: u64,
+    grace: u64,
+    why: Option<Wake>,
+}
+
+impl<'a> Cycle<'a> {
+    /// For a job that preemption could not place now: when victims it may preempt (rules
+    /// 2 and 3) free room for all of its members, jobs rule 1 protects counted from when
+    /// their protection ends and each victim's `grace` after it (all are preempted once
+    /// the last may be), jobs it may not preempt from when they end. With `own_only`,
+    /// only the job's own team's jobs count (its own quota holds it); a gang held by its
+    /// quota is not estimated here.
+    pub(super) fn protected_wait(
+        &self,
+        js: &JobState,
+        shape: &JobShape,
+        own_only: bool,
+    ) -> Option<ProtectedWait> {
+        let asker = Asker::new(self.job_team(js), self.priority(js), self.reclaimable(js));
+        match shape.members {
+            1 => self.member_protected_wait(shape, &asker, own_only),
+            _ if own_only => None,
+            _ => self.gang_protected_wait(shape, &asker),
+        }
+    }
+
+    /// Whether a member of `shape` may wait for room on node `n`.
+    fn may_wait_on(&self, shape: &JobShape) -> impl Fn(usize) -> bool + '_ {
+        let in_pools = self.placer.in_pools(&shape.pools);
+        let member = shape.member.clone();
+        move |n| {
+            let reserved = self
+                .reservation
+                .as_ref()
+                .is_some_and(|r| r.nodes.contains(&n))
+                || self.bookings.is_booked(n);
+            in_pools(n)
+                && self
+                    .snapshot
+                    .fleet
+                    .nodes
+                    .get(n)
+                    .is_some_and(|node| member.accepts_node(node))
+                && self.snapshot.takes_new(n)
+                && !reserved
+        }
+    }
+
+    /// One member on one node: the node whose victims free room first.
+    fn member_protected_wait(
+        &self,
+        shape: &JobShape,
+        asker: &Asker,
+        own_only: bool,
+    ) -> Option<ProtectedWait> {
+        let usable = self.may_wait_on(shape);
+        let ctx = self.placer.context();
+        let mut best: Option<ProtectedWait> = None;
+        for (n, protected) in self.protected_on.iter().enumerate() {
+            if protected.is_empty() || !usable(n) {
+                continue;
+            }
+            let Some(node) = self.snapshot.fleet.nodes.get(n) else {
+                continue;
+            };
+            let fits = |free: &NodeFree| {
+                u64::from(crate::core::packing::feasible(
+                    &ctx,
+                    node,
+                    free,
+                    &shape.member,
+                ))
+            };
+            let (_, steps) = self.timeline(n, asker, own_only, &fits, 1, None);
+            let Some(step) = steps.iter().find(|s| s.slots >= 1) else {
+                continue;
+            };
+            let ready = step.from.saturating_add(step.grace as i64);
+            // Room from victims preemptible now: something else held preemption back.
+            if let Some(why) = step.why.filter(|_| best.is_none_or(|b| ready < b.0)) {
+                best = Some((ready, n, why, step.from));
+            }
+        }
+        best
+    }
+
+    /// A gang: the earliest time the nodes together (inside one group of the topology
+    /// level it requires) hold every member, victims preempted as their protection ends.
+    /// Where several nodes could hold a member, those whose victims stop soonest count.
+    fn gang_protected_wait(&self, shape: &JobShape, asker: &Asker) -> Option<ProtectedWait> {
+        let level = shape
+            .topology_required
+            .filter(|l| !matches!(l, TopologyLevel::Any | TopologyLevel::NvlinkIsland));
+        let all: Vec<usize>;
+        let groups: Vec<&[usize]> = match level {
+            Some(level) => self
+                .placer
+                .groups(level)
+                .iter()
+                .map(|(_, nodes)| nodes.as_slice())
+                .collect(),
+            None => {
+                all = (0..self.snapshot.fleet.nodes.len()).collect();
+                vec![all.as_slice()]
+            }
+        };
+        // The running jobs that are neither victims nor protected, by node: they free
+        // their room when they end.
+        let mut others_on: FxHashMap<usize, Vec<usize>> = FxHashMap::default();
+        for (h, x) in self.holders.iter().enumerate() {
+            if x.evicted || x.victim().is_some() || x.protected().is_some() {
+                continue;
+            }
+            for c in x.choices.iter() {
+                let on = others_on.entry(c.node).or_default();
+                if on.last() != Some(&h) {
+                    on.push(h);
+                }
+            }
+        }
+        let mut best: Option<ProtectedWait> = None;
+        for group in groups {
+            if let Some(found) = self.group_protected_wait(shape, asker, group, &others_on, best) {
+                best = Some(found);
+            }
+        }
+        best
+    }
+
+    /// [`Cycle::gang_protected_wait`] inside `group`, when earlier than `best`.
+    fn group_protected_wait(
+        &self,
+        shape: &JobShape,
+        asker: &Asker,
+        group: &[usize],
+        others_on: &FxHashMap<usize, Vec<usize>>,
+        mut best: Option<ProtectedWait>,
+    ) -> Option<ProtectedWait> {
+        let members = u64::from(shape.members);
+        let usable = self.may_wait_on(shape);
+        let ctx = self.placer.context();
+        // Per node of the group: members it holds, and its victims' longest grace.
+        let mut held: Vec<(u64, u64)> = vec![(0, 0); group.len()];
+        let mut steps: Vec<(usize, Step)> = Vec::new();
+        for (i, &n) in group.iter().enumerate() {
+            let Some(node) = self.snapshot.fleet.nodes.get(n).filter(|_| usable(n)) else {
+                continue;
+            };
+            let slots = |free: &NodeFree| member_slots(&ctx, node, free, &shape.member);
+            let ending = others_on.get(&n).map_or(&[][..], Vec::as_slice);
+            let (now, on_node) = self.timeline(n, asker, false, &slots, members, Some(ending));
+            if let Some(h) = held.get_mut(i) {
+                *h = (now.min(members), 0);
+            }
+            steps.extend(on_node.into_iter().map(|s| (i, s)));
+        }
+        let mut total: u64 = held.iter().map(|(s, _)| s).sum();
+        if total >= members {
+            // It fits without preempting: what holds it back is not protection.
+            return None;
+        }
+        // By time; a node's steps keep their order (a stable sort).
+        steps.sort_by_key(|(_, s)| s.from);
+        let mut found = None;
+        let mut k = 0;
+        while let Some(&(_, first)) = steps.get(k) {
+            let t = first.from;
+            if best.is_some_and(|b| t >= b.0) {
+                break;
+            }
+            let mut binding = None;
+            while let Some(&(i, s)) = steps.get(k).filter(|(_, s)| s.from == t) {
+                if let Some(h) = held.get_mut(i) {
+                    total = total - h.0 + s.slots.min(members);
+                    *h = (s.slots.min(members), s.grace);
+                }
+                if let (Some(why), Some(&n)) = (s.why, group.get(i)) {
+                    binding = Some((n, why));
+                }
+                k += 1;
+            }
+            if total < members {
+                continue;
+            }
+            // Victims preemptible now suffice: something else held preemption back.
+            let Some((node, why)) = binding.filter(|_| t > self.now) else {
+                return found;
+            };
+            // The nodes whose victims stop soonest, until they hold every member.
+            let mut by_grace: Vec<(u64, u64)> = held
+                .iter()
+                .filter(|(slots, _)| *slots > 0)
+                .map(|&(slots, grace)| (grace, slots))
+                .collect();
+            by_grace.sort_unstable();
+            let mut counted = 0;
+            let mut grace = 0;
+            for (g, slots) in by_grace {
+                counted += slots;
+                grace = g;
+                if counted >= members {
+                    break;
+                }
+            }
+            let ready = t.saturating_add(grace as i64);
+            if best.is_none_or(|b| ready < b.0) {
+                best = Some((ready, node, why, t));
+                found = best;
+            }
+        }
+        found
+    }
+
+    /// Node `n` as the victims `asker` may take there go: what `measure` gives of it now
+    /// (no victim gone), and after each victim, in the order their protection ends
+    /// (those preemptible now first), until it gives `enough`. With `ending` (the jobs on
+    /// the node that are neither victims nor protected), jobs it may not preempt count
+    /// from when they end. With `own_only`, only the asker's own team's jobs count.
+    fn timeline(
+        &self,
+        n: usize,
+        asker: &Asker,
+        own_only: bool,
+        measure: &dyn Fn(&NodeFree) -> u64,
+        enough: u64,
+        ending: Option<&[usize]>,
+    ) -> (u64, Vec<Step>) {
+        let with_ends = ending.is_some();
+        let ending = ending.unwrap_or_default();
+        let (Some(node), Some(capacity), Some(now_free)) = (
+            self.snapshot.fleet.nodes.get(n),
+            self.placer.empty_state().nodes.get(n),
+            self.placer.state().nodes.get(n),
+        ) else {
+            return (0, Vec::new());
+        };
+        let now = measure(now_free);
+        let counts =
+            |h: usize| !own_only || self.holders.get(h).is_some_and(|x| x.team_ix == asker.team);
+        let end = |h: usize| {
+            self.holders
+                .get(h)
+                .and_then(|x| x.ends_at)
+                .filter(|e| *e > self.now)
+        };
+        // Victims now, the protected ones as their protection ends (or they end), the
+        // jobs it may not preempt as they end.
+        let mut order: Vec<(i64, usize, Option<Wake>, u64)> = Vec::new();
+        for &h in self.holders_on.get(n) {
+            if !counts(h) {
+                continue;
+            }
+            match self.holders.get(h).and_then(|x| x.victim()) {
+                Some(v) if self.victim_rank(h, asker).is_some() => {
+                    order.push((self.now, h, None, v.grace_s));
+                }
+                _ if with_ends => {
+                    order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
+                }
+                _ => {}
+            }
+        }
+        for &h in self.protected_on.get(n) {
+            let Some(p) = self.holders.get(h).and_then(|x| x.protected()) else {
+                continue;
+            };
+            let team = self.holders.get(h).and_then(|x| x.team_ix);
+            if !counts(h) {
+                continue;
+            }
+            let ends = end(h).filter(|e| with_ends && *e <= p.from);
+            if let Some(e) = ends {
+                order.push((e, h, Some(Wake::End(h)), 0));
+            } else if self.may_make_way(team, p.priority, asker).is_some() {
+                order.push((p.from, h, Some(Wake::Protection(p.why)), p.grace_s));
+            } else if with_ends {
+                order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
+            }
+        }
+        for &h in ending.iter().filter(|h| counts(**h)) {
+            order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
+        }
+        if order.is_empty() {
+            return (now, Vec::new());
+        }
+        order.sort_unstable_by_key(|(from, h, _, _)| (*from, *h));
+        let ctx = self.placer.context();
+        let mut free = now_free.clone();
+        let mut grace = 0u64;
+        let mut steps = Vec::with_capacity(order.len());
+        for (from, h, why, g) in order {
+            let Some(holder) = self.holders.get(h) else {
+                continue;
+            };
+            grace = grace.max(g);
+            for c in holder.choices.iter().filter(|c| c.node == n) {
+                give_on(&ctx, node, &mut free, holder.member(), &c.on, capacity);
+            }
+            let slots = measure(&free);
+            steps.push(Step {
+                from,
+                slots,
+                grace,
+                why,
+            });
+            if slots >= enough {
+                break;
+            }
+        }
+        (now, steps)
+    }
+}
