@@ -161,6 +161,34 @@ fn preempted_job_resumes_from_its_checkpoint() {
 }
 
 #[test]
+fn the_replay_decides_again_when_a_protection_ends() {
+    // long lost more than max_lost when urgent arrived: protected until its checkpoint at
+    // 3600 s, then preempted, stopping within its 2m grace. Nothing arrives or ends at
+    // 3600 s; before the plan said when to decide again, urgent started at 7200 s.
+    let m = simulate("protection_ends");
+    assert_eq!(outcome(&m, "urgent")["first_start"], 3720);
+    let long = outcome(&m, "long");
+    assert_eq!(long["preemptions"], 1);
+    // Checkpointed at 3600 s: only its grace is lost.
+    assert!(
+        close(&long["lost_gpu_s"], 8.0 * 120.0),
+        "{}",
+        long["lost_gpu_s"]
+    );
+    // It resumes when urgent ends (4320 s) with an hour of work left.
+    assert_eq!(m["end"], 7920);
+}
+
+#[test]
+fn a_gang_starts_when_its_plan_said_it_would() {
+    // The plan scenario gang_waits_for_protected_victims gives the gang 220 s at 4000 s.
+    let m = simulate("gang_protection_ends");
+    assert_eq!(outcome(&m, "gang")["first_start"], 4220);
+    assert_eq!(outcome(&m, "v1")["preemptions"], 1);
+    assert_eq!(outcome(&m, "v2")["preemptions"], 1);
+}
+
+#[test]
 fn reclaim_is_not_undone_by_priority() {
     // Before issue 15: 6 preemptions (4 reclaims, 2 priority), 1.2 GPU-hours lost, as b's
     // standard jobs took back by priority what a had reclaimed inside its guarantee.
@@ -351,11 +379,11 @@ fn diff_markdown_snapshot_and_fail_if() {
     let (code, out, err) = autoscale_diff("markdown", &["--max-jobs", "10"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("| `cost` | $27122.56 | $17807.00 | -34.3% |"),
+        out.contains("| `cost` | $27149.58 | $17838.69 | -34.3% |"),
         "{out}"
     );
     insta::assert_snapshot!("diff_autoscale_markdown", relative(&out));
-    // The warm pool costs 1.5% more in the interactive pool: a 1% gate fails, 2% passes.
+    // The warm pool costs 1.1% more in the interactive pool: a 1% gate fails, 2% passes.
     let (code, out, _) = autoscale_diff("table", &["--fail-if", "cost(pool=interactive) > 1%"]);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("FAIL `cost(pool=interactive) > 1%`"));

@@ -478,6 +478,14 @@ const SEAL_MISSING_RETRY: Duration = Duration::from_secs(5);
 /// How often the leader writes the engine's memory (when it changed).
 pub const SAVE_EVERY: Duration = Duration::from_secs(60);
 
+/// How long until the next cycle when nothing changes: until the plan's next decision
+/// time (a protection ending, which the replay decides at too), at most a TICK.
+fn wake_after(next_decision_at: Option<i64>, now: i64) -> Duration {
+    next_decision_at
+        .and_then(|at| u64::try_from(at.saturating_sub(now)).ok())
+        .map_or(TICK, |s| Duration::from_secs(s.max(1)).min(TICK))
+}
+
 /// Runs cycles until the task is aborted, enacting only while `leader` says this replica
 /// holds the Lease (and stopping mid-cycle when it no longer does). The engine's memory
 /// is read from the cluster at start and whenever this replica becomes the leader, and
@@ -515,9 +523,11 @@ pub async fn run(q: Queue) {
         let leader = leader.clone();
         move || *leader.borrow()
     })));
+    // The next cycle comes at a change, at the plan's next decision time, or a TICK on.
+    let mut wake_in = TICK;
     loop {
         tokio::select! {
-            _ = tokio::time::timeout(TICK, changes.changed()) => {}
+            _ = tokio::time::timeout(wake_in, changes.changed()) => {}
             _ = leader.changed() => {}
         }
         tokio::time::sleep(DEBOUNCE).await;
@@ -670,6 +680,7 @@ pub async fn run(q: Queue) {
                 continue;
             }
         };
+        wake_in = wake_after(plan.next_decision_at, now);
         state.metrics.set_pools(gauges);
         // Every replica shows the queue; only the leader changes the cluster.
         let mut report = queue_report(&view, &plan, leading);
@@ -887,5 +898,20 @@ fn count(state: &AppState, view: &QueueView, plan: &Plan, done: &[Action], now: 
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_cycle_comes_when_the_plan_says_within_a_tick() {
+        assert_eq!(wake_after(None, 100), TICK);
+        assert_eq!(wake_after(Some(103), 100), Duration::from_secs(3));
+        assert_eq!(wake_after(Some(100_000), 100), TICK);
+        // Never a busy loop, whatever the plan says.
+        assert_eq!(wake_after(Some(100), 100), Duration::from_secs(1));
+        assert_eq!(wake_after(Some(50), 100), TICK);
     }
 }

@@ -20,10 +20,10 @@ use std::collections::BTreeMap;
 
 pub const CONFIG_MAP: &str = "gantry-state";
 pub const KEY: &str = "memory.json";
-const HOUR: i64 = 3_600;
-const DAY: i64 = 86_400;
-/// Usage and starts older than this are dropped.
-const HORIZON: i64 = 30 * DAY;
+// Starts older than HORIZON are dropped, as usage is.
+#[cfg(test)]
+use engine::decide::usage::DAY;
+use engine::decide::usage::{self, HORIZON};
 /// Starts kept at most (the warm-pool histories read recent ones).
 const MAX_STARTS: usize = 20_000;
 /// The most one accounting step charges, seconds.
@@ -130,83 +130,28 @@ impl Memory {
     }
 
     /// Adds what the running jobs used since the last call, in GPU-, CPU- and
-    /// memory-seconds per team, then compacts old buckets.
+    /// memory-seconds per team, then compacts old buckets (the same accounting a replay
+    /// does: `engine::decide::usage`).
     pub fn account(&mut self, running: &[Job], now: i64) {
-        let since = self.accounted_to.unwrap_or(now).min(now);
-        self.accounted_to = Some(now);
-        // A gap longer than a few cycles (no leader for a while) is not charged to the
-        // jobs running now: they may not have run through it.
-        let dt = (now - since).min(MAX_STEP) as f64;
-        if dt <= 0.0 {
-            return;
-        }
-        let bucket = now - now.rem_euclid(HOUR);
-        let mut added: BTreeMap<String, (f64, f64, f64)> = BTreeMap::new();
-        for j in running.iter().filter(|j| !j.placement.is_empty()) {
-            let Some(team) = j.team.as_ref().filter(|t| *t != crate::queue::FOREIGN) else {
-                continue;
-            };
-            let m = &j.shape.member;
-            let members = j.placement.len() as f64;
-            let gpus = if m.mig_profile.is_some() {
-                f64::from(m.num_gpu) / 7.0
-            } else {
-                f64::from(m.num_gpu) * f64::from(m.gpu_milli) / 1000.0
-            };
-            let e = added.entry(team.clone()).or_default();
-            e.0 += gpus * members * dt;
-            e.1 += m.cpu_milli as f64 / 1000.0 * members * dt;
-            e.2 += m.memory_mib as f64 * members * dt;
-        }
-        for (team, (gpu_s, cpu_s, memory_mib_s)) in added {
-            match self
-                .usage
-                .iter_mut()
-                .find(|u| u.team == team && u.at == bucket)
-            {
-                Some(u) => {
-                    u.gpu_s += gpu_s;
-                    u.cpu_s += cpu_s;
-                    u.memory_mib_s += memory_mib_s;
-                }
-                None => self.usage.push(UsageRecord {
+        let uses = running
+            .iter()
+            .filter(|j| !j.placement.is_empty())
+            .filter_map(|j| {
+                let team = j.team.as_deref().filter(|t| *t != crate::queue::FOREIGN)?;
+                Some(usage::Use {
                     team,
-                    at: bucket,
-                    gpu_s,
-                    cpu_s,
-                    memory_mib_s,
-                }),
-            }
-        }
-        self.compact(now);
-    }
-
-    /// Hourly buckets older than a day become daily ones; anything past the horizon goes.
-    fn compact(&mut self, now: i64) {
-        let mut kept: BTreeMap<(String, i64), UsageRecord> = BTreeMap::new();
-        for u in self.usage.drain(..) {
-            if now - u.at > HORIZON {
-                continue;
-            }
-            let at = if now - u.at > DAY {
-                u.at - u.at.rem_euclid(DAY)
-            } else {
-                u.at
-            };
-            let e = kept
-                .entry((u.team.clone(), at))
-                .or_insert_with(|| UsageRecord {
-                    team: u.team.clone(),
-                    at,
-                    gpu_s: 0.0,
-                    cpu_s: 0.0,
-                    memory_mib_s: 0.0,
-                });
-            e.gpu_s += u.gpu_s;
-            e.cpu_s += u.cpu_s;
-            e.memory_mib_s += u.memory_mib_s;
-        }
-        self.usage = kept.into_values().collect();
+                    member: &j.shape.member,
+                    members: j.placement.len(),
+                    from: i64::MIN,
+                })
+            });
+        usage::account(
+            &mut self.usage,
+            &mut self.accounted_to,
+            uses,
+            now,
+            Some(MAX_STEP),
+        );
         self.starts.retain(|s| now - s.at <= HORIZON);
         let over = self.starts.len().saturating_sub(MAX_STARTS);
         self.starts.drain(..over);

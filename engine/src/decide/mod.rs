@@ -12,6 +12,7 @@ pub mod plan;
 pub mod quota;
 mod quota_block;
 pub mod snapshot;
+pub mod usage;
 
 pub use cycle::{
     apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job, Decider,

@@ -24,6 +24,11 @@ pub struct Plan {
     /// The autoscaler's memory for the next cycle (pass it back as `--state`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<crate::scale::state::ScaleState>,
+    /// When jobs wait: the earliest later time this plan may change though nothing
+    /// arrives or ends (a running job's protection ends: `min_runtime`, a checkpoint,
+    /// `reclaim_within`). The controller and the replay decide again then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_decision_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

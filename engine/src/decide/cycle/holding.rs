@@ -256,6 +256,12 @@ impl<'a> Cycle<'a> {
         }
     }
 
+    /// Whether a running job is protected now (rule 1), its record written to tell.
+    pub(super) fn any_protected_now(&mut self) -> bool {
+        self.record_holders();
+        self.any_protected
+    }
+
     /// The running list with its room, for the next cycle (`buffers::recycle` empties
     /// it).
     pub(super) fn take_unrecorded_room(&mut self) -> Vec<(Option<usize>, Option<&'a Tier>)> {

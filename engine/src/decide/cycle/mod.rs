@@ -710,9 +710,36 @@ impl<'a> Cycle<'a> {
             }),
             (None, None) => None,
         };
+        // Something waits that room could place: a protection that ends may let it
+        // preempt. (Records are written if nothing read them: the plan must not depend
+        // on when they were.)
+        let may_preempt = decisions.iter().any(|d| {
+            d.action == Action::Queue
+                && d.reason.as_ref().is_some_and(|r| {
+                    matches!(
+                        r.code,
+                        ReasonCode::NoCapacity
+                            | ReasonCode::QuotaExhausted
+                            | ReasonCode::Reserved
+                            | ReasonCode::WaitingForReservation
+                    )
+                })
+        });
+        let next_decision_at = if may_preempt && self.any_protected_now() {
+            self.holders
+                .iter()
+                .filter(|x| !x.evicted)
+                .filter_map(|x| x.protected())
+                .map(|p| p.from)
+                .filter(|t| *t > self.now)
+                .min()
+        } else {
+            None
+        };
         Plan {
             policy_revision: String::new(),
             now: self.now,
+            next_decision_at,
             decisions,
             preemptions: std::mem::take(&mut self.preemptions),
             reservation,

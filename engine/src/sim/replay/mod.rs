@@ -157,6 +157,8 @@ struct Sim<'p> {
     start: i64,
     cycles: u64,
     tick_pending: bool,
+    /// Times a plan asked to be decided again at (`Plan::next_decision_at`), scheduled.
+    wakes: BTreeSet<i64>,
     changed: bool,
     autoscales: bool,
     preemptions: Preemptions,
@@ -284,6 +286,7 @@ impl<'p> Sim<'p> {
             start,
             cycles: 0,
             tick_pending: false,
+            wakes: BTreeSet::new(),
             changed: false,
             autoscales: !program.autoscale.is_empty() || !program.warm.is_empty(),
             preemptions: Preemptions::default(),
@@ -362,7 +365,9 @@ impl<'p> Sim<'p> {
                 Internal::NodeGone { node } => self.node_gone(node),
                 Internal::Finish { job, generation } => self.finish(job, generation),
                 Internal::Tick => self.tick_pending = false,
-                Internal::Redecide => {}
+                Internal::Redecide => {
+                    self.wakes.remove(&t);
+                }
             }
         }
         while let Some(e) = self.node_events.get(self.next_trace_event) {
@@ -500,8 +505,16 @@ impl<'p> Sim<'p> {
             preemptions,
             scale,
             state,
+            next_decision_at,
             ..
         } = plan;
+        // As the controller does: decide again when a protection ends, though nothing
+        // arrives then.
+        if let Some(at) = next_decision_at.filter(|at| *at > self.now) {
+            if self.wakes.insert(at) {
+                self.schedule(at, Internal::Redecide);
+            }
+        }
         let mut changed = !preemptions.is_empty() || !scale.is_empty();
         let mut requeued = false;
         for p in &preemptions {
