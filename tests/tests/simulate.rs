@@ -188,6 +188,58 @@ fn a_gang_starts_when_its_plan_said_it_would() {
     assert_eq!(outcome(&m, "v2")["preemptions"], 1);
 }
 
+/// GPU-hours per team in the first day of `tests/simulate/fair_share_accrues` under
+/// `policy` (relative to the case).
+fn first_day_by_team(policy: &str) -> (f64, f64) {
+    let dir = tests_dir().join("simulate/fair_share_accrues");
+    let p = |f: &str| dir.join(f).display().to_string();
+    let (code, out, err) = gantry(&[
+        "simulate",
+        "--policy",
+        &p(policy),
+        "--fleet",
+        &p("fleet.toml"),
+        "--trace",
+        &p("trace.jsonl"),
+        "--until",
+        "86400",
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let m: Value = serde_json::from_str(&out).unwrap();
+    let hours = |t: &str| m["teams"][t]["gpu_hours"].as_f64().unwrap();
+    (hours("a"), hours("b"))
+}
+
+#[test]
+fn fair_share_counts_what_the_replayed_jobs_use() {
+    // Usage frozen at the trace's start gave a 320 and b 256: every hourly tie went to a.
+    assert_eq!(first_day_by_team("policy.gantry"), (288.0, 288.0));
+    // A 2h half-life forgets most of it: a, first to submit, keeps an edge.
+    let (a, b) = first_day_by_team("half-life-2h/policy.gantry");
+    assert!(a > b && a + b == 576.0, "{a} {b}");
+    // So a half-life change is visible in a diff (before: "0 jobs decided differently").
+    let dir = tests_dir().join("simulate/fair_share_accrues");
+    let p = |f: &str| dir.join(f).display().to_string();
+    let (code, out, err) = gantry(&[
+        "diff",
+        "--old",
+        &p("half-life-2h/policy.gantry"),
+        "--new",
+        &p("policy.gantry"),
+        "--fleet",
+        &p("fleet.toml"),
+        "--trace",
+        &p("trace.jsonl"),
+        "--until",
+        "86400",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("gpu_hours(team=b)"), "{out}");
+    assert!(!out.contains("0 jobs decided differently"), "{out}");
+}
+
 #[test]
 fn reclaim_is_not_undone_by_priority() {
     // Before issue 15: 6 preemptions (4 reclaims, 2 priority), 1.2 GPU-hours lost, as b's

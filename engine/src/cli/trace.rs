@@ -62,6 +62,9 @@ pub fn run(args: &TraceArgs, io: &mut Io<'_>) -> u8 {
             if let Err(e) = written {
                 return super::fail(io, e);
             }
+            for note in &imported.notes {
+                let _ = writeln!(io.stderr, "note: {note}");
+            }
             let skipped: Vec<String> = imported
                 .skipped
                 .iter()
@@ -108,6 +111,7 @@ fn import_files(args: &ImportArgs) -> Result<Imported, String> {
                 for (why, n) in one.skipped {
                     *all.skipped.entry(why).or_insert(0) += n;
                 }
+                all.notes.extend(one.notes);
             }
             Ok(all)
         }

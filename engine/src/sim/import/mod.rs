@@ -113,6 +113,9 @@ impl TraceJob {
 pub struct Imported {
     pub jobs: Vec<TraceJob>,
     pub skipped: BTreeMap<String, usize>,
+    /// What a person should know of the import: lines skipped as malformed (the first
+    /// few, with their line numbers), jobs replayed from a state other than completed.
+    pub notes: Vec<String>,
 }
 
 impl Imported {
@@ -137,10 +140,12 @@ impl Imported {
         }
     }
 
-    /// The trace: jobs in submit order (ties by id), one JSON object per line.
+    /// The trace: jobs in submit order (ties by id, numbers as numbers: Slurm's `2`
+    /// before `10`, `123_2` before `123_10`), one JSON object per line.
     pub fn to_jsonl(&mut self) -> String {
-        self.jobs
-            .sort_by(|a, b| (a.submitted_at, &a.id).cmp(&(b.submitted_at, &b.id)));
+        self.jobs.sort_by(|a, b| {
+            (a.submitted_at, id_order(&a.id)).cmp(&(b.submitted_at, id_order(&b.id)))
+        });
         let mut out = String::new();
         for j in &self.jobs {
             out.push_str(&j.to_json().to_string());
@@ -148,6 +153,17 @@ impl Imported {
         }
         out
     }
+}
+
+/// How ids order: by their runs of digits as numbers (a job id, an array index), then as
+/// text.
+fn id_order(id: &str) -> (Vec<u128>, &str) {
+    let numbers = id
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<u128>().unwrap_or(u128::MAX))
+        .collect();
+    (numbers, id)
 }
 
 /// An error in one line of an input file.

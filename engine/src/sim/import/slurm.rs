@@ -2,9 +2,12 @@
 //! step) per line, `|`-separated. Needed fields: `JobID`, `Submit`, `Start`, `End`,
 //! `NNodes`, and `AllocTRES` or `ReqTRES` (GPUs as `gres/gpu=N`); `Account`, `User`, `QOS`
 //! and `Partition` name the team, tier and pool. Job steps (`123.batch`, `123.0`), jobs
-//! that never started or had not ended, and jobs without GPUs are left out, and counted.
-//! Times are read as UTC (Slurm prints the controller's local time without a zone; a
-//! replay only uses differences).
+//! that never started or had not ended, jobs without GPUs and jobs whose GPUs do not
+//! divide over their nodes are left out, and counted; a malformed line is skipped, named
+//! and counted, and only a file with many is refused. A job requeued and listed once per
+//! run (`--duplicates`) is one job, submitted when it first was, replayed as its last
+//! run. Times are read as UTC unless they carry an offset (Slurm prints the controller's
+//! local time without a zone; a replay only uses differences).
 
 use super::{at, Imported, Mapping, TraceJob};
 use std::collections::BTreeMap;
@@ -12,7 +15,25 @@ use std::collections::BTreeMap;
 /// The command that writes what this reads.
 pub const SACCT: &str = "sacct --allusers --parsable2 --starttime 2026-01-01 --format JobID,User,Account,Partition,QOS,Submit,Start,End,State,NNodes,AllocTRES,ReqTRES";
 
+/// Malformed lines are skipped, named and counted; past this many, and past
+/// [`MALFORMED_SHARE`] of the data lines, the file is refused as the wrong file.
+const MALFORMED_MAX: usize = 10;
+const MALFORMED_SHARE: f64 = 0.05;
+/// Malformed lines named in the notes; the rest are counted.
+const MALFORMED_NAMED: usize = 10;
+
+/// One started and ended run of a job, as a line of the export gives it.
+struct Run {
+    line: usize,
+    submitted: i64,
+    start: i64,
+    state: String,
+    job: TraceJob,
+}
+
 pub fn import(file: &str, text: &str, map: &Mapping) -> Result<Imported, String> {
+    // Windows tools save UTF-8 with a byte-order mark.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text
         .lines()
         .enumerate()
@@ -40,66 +61,144 @@ pub fn import(file: &str, text: &str, map: &Mapping) -> Result<Imported, String>
         ));
     }
     let mut out = Imported::default();
+    let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
+    let (mut data, mut malformed) = (0usize, Vec::new());
     for (i, line) in lines {
         let n = i + 1;
-        let fields: Vec<&str> = line.split('|').collect();
-        if fields.len() != names.len() {
-            return Err(at(
-                file,
-                n,
-                format!("{} fields, the header names {}", fields.len(), names.len()),
-            ));
+        data += 1;
+        match read_line(line, &names, &column, map) {
+            Ok(Line::Run(run)) => runs
+                .entry(run.job.id.clone())
+                .or_default()
+                .push(Run { line: n, ..*run }),
+            Ok(Line::Skip(why)) => out.skip(why),
+            Err(e) => malformed.push(at(file, n, e)),
         }
-        let get = |name: &str| {
-            column
-                .get(name)
-                .and_then(|c| fields.get(*c))
-                .map_or("", |v| v.trim())
-        };
-        let id = get("JobID");
-        if id.contains('.') {
-            out.skip("job steps");
+    }
+    if malformed.len() > MALFORMED_MAX && malformed.len() as f64 > MALFORMED_SHARE * data as f64 {
+        return Err(format!(
+            "{} of {data} lines are malformed (more than {MALFORMED_MAX} and {}%): not a `sacct --parsable2` export this can read; the first: {}",
+            malformed.len(),
+            MALFORMED_SHARE * 100.0,
+            malformed.first().map_or("", String::as_str)
+        ));
+    }
+    for m in malformed.iter().take(MALFORMED_NAMED) {
+        out.notes.push(format!("{m} (skipped)"));
+    }
+    for _ in &malformed {
+        out.skip("malformed lines");
+    }
+    let mut stopped: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, mut job_runs) in runs {
+        // `sacct --duplicates` lists a requeued job once per run: one job, submitted
+        // when it first was, replayed as its last run.
+        job_runs.sort_by_key(|r| (r.start, r.line));
+        let first_submit = job_runs.iter().map(|r| r.submitted).min();
+        let earlier = job_runs.len().saturating_sub(1);
+        let Some(last) = job_runs.pop() else {
             continue;
+        };
+        for _ in 0..earlier {
+            out.skip("earlier runs of requeued jobs (the job is replayed once)");
         }
-        let (Some(start), Some(end)) = (time(get("Start")), time(get("End"))) else {
-            out.skip(if time(get("Start")).is_none() {
-                "never started"
-            } else {
-                "not ended when exported"
-            });
-            continue;
-        };
-        let submitted = time(get("Submit")).ok_or_else(|| {
-            at(
-                file,
-                n,
-                format!(
-                    "Submit `{}` is not a time such as 2026-11-24T14:11:40",
-                    get("Submit")
-                ),
-            )
-        })?;
-        let tres = match get("AllocTRES") {
-            "" => get("ReqTRES"),
-            t => t,
-        };
-        let gpus = gpus(tres);
-        if gpus == 0 {
-            out.skip("no GPUs");
-            continue;
+        if !matches!(last.state.as_str(), "COMPLETED" | "") {
+            *stopped.entry(last.state.clone()).or_insert(0) += 1;
         }
-        let nodes: u32 = get("NNodes").parse().map_err(|_| {
-            at(
-                file,
-                n,
-                format!("NNodes `{}` is not a count", get("NNodes")),
-            )
-        })?;
-        let members = nodes.max(1);
-        let account = get("Account");
-        let user = get("User");
-        let partition = get("Partition");
-        out.admit(TraceJob {
+        let mut job = last.job;
+        job.submitted_at = first_submit.unwrap_or(job.submitted_at);
+        out.admit(job);
+    }
+    if !stopped.is_empty() {
+        let states: Vec<String> = stopped.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        out.notes.push(format!(
+            "{file}: jobs that did not complete are replayed as running until they stopped ({})",
+            states.join(", ")
+        ));
+    }
+    Ok(out)
+}
+
+/// What one line of the export is.
+enum Line {
+    Run(Box<Run>),
+    Skip(&'static str),
+}
+
+/// One data line: a run of a job, a line left out and why, or what is wrong with it.
+fn read_line(
+    line: &str,
+    names: &[&str],
+    column: &BTreeMap<&str, usize>,
+    map: &Mapping,
+) -> Result<Line, String> {
+    let fields: Vec<&str> = line.split('|').collect();
+    if fields.len() != names.len() {
+        return Err(format!(
+            "{} fields, the header names {}",
+            fields.len(),
+            names.len()
+        ));
+    }
+    let get = |name: &str| {
+        column
+            .get(name)
+            .and_then(|c| fields.get(*c))
+            .map_or("", |v| v.trim())
+    };
+    let id = get("JobID");
+    if id.contains('.') {
+        return Ok(Line::Skip("job steps"));
+    }
+    let submitted = time(get("Submit")).ok_or_else(|| {
+        format!(
+            "Submit `{}` is not a time such as 2026-11-24T14:11:40",
+            get("Submit")
+        )
+    })?;
+    let (Some(start), Some(end)) = (time(get("Start")), time(get("End"))) else {
+        return Ok(Line::Skip(if time(get("Start")).is_none() {
+            "never started"
+        } else {
+            "not ended when exported"
+        }));
+    };
+    if end < start {
+        return Ok(Line::Skip("ended before it started"));
+    }
+    let tres = match get("AllocTRES") {
+        "" => get("ReqTRES"),
+        t => t,
+    };
+    let gpus = gpus(tres);
+    if gpus == 0 {
+        return Ok(Line::Skip("no GPUs"));
+    }
+    let nodes: u32 = get("NNodes")
+        .parse()
+        .map_err(|_| format!("NNodes `{}` is not a count", get("NNodes")))?;
+    let members = nodes.max(1);
+    if !gpus.is_multiple_of(u64::from(members)) {
+        // A member per node: uneven counts would be rounded up to GPUs it never had.
+        return Ok(Line::Skip(
+            "GPUs that do not divide evenly over their nodes",
+        ));
+    }
+    // `CANCELLED by 1000` names who cancelled it.
+    let state = get("State")
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let account = get("Account");
+    let user = get("User");
+    let partition = get("Partition");
+    Ok(Line::Run(Box::new(Run {
+        line: 0,
+        submitted,
+        start,
+        state,
+        job: TraceJob {
             id: id.to_string(),
             team: map.team(&[account, user]),
             tier: map.tier(&[get("QOS"), partition]),
@@ -107,11 +206,10 @@ pub fn import(file: &str, text: &str, map: &Mapping) -> Result<Imported, String>
             pools: map.pools.get(partition).cloned().into_iter().collect(),
             submitted_at: submitted,
             members,
-            gpus_per_member: u32::try_from(gpus.div_ceil(u64::from(members))).unwrap_or(u32::MAX),
+            gpus_per_member: u32::try_from(gpus / u64::from(members)).unwrap_or(u32::MAX),
             runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
-        });
-    }
-    Ok(out)
+        },
+    })))
 }
 
 /// GPUs in a TRES list: `gres/gpu=N`, else the typed counts (`gres/gpu:h100=N`) added up.
@@ -134,10 +232,21 @@ fn gpus(tres: &str) -> u64 {
     plain.unwrap_or(typed)
 }
 
-/// Seconds since the epoch of `2026-11-24T14:11:40`; `None` for `Unknown`, `None` or empty.
+/// Seconds since the epoch of a time as `sacct` prints it: `2026-11-24T14:11:40`, with
+/// fractions of a second or a UTC offset (`Z`, `+01:00`, `+0100`) where the site's
+/// `SLURM_TIME_FORMAT` adds them; read as UTC without one. `None` for `Unknown`, `None`
+/// or empty.
 fn time(s: &str) -> Option<i64> {
-    chrono::NaiveDateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S")
-        .ok()
+    let s = s.trim();
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Some(t.timestamp());
+    }
+    if let Ok(t) = chrono::DateTime::parse_from_str(s, "%Y-%m-%dT%H:%M:%S%.f%z") {
+        return Some(t.timestamp());
+    }
+    ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f"]
+        .iter()
+        .find_map(|f| chrono::NaiveDateTime::parse_from_str(s, f).ok())
         .map(|t| t.and_utc().timestamp())
 }
 
@@ -237,14 +346,158 @@ mod tests {
                 && e.contains("sacct"),
             "{e}"
         );
+        // A file that is mostly not an export is refused, naming the first bad line.
+        let bad = "1|2026|x\n".repeat(12);
         let e = import(
             "x.txt",
-            "JobID|Submit|Start|End|NNodes|AllocTRES\n1|2026|x\n",
+            &format!("JobID|Submit|Start|End|NNodes|AllocTRES\n{bad}"),
             &Mapping::default(),
         )
         .unwrap_err();
-        assert!(e.contains("x.txt:2") && e.contains("3 fields"), "{e}");
+        assert!(
+            e.contains("12 of 12 lines are malformed") && e.contains("x.txt:2: 3 fields"),
+            "{e}"
+        );
         let e = import("x.txt", "", &Mapping::default()).unwrap_err();
         assert!(e.contains("empty"), "{e}");
+    }
+
+    /// What real exports hold (issue 54): each becomes a job, a counted skip or a note.
+    #[test]
+    fn real_exports_import_whole_and_say_what_they_did() {
+        let header = EXPORT.lines().next().unwrap_or_default();
+        let row = |id: &str,
+                   submit: &str,
+                   start: &str,
+                   end: &str,
+                   state: &str,
+                   nodes: u32,
+                   gpus: u32| {
+            format!("{id}|u|acct|gpu|normal|{submit}|{start}|{end}|{state}|{nodes}|gres/gpu={gpus},node={nodes}|\n")
+        };
+        let t = |s: &str| format!("2026-11-24T10:{s}");
+        let mut export = format!("\u{feff}{header}\n");
+        // Submitted in the same second: 10 after 2, 123_10 after 123_2.
+        export += &row(
+            "10",
+            &t("00:00"),
+            &t("00:00"),
+            &t("10:00"),
+            "COMPLETED",
+            1,
+            1,
+        );
+        export += &row(
+            "2",
+            &t("00:00"),
+            &t("00:00"),
+            &t("10:00"),
+            "COMPLETED",
+            1,
+            1,
+        );
+        export += &row(
+            "123_10",
+            &t("00:00"),
+            &t("00:00"),
+            &t("10:00"),
+            "COMPLETED",
+            1,
+            1,
+        );
+        export += &row(
+            "123_2",
+            &t("00:00"),
+            &t("00:00"),
+            &t("10:00"),
+            "COMPLETED",
+            1,
+            1,
+        );
+        // Fractions of a second and UTC offsets, as SLURM_TIME_FORMAT may print them.
+        export += &row(
+            "30",
+            "2026-11-24T10:00:00.250",
+            "2026-11-24T11:00:00+01:00",
+            "2026-11-24T10:30:00Z",
+            "TIMEOUT",
+            1,
+            2,
+        );
+        // 10 GPUs on 3 nodes, an end before its start, a malformed line.
+        export += &row(
+            "31",
+            &t("00:00"),
+            &t("00:00"),
+            &t("10:00"),
+            "COMPLETED",
+            3,
+            10,
+        );
+        export += &row(
+            "32",
+            &t("00:00"),
+            &t("10:00"),
+            &t("05:00"),
+            "COMPLETED",
+            1,
+            1,
+        );
+        export += "33|u|acct|gpu\n";
+        // Requeued after a node failure (sacct --duplicates): one job, its last run.
+        export += &row(
+            "40",
+            &t("00:00"),
+            &t("01:00"),
+            &t("02:00"),
+            "NODE_FAIL",
+            1,
+            4,
+        );
+        export += &row(
+            "40",
+            &t("02:30"),
+            &t("03:00"),
+            &t("23:00"),
+            "CANCELLED by 1000",
+            1,
+            4,
+        );
+        let mut got = import("sacct.txt", &export, &Mapping::default()).unwrap();
+        let ids: Vec<String> = {
+            got.to_jsonl();
+            got.jobs.iter().map(|j| j.id.clone()).collect()
+        };
+        assert_eq!(ids, ["2", "10", "30", "40", "123_2", "123_10"]);
+        let job = |id: &str| got.jobs.iter().find(|j| j.id == id).unwrap();
+        // 11:00+01:00 is 10:00 UTC: a 30-minute run; submitted at 10:00:00 (fraction dropped).
+        assert_eq!(job("30").runtime_s, 1800);
+        assert_eq!(job("40").submitted_at, job("2").submitted_at);
+        assert_eq!(job("40").runtime_s, 20 * 60);
+        let skipped = |why: &str| got.skipped.get(why).copied().unwrap_or(0);
+        assert_eq!(
+            skipped("GPUs that do not divide evenly over their nodes"),
+            1
+        );
+        assert_eq!(skipped("ended before it started"), 1);
+        assert_eq!(skipped("malformed lines"), 1);
+        assert_eq!(
+            skipped("earlier runs of requeued jobs (the job is replayed once)"),
+            1
+        );
+        assert!(
+            got.notes
+                .iter()
+                .any(|n| n.starts_with("sacct.txt:9: 4 fields")),
+            "{:?}",
+            got.notes
+        );
+        assert!(
+            got.notes
+                .iter()
+                .any(|n| n.contains("1 CANCELLED, 1 TIMEOUT")),
+            "{:?}",
+            got.notes
+        );
     }
 }

@@ -415,6 +415,20 @@ impl SimJob {
         ))
     }
 
+    /// What it uses while it runs, for fair share's usage (from when its work starts:
+    /// placed behind a stopping victim, it waits for the victim's grace first).
+    pub fn usage(&self) -> Option<crate::decide::usage::Use<'_>> {
+        let Phase::Running(run) = &self.phase else {
+            return None;
+        };
+        Some(crate::decide::usage::Use {
+            team: self.job.team.as_deref()?,
+            member: &self.job.shape.member,
+            members: run.members.len(),
+            from: run.work_from,
+        })
+    }
+
     pub fn runs_on(&self, node: &str) -> bool {
         matches!(&self.phase, Phase::Running(run) if run.members.iter().any(|m| m.node == node))
     }

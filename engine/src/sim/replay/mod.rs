@@ -159,6 +159,10 @@ struct Sim<'p> {
     tick_pending: bool,
     /// Times a plan asked to be decided again at (`Plan::next_decision_at`), scheduled.
     wakes: BTreeSet<i64>,
+    /// Whether fair share reads usage: then the replayed jobs' usage is added to
+    /// `snapshot.usage` as they run, as the controller adds it, up to `accounted_to`.
+    fair_share: bool,
+    accounted_to: Option<i64>,
     changed: bool,
     autoscales: bool,
     preemptions: Preemptions,
@@ -287,6 +291,11 @@ impl<'p> Sim<'p> {
             cycles: 0,
             tick_pending: false,
             wakes: BTreeSet::new(),
+            fair_share: program
+                .cohorts
+                .iter()
+                .any(|c| c.fair_share == lang::ir::FairShare::Drf),
+            accounted_to: None,
             changed: false,
             autoscales: !program.autoscale.is_empty() || !program.warm.is_empty(),
             preemptions: Preemptions::default(),
@@ -326,6 +335,7 @@ impl<'p> Sim<'p> {
             }
             rounds = if t == self.now { rounds + 1 } else { 0 };
             self.rec.advance(t);
+            self.account_usage(t);
             self.now = t;
             let happened = self.apply_events(t);
             let waiting = self.counts.pending > 0;
@@ -392,6 +402,28 @@ impl<'p> Sim<'p> {
             }
         }
         any
+    }
+
+    /// Adds what the running jobs used up to `t` to the teams' usage, through the
+    /// controller's own accounting (`decide::usage`), uncapped: a replayed job ran for
+    /// the whole step.
+    fn account_usage(&mut self, t: i64) {
+        if !self.fair_share {
+            return;
+        }
+        let jobs = &self.jobs;
+        let uses = self
+            .active
+            .iter()
+            .filter_map(|&j| jobs.get(j).and_then(Slot::live))
+            .filter_map(jobs::SimJob::usage);
+        crate::decide::usage::account(
+            &mut self.snapshot.usage,
+            &mut self.accounted_to,
+            uses,
+            t,
+            None,
+        );
     }
 
     fn update_counts(&mut self) {
