@@ -13,6 +13,9 @@ use crate::decide::snapshot::JobState;
 
 /// Earliest-start estimates per cycle; beyond it `eta_s` is absent.
 pub(super) const ETA_BUDGET: usize = 64;
+/// Gangs per cycle whose wait for victims across the fleet is worked out (each reads
+/// every node's jobs); the heads of the queue come first.
+pub(super) const GANG_WAIT_BUDGET: usize = 4;
 
 /// Beside the shape: the reservation it waits behind (start, end) and, with bookings, how
 /// many there are and the job's runtime; the memo is cleared when the allocation state
@@ -375,17 +378,26 @@ impl Cycle<'_> {
         own_only: bool,
     ) -> Reason {
         // A gang may wait for victims on some nodes and for jobs that end on others.
-        let gang_may_preempt = shape.members > 1
+        let gang = shape.members > 1;
+        let gang_may_preempt = gang
             && (self
                 .lowest_victim_priority
                 .is_some_and(|p| p < self.priority(js))
                 || !self.reclaimable(js).is_empty());
-        if self.eta_estimates >= ETA_BUDGET || !(self.any_protected || gang_may_preempt) {
+        if self.eta_estimates >= ETA_BUDGET
+            || (gang && self.gang_waits >= GANG_WAIT_BUDGET)
+            || !(self.any_protected || gang_may_preempt)
+        {
             return r;
         }
         // Every search counts against the budget, found or not.
         self.eta_estimates += 1;
-        let Some((ready, node_ix, why, at)) = self.protected_wait(js, shape, own_only) else {
+        if gang {
+            self.gang_waits += 1;
+        }
+        let Some((ready, node_ix, why, at)) =
+            self.protected_wait(js, shape, own_only, r.eta_s.map(|e| self.now + e))
+        else {
             return r;
         };
         let wait = ready - self.now;

@@ -189,6 +189,9 @@ struct Cycle<'a> {
     /// The allocation state (`changed.len()`) the memo was filled at.
     eta_version: usize,
     eta_estimates: usize,
+    /// Gangs whose wait for protected victims was worked out this cycle (each reads
+    /// every node): the first ones in queue order, up to `explain::GANG_WAIT_BUDGET`.
+    gang_waits: usize,
     preemptions: Vec<Preemption>,
     /// The story of one job, when asked for (`gantry plan --job`).
     story: Option<story::Story>,
@@ -433,6 +436,7 @@ fn decide_cycle(
         end_gives: walk_free::EndGives::default(),
         eta_version: 0,
         eta_estimates: 0,
+        gang_waits: 0,
         preemptions: stops,
         story,
         memo,

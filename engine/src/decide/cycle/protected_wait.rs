@@ -36,6 +36,19 @@ struct Step {
     why: Option<Wake>,
 }
 
+/// How [`Cycle::timeline`] looks at a node: for `asker` (only its own team's jobs with
+/// `own_only`), measuring with `measure` until it gives `enough`, with `ending` the jobs
+/// that are neither victims nor protected (counted from their end), up to `before`.
+#[derive(Clone, Copy)]
+struct Look<'l> {
+    asker: &'l Asker,
+    own_only: bool,
+    measure: &'l dyn Fn(&NodeFree) -> u64,
+    enough: u64,
+    ending: Option<&'l [usize]>,
+    before: i64,
+}
+
 impl<'a> Cycle<'a> {
     /// For a job that preemption could not place now: when victims it may preempt (rules
     /// 2 and 3) free room for all of its members, jobs rule 1 protects counted from when
@@ -43,17 +56,20 @@ impl<'a> Cycle<'a> {
     /// the last may be), jobs it may not preempt from when they end. With `own_only`,
     /// only the job's own team's jobs count (its own quota holds it); a gang held by its
     /// quota is not estimated here.
+    /// A gang's wait is worked out only where it would be ready before `before` (the
+    /// ETA it has without preempting).
     pub(super) fn protected_wait(
         &self,
         js: &JobState,
         shape: &JobShape,
         own_only: bool,
+        before: Option<i64>,
     ) -> Option<ProtectedWait> {
         let asker = Asker::new(self.job_team(js), self.priority(js), self.reclaimable(js));
         match shape.members {
             1 => self.member_protected_wait(shape, &asker, own_only),
             _ if own_only => None,
-            _ => self.gang_protected_wait(shape, &asker),
+            _ => self.gang_protected_wait(shape, &asker, before.unwrap_or(i64::MAX)),
         }
     }
 
@@ -104,7 +120,15 @@ impl<'a> Cycle<'a> {
                     &shape.member,
                 ))
             };
-            let (_, steps) = self.timeline(n, asker, own_only, &fits, 1, None);
+            let look = Look {
+                asker,
+                own_only,
+                measure: &fits,
+                enough: 1,
+                ending: None,
+                before: i64::MAX,
+            };
+            let (_, steps) = self.timeline(n, &look);
             let Some(step) = steps.iter().find(|s| s.slots >= 1) else {
                 continue;
             };
@@ -120,7 +144,12 @@ impl<'a> Cycle<'a> {
     /// A gang: the earliest time the nodes together (inside one group of the topology
     /// level it requires) hold every member, victims preempted as their protection ends.
     /// Where several nodes could hold a member, those whose victims stop soonest count.
-    fn gang_protected_wait(&self, shape: &JobShape, asker: &Asker) -> Option<ProtectedWait> {
+    fn gang_protected_wait(
+        &self,
+        shape: &JobShape,
+        asker: &Asker,
+        before: i64,
+    ) -> Option<ProtectedWait> {
         let level = shape
             .topology_required
             .filter(|l| !matches!(l, TopologyLevel::Any | TopologyLevel::NvlinkIsland));
@@ -153,7 +182,9 @@ impl<'a> Cycle<'a> {
         }
         let mut best: Option<ProtectedWait> = None;
         for group in groups {
-            if let Some(found) = self.group_protected_wait(shape, asker, group, &others_on, best) {
+            if let Some(found) =
+                self.group_protected_wait(shape, asker, group, &others_on, before, best)
+            {
                 best = Some(found);
             }
         }
@@ -167,6 +198,7 @@ impl<'a> Cycle<'a> {
         asker: &Asker,
         group: &[usize],
         others_on: &FxHashMap<usize, Vec<usize>>,
+        before: i64,
         mut best: Option<ProtectedWait>,
     ) -> Option<ProtectedWait> {
         let members = u64::from(shape.members);
@@ -181,7 +213,15 @@ impl<'a> Cycle<'a> {
             };
             let slots = |free: &NodeFree| member_slots(&ctx, node, free, &shape.member);
             let ending = others_on.get(&n).map_or(&[][..], Vec::as_slice);
-            let (now, on_node) = self.timeline(n, asker, false, &slots, members, Some(ending));
+            let look = Look {
+                asker,
+                own_only: false,
+                measure: &slots,
+                enough: members,
+                ending: Some(ending),
+                before,
+            };
+            let (now, on_node) = self.timeline(n, &look);
             if let Some(h) = held.get_mut(i) {
                 *h = (now.min(members), 0);
             }
@@ -198,7 +238,7 @@ impl<'a> Cycle<'a> {
         let mut k = 0;
         while let Some(&(_, first)) = steps.get(k) {
             let t = first.from;
-            if best.is_some_and(|b| t >= b.0) {
+            if t >= before || best.is_some_and(|b| t >= b.0) {
                 break;
             }
             let mut binding = None;
@@ -236,7 +276,7 @@ impl<'a> Cycle<'a> {
                 }
             }
             let ready = t.saturating_add(grace as i64);
-            if best.is_none_or(|b| ready < b.0) {
+            if ready < before && best.is_none_or(|b| ready < b.0) {
                 best = Some((ready, node, why, t));
                 found = best;
             }
@@ -246,18 +286,18 @@ impl<'a> Cycle<'a> {
 
     /// Node `n` as the victims `asker` may take there go: what `measure` gives of it now
     /// (no victim gone), and after each victim, in the order their protection ends
-    /// (those preemptible now first), until it gives `enough`. With `ending` (the jobs on
+    /// (those preemptible now first), until it gives `enough` or `before` comes. With `ending` (the jobs on
     /// the node that are neither victims nor protected), jobs it may not preempt count
     /// from when they end. With `own_only`, only the asker's own team's jobs count.
-    fn timeline(
-        &self,
-        n: usize,
-        asker: &Asker,
-        own_only: bool,
-        measure: &dyn Fn(&NodeFree) -> u64,
-        enough: u64,
-        ending: Option<&[usize]>,
-    ) -> (u64, Vec<Step>) {
+    fn timeline(&self, n: usize, look: &Look<'_>) -> (u64, Vec<Step>) {
+        let Look {
+            asker,
+            own_only,
+            measure,
+            enough,
+            ending,
+            before,
+        } = *look;
         let with_ends = ending.is_some();
         let ending = ending.unwrap_or_default();
         let (Some(node), Some(capacity), Some(now_free)) = (
@@ -313,6 +353,8 @@ impl<'a> Cycle<'a> {
         for &h in ending.iter().filter(|h| counts(**h)) {
             order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
         }
+        // What frees room only from `before` on does not matter.
+        order.retain(|(from, ..)| *from < before);
         if order.is_empty() {
             return (now, Vec::new());
         }
