@@ -241,6 +241,31 @@ fn fair_share_counts_what_the_replayed_jobs_use() {
 }
 
 #[test]
+fn decisions_plan_with_limits_and_jobs_end_when_they_really_end() {
+    let m = simulate("limits");
+    // a says 2000 s, really ends at 1000 s: head, reserved from a's limit, starts then.
+    assert_eq!(outcome(&m, "head")["first_start"], 1000);
+    // small's 3000 s limit would run past head's reservation: no backfill, though it
+    // really takes 500 s (a clairvoyant replay started it at 2 s).
+    assert_eq!(outcome(&m, "small")["first_start"], 2000);
+    assert!(outcome(&m, "small")["timed_out"].is_null());
+    // late would run 500 s past its 100 s limit: stopped there.
+    assert_eq!(outcome(&m, "late")["timed_out"], true);
+    assert_eq!(m["end"], 3100);
+    // The first ETAs were made from limits: head was promised a's limit (2000 s) and
+    // small head's (3000 s); both started 1000 s early.
+    assert_eq!(outcome(&m, "head")["first_eta"], 2000);
+    assert_eq!(outcome(&m, "small")["first_eta"], 3000);
+    let e = &m["first_eta_error"];
+    assert_eq!(
+        (e["jobs"].as_u64(), e["early"].as_u64()),
+        (Some(2), Some(2)),
+        "{e}"
+    );
+    assert!(close(&e["abs_error_s"]["max"], 1000.0), "{e}");
+}
+
+#[test]
 fn reclaim_is_not_undone_by_priority() {
     // Before issue 15: 6 preemptions (4 reclaims, 2 priority), 1.2 GPU-hours lost, as b's
     // standard jobs took back by priority what a had reclaimed inside its guarantee.

@@ -408,6 +408,19 @@ pub fn print_summary(m: &Metrics, io: &mut Io<'_>) {
         p.lost_gpu_hours,
         p.node_failures
     );
+    let e = &m.first_eta_error;
+    if e.jobs > 0 {
+        let _ = writeln!(
+            out,
+            "first ETAs: {} jobs given one · {} started then, {} earlier, {} later · off by {} at p50, {} at p95",
+            e.jobs,
+            e.exact,
+            e.early,
+            e.late,
+            duration(e.abs_error_s.p50 as i64),
+            duration(e.abs_error_s.p95 as i64)
+        );
+    }
     let up: i64 = m.scale_events.iter().map(|e| e.delta_nodes.max(0)).sum();
     let down: i64 = m.scale_events.iter().map(|e| (-e.delta_nodes).max(0)).sum();
     let _ = writeln!(

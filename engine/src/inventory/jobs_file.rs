@@ -42,7 +42,11 @@ pub struct Job {
     pub tier: Option<String>,
     pub shape: JobShape,
     pub submitted_at: Option<i64>,
+    /// What the scheduler is told the job runs for: the user's estimate or time limit.
     pub runtime_s: Option<u64>,
+    /// In a replayed trace, how long it really runs (the decisions never see it): it ends
+    /// then, or at `runtime_s` if that comes first (a limit, as Slurm's TIMEOUT).
+    pub actual_runtime_s: Option<u64>,
     pub checkpoint_interval_s: Option<u64>,
     /// For a gang whose members arrive one by one (pods of a gang label): how many have
     /// arrived; `None` when all have.
@@ -109,6 +113,7 @@ struct Entry {
     user: Option<String>,
     submitted_at: Option<Time>,
     runtime_s: Option<u64>,
+    actual_runtime_s: Option<u64>,
     checkpoint_interval_s: Option<u64>,
     #[serde(default)]
     interactive: bool,
@@ -370,6 +375,7 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
         tier: e.tier,
         submitted_at,
         runtime_s: e.runtime_s,
+        actual_runtime_s: e.actual_runtime_s,
         checkpoint_interval_s: e.checkpoint_interval_s,
         members_present: e.members_present.filter(|p| *p < e.members),
         interactive: e.interactive,

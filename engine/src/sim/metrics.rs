@@ -34,8 +34,46 @@ pub struct Metrics {
     pub scale_events: Vec<ScaleEvent>,
     pub timeline: Timeline,
     pub job_outcomes: Vec<JobOutcome>,
+    /// How far each started job's first ETA was from its start: which promises to trust.
+    pub first_eta_error: EtaErrors,
     /// Trace events that could not apply (a node that was gone by then, ...).
     pub notes: Vec<String>,
+}
+
+/// Over the started jobs that were given an ETA while they waited: how far the first one
+/// was from the job's first start (start − ETA, so late is positive).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct EtaErrors {
+    pub jobs: u64,
+    /// Started at their first ETA, to the second.
+    pub exact: u64,
+    /// Started before it (a running job ended before its estimate).
+    pub early: u64,
+    /// Started after it (the promise broke).
+    pub late: u64,
+    /// The absolute difference, seconds.
+    pub abs_error_s: Percentiles,
+}
+
+impl EtaErrors {
+    pub fn of<'o>(outcomes: impl Iterator<Item = &'o JobOutcome>) -> EtaErrors {
+        let mut e = EtaErrors::default();
+        let mut abs = Vec::new();
+        for o in outcomes {
+            let (Some(eta), Some(start)) = (o.first_eta, o.first_start) else {
+                continue;
+            };
+            e.jobs += 1;
+            match (start - eta).signum() {
+                0 => e.exact += 1,
+                -1 => e.early += 1,
+                _ => e.late += 1,
+            }
+            abs.push((start - eta).abs() as f64);
+        }
+        e.abs_error_s = Percentiles::of(&abs);
+        e
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -173,6 +211,13 @@ pub struct JobOutcome {
     /// for jobs that later ran (`no_capacity (2h10m of 2h30m waited)`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub main_wait: Option<String>,
+    /// The first ETA it was given while it waited, seconds since the epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_eta: Option<i64>,
+    /// It ran until its limit (`runtime_s`) and was stopped there, its actual runtime
+    /// being longer.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
 }
 
 impl JobOutcome {

@@ -25,6 +25,9 @@ struct Seen {
     created: i64,
     started: Option<i64>,
     finished: Option<i64>,
+    /// The runtime the pod declared: its `gantry.dev/runtime` annotation, else its
+    /// `activeDeadlineSeconds`.
+    limit: Option<u64>,
 }
 
 /// Reads every listing (`(file, text)`, oldest first) into one trace.
@@ -120,6 +123,7 @@ fn job(out: &mut Imported, map: &Mapping, id: &str, pods: &[Seen]) {
         members: u32::try_from(pods.len()).unwrap_or(u32::MAX),
         gpus_per_member: first.gpus,
         runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
+        limit_s: first.limit,
     });
 }
 
@@ -172,6 +176,15 @@ fn read(pod: &Value) -> Option<Seen> {
         });
     let namespace = text("/metadata/namespace")?.to_string();
     let priority_class = text("/spec/priorityClassName").map(str::to_string);
+    let limit = pod
+        .pointer("/metadata/annotations/gantry.dev~1runtime")
+        .and_then(Value::as_str)
+        .and_then(duration_s)
+        .or_else(|| {
+            pod.pointer("/spec/activeDeadlineSeconds")
+                .and_then(Value::as_u64)
+        })
+        .filter(|s| *s > 0);
     Some(Seen {
         name: text("/metadata/name")?.to_string(),
         team: label("gantry.dev/team"),
@@ -184,5 +197,51 @@ fn read(pod: &Value) -> Option<Seen> {
         started: text("/status/startTime").and_then(time),
         finished,
         namespace,
+        limit,
     })
+}
+
+/// Seconds of `3600`, `90m`, `2h` or `1h30m` (units `s`, `m`, `h`, `d`).
+fn duration_s(text: &str) -> Option<u64> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(seconds);
+    }
+    let (mut total, mut number) = (0u64, None::<u64>);
+    for c in text.chars() {
+        if let Some(d) = c.to_digit(10) {
+            number = Some(
+                number
+                    .unwrap_or(0)
+                    .checked_mul(10)?
+                    .checked_add(u64::from(d))?,
+            );
+            continue;
+        }
+        let unit = match c {
+            's' => 1,
+            'm' => 60,
+            'h' => 3_600,
+            'd' => 86_400,
+            _ => return None,
+        };
+        total = total.checked_add(number.take()?.checked_mul(unit)?)?;
+    }
+    (number.is_none() && total > 0).then_some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pods_declared_runtime_reads_as_seconds() {
+        assert_eq!(duration_s("3600"), Some(3600));
+        assert_eq!(duration_s("90m"), Some(5400));
+        assert_eq!(duration_s("1h30m"), Some(5400));
+        assert_eq!(duration_s("2d"), Some(172_800));
+        assert_eq!(duration_s("1h30"), None);
+        assert_eq!(duration_s("soon"), None);
+        assert_eq!(duration_s(""), None);
+    }
 }

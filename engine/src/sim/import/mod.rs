@@ -78,7 +78,11 @@ pub struct TraceJob {
     pub submitted_at: i64,
     pub members: u32,
     pub gpus_per_member: u32,
+    /// How long it really ran.
     pub runtime_s: u64,
+    /// The time limit it was submitted with, when the source gives one: what a scheduler
+    /// plans with.
+    pub limit_s: Option<u64>,
 }
 
 impl TraceJob {
@@ -88,7 +92,7 @@ impl TraceJob {
             "submitted_at": self.submitted_at,
             "members": self.members,
             "gpus_per_member": self.gpus_per_member,
-            "runtime_s": self.runtime_s,
+            "runtime_s": self.limit_s.unwrap_or(self.runtime_s),
         });
         if let Some(o) = v.as_object_mut() {
             for (key, value) in [
@@ -102,6 +106,10 @@ impl TraceJob {
             }
             if !self.pools.is_empty() {
                 o.insert("pools".into(), json!(self.pools));
+            }
+            // Decisions see the limit; the replay ends the job when it really ended.
+            if self.limit_s.is_some() {
+                o.insert("actual_runtime_s".into(), json!(self.runtime_s));
             }
         }
         v

@@ -7,13 +7,15 @@
 //! and counted, and only a file with many is refused. A job requeued and listed once per
 //! run (`--duplicates`) is one job, submitted when it first was, replayed as its last
 //! run. Times are read as UTC unless they carry an offset (Slurm prints the controller's
-//! local time without a zone; a replay only uses differences).
+//! local time without a zone; a replay only uses differences). A job's `Timelimit` is
+//! what the replay's decisions plan with (`runtime_s`), `End − Start` what it really ran
+//! (`actual_runtime_s`), as Slurm planned from limits and learned ends as they came.
 
 use super::{at, Imported, Mapping, TraceJob};
 use std::collections::BTreeMap;
 
 /// The command that writes what this reads.
-pub const SACCT: &str = "sacct --allusers --parsable2 --starttime 2026-01-01 --format JobID,User,Account,Partition,QOS,Submit,Start,End,State,NNodes,AllocTRES,ReqTRES";
+pub const SACCT: &str = "sacct --allusers --parsable2 --starttime 2026-01-01 --format JobID,User,Account,Partition,QOS,Submit,Start,End,State,Timelimit,NNodes,AllocTRES,ReqTRES";
 
 /// Malformed lines are skipped, named and counted; past this many, and past
 /// [`MALFORMED_SHARE`] of the data lines, the file is refused as the wrong file.
@@ -208,8 +210,38 @@ fn read_line(
             members,
             gpus_per_member: u32::try_from(gpus / u64::from(members)).unwrap_or(u32::MAX),
             runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
+            limit_s: limit(get("Timelimit")),
         },
     })))
+}
+
+/// Seconds of a `Timelimit` as Slurm prints it (`[days-]hours:minutes:seconds`, or
+/// shorter: `minutes`, `minutes:seconds`, `days-hours[:minutes]`); `None` for
+/// `UNLIMITED`, `Partition_Limit` and anything else.
+fn limit(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (days, rest) = match s.split_once('-') {
+        Some((d, rest)) => (d.parse::<u64>().ok()?, rest),
+        None => (0, s),
+    };
+    let parts: Vec<u64> = rest
+        .split(':')
+        .map(|p| p.parse::<u64>().ok())
+        .collect::<Option<_>>()?;
+    let (h, m, sec) = match (s.contains('-'), parts.as_slice()) {
+        (false, [m]) => (0, *m, 0),
+        (false, [m, sec]) => (0, *m, *sec),
+        (true, [h]) => (*h, 0, 0),
+        (true, [h, m]) => (*h, *m, 0),
+        (_, [h, m, sec]) => (*h, *m, *sec),
+        _ => return None,
+    };
+    let total = days
+        .checked_mul(86_400)?
+        .checked_add(h.checked_mul(3_600)?)?
+        .checked_add(m.checked_mul(60)?)?
+        .checked_add(sec)?;
+    (total > 0).then_some(total)
 }
 
 /// GPUs in a TRES list: `gres/gpu=N`, else the typed counts (`gres/gpu:h100=N`) added up.
@@ -499,5 +531,37 @@ mod tests {
             "{:?}",
             got.notes
         );
+    }
+
+    /// `Timelimit` is what decisions plan with; `End − Start` what the job really ran.
+    #[test]
+    fn time_limits_become_the_runtime_decisions_see() {
+        assert_eq!(limit("00:10:00"), Some(600));
+        assert_eq!(limit("1-02:00:00"), Some(93_600));
+        assert_eq!(limit("30"), Some(1_800));
+        assert_eq!(limit("5:30"), Some(330));
+        assert_eq!(limit("2-12"), Some(216_000));
+        assert_eq!(limit("UNLIMITED"), None);
+        assert_eq!(limit("Partition_Limit"), None);
+        let export = "JobID|Submit|Start|End|State|Timelimit|NNodes|AllocTRES
+1|2026-11-24T10:00:00|2026-11-24T10:00:00|2026-11-24T10:03:00|COMPLETED|00:10:00|1|gres/gpu=1
+2|2026-11-24T10:00:00|2026-11-24T10:00:00|2026-11-24T10:05:00|TIMEOUT|00:05:00|1|gres/gpu=1
+3|2026-11-24T10:00:00|2026-11-24T10:00:00|2026-11-24T10:02:00|COMPLETED|UNLIMITED|1|gres/gpu=1
+";
+        let mut got = import("sacct.txt", export, &Mapping::default()).unwrap();
+        let lines: Vec<serde_json::Value> = got
+            .to_jsonl()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let pair = |i: usize| {
+            (
+                lines[i]["runtime_s"].clone(),
+                lines[i]["actual_runtime_s"].clone(),
+            )
+        };
+        assert_eq!(pair(0), (600.into(), 180.into()));
+        assert_eq!(pair(1), (300.into(), 300.into()));
+        assert_eq!(pair(2), (120.into(), serde_json::Value::Null));
     }
 }

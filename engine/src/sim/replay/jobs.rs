@@ -37,6 +37,10 @@ pub(super) struct SimJob {
     pub job: Job,
     member_milli: u64,
     work_s: i64,
+    /// Its actual runtime is past its limit: it ends at the limit, its work undone.
+    timed_out: bool,
+    /// The first ETA a decision gave it.
+    first_eta: Option<i64>,
     /// Work saved by checkpoints (or done by earlier runs that ended in a checkpoint).
     saved_s: i64,
     pub phase: Phase,
@@ -177,11 +181,20 @@ impl std::ops::Deref for Slots {
 
 impl SimJob {
     fn new(job: Job, member_milli: u64) -> SimJob {
-        let work_s = i64::try_from(job.runtime_s.unwrap_or(0)).unwrap_or(i64::MAX / 4);
+        // Decisions plan with `runtime_s`; the job runs for its actual runtime, stopped
+        // at `runtime_s` when that is shorter (a time limit, as Slurm's TIMEOUT).
+        let (work, timed_out) = match (job.runtime_s, job.actual_runtime_s) {
+            (Some(limit), Some(actual)) if actual > limit => (limit, true),
+            (_, Some(actual)) => (actual, false),
+            (limit, None) => (limit.unwrap_or(0), false),
+        };
+        let work_s = i64::try_from(work).unwrap_or(i64::MAX / 4);
         SimJob {
             job,
             member_milli,
             work_s,
+            timed_out,
+            first_eta: None,
             saved_s: 0,
             phase: Phase::Future,
             queued_since: 0,
@@ -393,6 +406,9 @@ impl SimJob {
             }
             None => self.waiting_under = Some((code, self.queued_since.min(now))),
         }
+        if self.first_eta.is_none() {
+            self.first_eta = d.reason.as_ref().and_then(|r| r.eta_s).map(|e| now + e);
+        }
         self.reason = d.reason.clone();
     }
 
@@ -468,6 +484,8 @@ impl SimJob {
                 _ => None,
             },
             main_wait: self.main_wait(end),
+            timed_out: self.timed_out && self.phase == Phase::Done,
+            first_eta: self.first_eta,
         }
     }
 }

@@ -3,7 +3,7 @@
 use super::Sim;
 use crate::core::fleet::MILLI;
 use crate::sim::metrics::{
-    JobCounts, JobOutcome, Metrics, Percentiles, PoolMetrics, TeamMetrics, Waits,
+    EtaErrors, JobCounts, JobOutcome, Metrics, Percentiles, PoolMetrics, TeamMetrics, Waits,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -154,6 +154,7 @@ impl Sim<'_> {
             waiting_by_reason,
             scale_events: self.scale_events,
             timeline: self.rec.timeline(end),
+            first_eta_error: EtaErrors::of(submitted.iter().copied()),
             job_outcomes: outcomes,
             notes: self.notes,
         }
