@@ -523,9 +523,11 @@ pub async fn run(q: Queue) {
         let leader = leader.clone();
         move || *leader.borrow()
     })));
-    // The next cycle comes at a change, at the plan's next decision time, or a TICK on.
-    let mut wake_in = TICK;
+    // The next cycle comes at a change, at the last plan's next decision time, or a TICK
+    // on (a cycle skipped leaves no time to wake at).
+    let mut next_decision_at: Option<i64> = None;
     loop {
+        let wake_in = wake_after(next_decision_at.take(), state.now());
         tokio::select! {
             _ = tokio::time::timeout(wake_in, changes.changed()) => {}
             _ = leader.changed() => {}
@@ -680,7 +682,7 @@ pub async fn run(q: Queue) {
                 continue;
             }
         };
-        wake_in = wake_after(plan.next_decision_at, now);
+        next_decision_at = plan.next_decision_at;
         state.metrics.set_pools(gauges);
         // Every replica shows the queue; only the leader changes the cluster.
         let mut report = queue_report(&view, &plan, leading);

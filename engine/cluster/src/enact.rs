@@ -389,9 +389,10 @@ pub fn actions(
                 .map(PodSeen::key)
                 .collect();
             // A nominated victim runs nowhere: its nomination is withdrawn, nothing stops.
-            let (withdrawn, running): (Vec<&String>, Vec<&String>) = d
+            let (withdrawn, running): (Vec<&str>, Vec<&str>) = d
                 .victims
                 .iter()
+                .map(String::as_str)
                 .partition(|v| view.nominated.contains_key(*v));
             let mut message = if running.is_empty() {
                 let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
@@ -402,14 +403,14 @@ pub fn actions(
             } else {
                 format!(
                     "placed once {} stop{} (evicted to make room)",
-                    join(&running),
+                    running.join(", "),
                     if running.len() == 1 { "s" } else { "" }
                 )
             };
             if !withdrawn.is_empty() {
                 message.push_str(&format!(
                     "; takes the room held for {} (nomination withdrawn)",
-                    join(&withdrawn)
+                    withdrawn.join(", ")
                 ));
             }
             message.push_str(&refusals(view, &refused));
@@ -681,11 +682,4 @@ pub fn assign_patch(uid: &str, node: Option<&str>, seal: Option<&str>) -> Value 
         ASSIGNED_ANNOTATION: node,
         crate::seal::SEAL_ANNOTATION: seal,
     }}})
-}
-
-fn join(jobs: &[&String]) -> String {
-    jobs.iter()
-        .map(|j| j.as_str())
-        .collect::<Vec<_>>()
-        .join(", ")
 }

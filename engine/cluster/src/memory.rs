@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 
 pub const CONFIG_MAP: &str = "gantry-state";
 pub const KEY: &str = "memory.json";
-// Starts older than HORIZON are dropped, as usage is.
 #[cfg(test)]
 use engine::decide::usage::DAY;
 use engine::decide::usage::{self, HORIZON};
@@ -140,9 +139,7 @@ impl Memory {
                 let team = j.team.as_deref().filter(|t| *t != crate::queue::FOREIGN)?;
                 Some(usage::Use {
                     team,
-                    member: &j.shape.member,
-                    members: j.placement.len(),
-                    from: i64::MIN,
+                    rate: usage::rate(&j.shape.member, j.placement.len()),
                 })
             });
         usage::account(
@@ -152,6 +149,7 @@ impl Memory {
             now,
             Some(MAX_STEP),
         );
+        // Starts go with the usage of their time.
         self.starts.retain(|s| now - s.at <= HORIZON);
         let over = self.starts.len().saturating_sub(MAX_STARTS);
         self.starts.drain(..over);

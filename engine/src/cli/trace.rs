@@ -103,18 +103,7 @@ fn import_files(args: &ImportArgs) -> Result<Imported, String> {
     };
     let files: Vec<(String, String)> = args.files.iter().map(read).collect::<Result<_, _>>()?;
     match args.from {
-        Source::Slurm => {
-            let mut all = Imported::default();
-            for (name, text) in &files {
-                let one = slurm::import(name, text, &map)?;
-                all.jobs.extend(one.jobs);
-                for (why, n) in one.skipped {
-                    *all.skipped.entry(why).or_insert(0) += n;
-                }
-                all.notes.extend(one.notes);
-            }
-            Ok(all)
-        }
+        Source::Slurm => slurm::import_files(&files, &map),
         Source::Kubernetes => kubernetes::import(&files, &map),
     }
 }

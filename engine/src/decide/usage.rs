@@ -12,31 +12,33 @@ pub const DAY: i64 = 86_400;
 /// Usage older than this is dropped.
 pub const HORIZON: i64 = 30 * DAY;
 
-/// What one running job uses: `members` members of `member` for team `team`, since
-/// `from` (its start; a job is charged from there or from the last accounting, the
-/// later).
+/// What a team's running jobs (one or many) use per second: GPUs, CPUs, memory MiB.
 #[derive(Debug, Clone, Copy)]
 pub struct Use<'a> {
     pub team: &'a str,
-    pub member: &'a Request,
-    pub members: usize,
-    pub from: i64,
+    pub rate: [f64; 3],
 }
 
-/// The GPUs, CPUs and memory MiB one member of `m` counts for.
-fn per_member(m: &Request) -> (f64, f64, f64) {
-    let gpus = if m.mig_profile.is_some() {
-        f64::from(m.num_gpu) / 7.0
+/// What `members` members of `member` use per second.
+pub fn rate(member: &Request, members: usize) -> [f64; 3] {
+    let gpus = if member.mig_profile.is_some() {
+        f64::from(member.num_gpu) / 7.0
     } else {
-        f64::from(m.num_gpu) * f64::from(m.gpu_milli) / 1000.0
+        f64::from(member.num_gpu) * f64::from(member.gpu_milli) / 1000.0
     };
-    (gpus, m.cpu_milli as f64 / 1000.0, m.memory_mib as f64)
+    let n = members as f64;
+    [
+        gpus * n,
+        member.cpu_milli as f64 / 1000.0 * n,
+        member.memory_mib as f64 * n,
+    ]
 }
 
 /// Adds what `running` used since `accounted_to` up to `now` to `usage`, each hour's part
-/// in that hour's bucket, then compacts old buckets. With `max_step`, at most that many
-/// seconds are charged (the controller: after a gap with no leader, the jobs running now
-/// may not have run through it). The first call only starts the clock.
+/// in that hour's bucket, then compacts old buckets when a new hour has begun. With
+/// `max_step`, at most that many seconds are charged (the controller: after a gap with no
+/// leader, the jobs running now may not have run through it). The first call only
+/// starts the clock.
 pub fn account<'a>(
     usage: &mut Vec<UsageRecord>,
     accounted_to: &mut Option<i64>,
@@ -44,26 +46,26 @@ pub fn account<'a>(
     now: i64,
     max_step: Option<i64>,
 ) {
-    let since = accounted_to.unwrap_or(now).min(now);
+    let last = accounted_to.unwrap_or(now).min(now);
     *accounted_to = Some(now);
-    let since = max_step.map_or(since, |m| since.max(now - m.max(0)));
+    let since = max_step.map_or(last, |m| last.max(now - m.max(0)));
     if now <= since {
         return;
     }
-    let mut added: BTreeMap<(String, i64), (f64, f64, f64)> = BTreeMap::new();
+    // Keyed by borrowed names: this runs at every event of a replay.
+    let mut added: BTreeMap<(&str, i64), (f64, f64, f64)> = BTreeMap::new();
     for u in running {
-        let (gpus, cpus, memory) = per_member(u.member);
-        let members = u.members as f64;
+        let [gpus, cpus, memory] = u.rate;
         // Hour by hour: a replay's step between events may span many.
-        let mut at = since.max(u.from);
+        let mut at = since;
         while at < now {
             let bucket = at - at.rem_euclid(HOUR);
             let until = (bucket + HOUR).min(now);
             let dt = (until - at) as f64;
-            let e = added.entry((u.team.to_string(), bucket)).or_default();
-            e.0 += gpus * members * dt;
-            e.1 += cpus * members * dt;
-            e.2 += memory * members * dt;
+            let e = added.entry((u.team, bucket)).or_default();
+            e.0 += gpus * dt;
+            e.1 += cpus * dt;
+            e.2 += memory * dt;
             at = until;
         }
     }
@@ -75,7 +77,7 @@ pub fn account<'a>(
                 u.memory_mib_s += memory_mib_s;
             }
             None => usage.push(UsageRecord {
-                team,
+                team: team.to_string(),
                 at: bucket,
                 gpu_s,
                 cpu_s,
@@ -83,7 +85,10 @@ pub fn account<'a>(
             }),
         }
     }
-    compact(usage, now);
+    // Buckets age into daily ones and out by the hour: compacted when an hour begins.
+    if last.div_euclid(HOUR) != now.div_euclid(HOUR) {
+        compact(usage, now);
+    }
 }
 
 /// Hourly buckets older than a day become daily ones; anything past the horizon goes.
@@ -135,26 +140,17 @@ mod tests {
     }
 
     #[test]
-    fn a_long_step_is_charged_hour_by_hour_from_each_jobs_start() {
+    fn a_long_step_is_charged_hour_by_hour() {
         let (mut usage, mut to) = (Vec::new(), None);
         let t0 = 1_795_500_000 - 1_795_500_000 % DAY;
-        let eight = gpus(8);
-        let use_of = |from| Use {
+        let eight = Use {
             team: "a",
-            member: &eight,
-            members: 1,
-            from,
+            rate: rate(&gpus(8), 1),
         };
-        account(&mut usage, &mut to, [use_of(t0)], t0, None);
+        account(&mut usage, &mut to, [eight], t0 + 1800, None);
         assert!(usage.is_empty(), "the first call only starts the clock");
-        // Five and a half hours in one step, for a job that started half an hour in.
-        account(
-            &mut usage,
-            &mut to,
-            [use_of(t0 + 1800)],
-            t0 + 5 * HOUR + 1800,
-            None,
-        );
+        // Five hours in one step, from half an hour into the first.
+        account(&mut usage, &mut to, [eight], t0 + 5 * HOUR + 1800, None);
         assert_eq!(gpu_s(&usage, "a"), 8.0 * 5.0 * 3600.0);
         let buckets: Vec<(i64, f64)> = usage.iter().map(|u| (u.at - t0, u.gpu_s)).collect();
         assert_eq!(
@@ -169,7 +165,7 @@ mod tests {
             ]
         );
         // With a step limit, a long gap is charged that much at most.
-        account(&mut usage, &mut to, [use_of(t0)], t0 + 10 * HOUR, Some(300));
+        account(&mut usage, &mut to, [eight], t0 + 10 * HOUR, Some(300));
         assert_eq!(gpu_s(&usage, "a"), 8.0 * (5.0 * 3600.0 + 300.0));
     }
 }

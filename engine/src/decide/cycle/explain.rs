@@ -377,17 +377,18 @@ impl Cycle<'_> {
         mut r: Reason,
         own_only: bool,
     ) -> Reason {
-        // A gang may wait for victims on some nodes and for jobs that end on others.
         let gang = shape.members > 1;
-        let gang_may_preempt = gang
-            && (self
-                .lowest_victim_priority
-                .is_some_and(|p| p < self.priority(js))
-                || !self.reclaimable(js).is_empty());
-        if self.eta_estimates >= ETA_BUDGET
-            || (gang && self.gang_waits >= GANG_WAIT_BUDGET)
-            || !(self.any_protected || gang_may_preempt)
-        {
+        if self.eta_estimates >= ETA_BUDGET || (gang && self.gang_waits >= GANG_WAIT_BUDGET) {
+            return r;
+        }
+        // A gang may wait for victims on some nodes and for jobs that end on others.
+        let may_wait = self.any_protected
+            || (gang
+                && (self
+                    .lowest_victim_priority
+                    .is_some_and(|p| p < self.priority(js))
+                    || !self.reclaimable(js).is_empty()));
+        if !may_wait {
             return r;
         }
         // Every search counts against the budget, found or not.

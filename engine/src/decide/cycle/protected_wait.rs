@@ -285,10 +285,11 @@ impl<'a> Cycle<'a> {
     }
 
     /// Node `n` as the victims `asker` may take there go: what `measure` gives of it now
-    /// (no victim gone), and after each victim, in the order their protection ends
-    /// (those preemptible now first), until it gives `enough` or `before` comes. With `ending` (the jobs on
-    /// the node that are neither victims nor protected), jobs it may not preempt count
-    /// from when they end. With `own_only`, only the asker's own team's jobs count.
+    /// (no victim gone), and after each victim, in the order their protection ends (those
+    /// preemptible now first), until it gives `enough` or `before` comes. With `ending`
+    /// (the jobs on the node that are neither victims nor protected), jobs it may not
+    /// preempt count from when they end. With `own_only`, only the asker's own team's
+    /// jobs count.
     fn timeline(&self, n: usize, look: &Look<'_>) -> (u64, Vec<Step>) {
         let Look {
             asker,
@@ -333,16 +334,15 @@ impl<'a> Cycle<'a> {
                 _ => {}
             }
         }
-        for &h in self.protected_on.get(n) {
-            let Some(p) = self.holders.get(h).and_then(|x| x.protected()) else {
+        for &h in self.protected_on.get(n).iter().filter(|h| counts(**h)) {
+            let Some((team, p)) = self
+                .holders
+                .get(h)
+                .and_then(|x| Some((x.team_ix, x.protected()?)))
+            else {
                 continue;
             };
-            let team = self.holders.get(h).and_then(|x| x.team_ix);
-            if !counts(h) {
-                continue;
-            }
-            let ends = end(h).filter(|e| with_ends && *e <= p.from);
-            if let Some(e) = ends {
+            if let Some(e) = end(h).filter(|e| with_ends && *e <= p.from) {
                 order.push((e, h, Some(Wake::End(h)), 0));
             } else if self.may_make_way(team, p.priority, asker).is_some() {
                 order.push((p.from, h, Some(Wake::Protection(p.why)), p.grace_s));

@@ -128,7 +128,13 @@ pub struct Imported {
 
 impl Imported {
     fn skip(&mut self, why: &str) {
-        *self.skipped.entry(why.to_string()).or_insert(0) += 1;
+        self.skip_n(why, 1);
+    }
+
+    fn skip_n(&mut self, why: &str, n: usize) {
+        if n > 0 {
+            *self.skipped.entry(why.to_string()).or_insert(0) += n;
+        }
     }
 
     /// Keeps `job` if `simulate` would take it, else counts it as skipped with why: a

@@ -24,16 +24,67 @@ const MALFORMED_SHARE: f64 = 0.05;
 /// Malformed lines named in the notes; the rest are counted.
 const MALFORMED_NAMED: usize = 10;
 
-/// One started and ended run of a job, as a line of the export gives it.
+/// One started and ended run of a job, as a line of an export gives it.
 struct Run {
-    line: usize,
-    submitted: i64,
     start: i64,
     state: String,
     job: TraceJob,
 }
 
+/// One export (see [`import_files`]).
 pub fn import(file: &str, text: &str, map: &Mapping) -> Result<Imported, String> {
+    import_files(&[(file.to_string(), text.to_string())], map)
+}
+
+/// Exports (`(file, text)`), read together: a job listed in several (overlapping date
+/// ranges, or its runs split between them) is one job.
+pub fn import_files(files: &[(String, String)], map: &Mapping) -> Result<Imported, String> {
+    let mut out = Imported::default();
+    let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
+    for (file, text) in files {
+        read_file(file, text, map, &mut out, &mut runs)?;
+    }
+    let mut stopped: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, mut job_runs) in runs {
+        // `sacct --duplicates` lists a requeued job once per run: one job, submitted
+        // when it first was, replayed as its last run (the same run listed twice is one).
+        job_runs.sort_by_key(|r| r.start);
+        job_runs.dedup_by(|a, b| a.start == b.start);
+        let first_submit = job_runs.iter().map(|r| r.job.submitted_at).min();
+        let earlier = job_runs.len().saturating_sub(1);
+        let Some(last) = job_runs.pop() else {
+            continue;
+        };
+        out.skip_n(
+            "earlier runs of requeued jobs (the job is replayed once)",
+            earlier,
+        );
+        if !matches!(last.state.as_str(), "COMPLETED" | "") {
+            *stopped.entry(last.state).or_insert(0) += 1;
+        }
+        let mut job = last.job;
+        job.submitted_at = first_submit.unwrap_or(job.submitted_at);
+        out.admit(job);
+    }
+    if !stopped.is_empty() {
+        let states: Vec<String> = stopped.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        out.notes.push(format!(
+            "jobs that did not complete are replayed as running until they stopped ({})",
+            states.join(", ")
+        ));
+    }
+    Ok(out)
+}
+
+/// Reads one export's lines into `runs` by job id; lines left out and malformed ones
+/// are counted (and the first malformed ones named) in `out`.
+fn read_file(
+    file: &str,
+    text: &str,
+    map: &Mapping,
+    out: &mut Imported,
+    runs: &mut BTreeMap<String, Vec<Run>>,
+) -> Result<(), String> {
     // Windows tools save UTF-8 with a byte-order mark.
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text
@@ -62,19 +113,13 @@ pub fn import(file: &str, text: &str, map: &Mapping) -> Result<Imported, String>
             ),
         ));
     }
-    let mut out = Imported::default();
-    let mut runs: BTreeMap<String, Vec<Run>> = BTreeMap::new();
     let (mut data, mut malformed) = (0usize, Vec::new());
     for (i, line) in lines {
-        let n = i + 1;
         data += 1;
         match read_line(line, &names, &column, map) {
-            Ok(Line::Run(run)) => runs
-                .entry(run.job.id.clone())
-                .or_default()
-                .push(Run { line: n, ..*run }),
+            Ok(Line::Run(run)) => runs.entry(run.job.id.clone()).or_default().push(*run),
             Ok(Line::Skip(why)) => out.skip(why),
-            Err(e) => malformed.push(at(file, n, e)),
+            Err(e) => malformed.push(at(file, i + 1, e)),
         }
     }
     if malformed.len() > MALFORMED_MAX && malformed.len() as f64 > MALFORMED_SHARE * data as f64 {
@@ -88,37 +133,8 @@ pub fn import(file: &str, text: &str, map: &Mapping) -> Result<Imported, String>
     for m in malformed.iter().take(MALFORMED_NAMED) {
         out.notes.push(format!("{m} (skipped)"));
     }
-    for _ in &malformed {
-        out.skip("malformed lines");
-    }
-    let mut stopped: BTreeMap<String, usize> = BTreeMap::new();
-    for (_, mut job_runs) in runs {
-        // `sacct --duplicates` lists a requeued job once per run: one job, submitted
-        // when it first was, replayed as its last run.
-        job_runs.sort_by_key(|r| (r.start, r.line));
-        let first_submit = job_runs.iter().map(|r| r.submitted).min();
-        let earlier = job_runs.len().saturating_sub(1);
-        let Some(last) = job_runs.pop() else {
-            continue;
-        };
-        for _ in 0..earlier {
-            out.skip("earlier runs of requeued jobs (the job is replayed once)");
-        }
-        if !matches!(last.state.as_str(), "COMPLETED" | "") {
-            *stopped.entry(last.state.clone()).or_insert(0) += 1;
-        }
-        let mut job = last.job;
-        job.submitted_at = first_submit.unwrap_or(job.submitted_at);
-        out.admit(job);
-    }
-    if !stopped.is_empty() {
-        let states: Vec<String> = stopped.iter().map(|(s, n)| format!("{n} {s}")).collect();
-        out.notes.push(format!(
-            "{file}: jobs that did not complete are replayed as running until they stopped ({})",
-            states.join(", ")
-        ));
-    }
-    Ok(out)
+    out.skip_n("malformed lines", malformed.len());
+    Ok(())
 }
 
 /// What one line of the export is.
@@ -196,8 +212,6 @@ fn read_line(
     let user = get("User");
     let partition = get("Partition");
     Ok(Line::Run(Box::new(Run {
-        line: 0,
-        submitted,
         start,
         state,
         job: TraceJob {
@@ -563,5 +577,28 @@ mod tests {
         assert_eq!(pair(0), (600.into(), 180.into()));
         assert_eq!(pair(1), (300.into(), 300.into()));
         assert_eq!(pair(2), (120.into(), serde_json::Value::Null));
+    }
+
+    /// Exports of overlapping date ranges list a job twice: it is one job; a requeued
+    /// job's runs split between two files are one job too.
+    #[test]
+    fn jobs_listed_in_several_exports_are_one_job() {
+        let header = "JobID|Submit|Start|End|State|NNodes|AllocTRES";
+        let a = format!(
+            "{header}\n1|2026-11-24T10:00:00|2026-11-24T10:00:00|2026-11-24T10:30:00|COMPLETED|1|gres/gpu=1\n2|2026-11-24T10:00:00|2026-11-24T10:00:00|2026-11-24T10:10:00|NODE_FAIL|1|gres/gpu=2\n"
+        );
+        let b = format!(
+            "{header}\n1|2026-11-24T10:00:00|2026-11-24T10:00:00|2026-11-24T10:30:00|COMPLETED|1|gres/gpu=1\n2|2026-11-24T10:12:00|2026-11-24T10:15:00|2026-11-24T11:15:00|COMPLETED|1|gres/gpu=2\n"
+        );
+        let files = [("a.txt".to_string(), a), ("b.txt".to_string(), b)];
+        let got = import_files(&files, &Mapping::default()).unwrap();
+        let ids: Vec<&str> = got.jobs.iter().map(|j| j.id.as_str()).collect();
+        assert_eq!(ids, ["1", "2"]);
+        assert_eq!(got.jobs[1].runtime_s, 3600);
+        assert_eq!(
+            got.skipped
+                .get("earlier runs of requeued jobs (the job is replayed once)"),
+            Some(&1)
+        );
     }
 }

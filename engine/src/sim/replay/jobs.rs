@@ -431,17 +431,14 @@ impl SimJob {
         ))
     }
 
-    /// What it uses while it runs, for fair share's usage (from when its work starts:
-    /// placed behind a stopping victim, it waits for the victim's grace first).
+    /// What it uses per second while it runs, for fair share's usage.
     pub fn usage(&self) -> Option<crate::decide::usage::Use<'_>> {
         let Phase::Running(run) = &self.phase else {
             return None;
         };
         Some(crate::decide::usage::Use {
             team: self.job.team.as_deref()?,
-            member: &self.job.shape.member,
-            members: run.members.len(),
-            from: run.work_from,
+            rate: crate::decide::usage::rate(&self.job.shape.member, run.members.len()),
         })
     }
 

@@ -14,6 +14,7 @@
 mod jobs;
 mod nodes;
 mod record;
+mod running_use;
 mod states;
 mod summary;
 
@@ -29,6 +30,7 @@ use jobs::{Counts, Slot, Slots};
 use lang::ir::Program;
 use nodes::SimNode;
 use record::Recorder;
+use running_use::RunningUse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How a replay runs besides the policy, fleet and trace.
@@ -163,6 +165,7 @@ struct Sim<'p> {
     /// `snapshot.usage` as they run, as the controller adds it, up to `accounted_to`.
     fair_share: bool,
     accounted_to: Option<i64>,
+    running_use: running_use::RunningUse,
     changed: bool,
     autoscales: bool,
     preemptions: Preemptions,
@@ -296,6 +299,7 @@ impl<'p> Sim<'p> {
                 .iter()
                 .any(|c| c.fair_share == lang::ir::FairShare::Drf),
             accounted_to: None,
+            running_use: running_use::RunningUse::default(),
             changed: false,
             autoscales: !program.autoscale.is_empty() || !program.warm.is_empty(),
             preemptions: Preemptions::default(),
@@ -411,16 +415,28 @@ impl<'p> Sim<'p> {
         if !self.fair_share {
             return;
         }
-        let jobs = &self.jobs;
-        let uses = self
-            .active
-            .iter()
-            .filter_map(|&j| jobs.get(j).and_then(Slot::live))
-            .filter_map(jobs::SimJob::usage);
+        #[cfg(debug_assertions)]
+        {
+            let mut teams: BTreeMap<&str, usize> = BTreeMap::new();
+            for job in self
+                .active
+                .iter()
+                .filter_map(|&j| self.jobs.get(j).and_then(Slot::live))
+            {
+                if let Some(u) = job.usage() {
+                    *teams.entry(u.team).or_insert(0) += 1;
+                }
+            }
+            debug_assert_eq!(
+                teams,
+                self.running_use.jobs_by_team(),
+                "running use out of step"
+            );
+        }
         crate::decide::usage::account(
             &mut self.snapshot.usage,
             &mut self.accounted_to,
-            uses,
+            self.running_use.uses(),
             t,
             None,
         );
@@ -610,6 +626,9 @@ impl<'p> Sim<'p> {
                 let before = Counts::of(&job.phase);
                 let started = job.start(d, free_at, &prices, &mut self.rec);
                 self.counts.moved(before, Counts::of(&job.phase));
+                if started.is_some() {
+                    self.running_use.started(job);
+                }
                 let Some(ends) = started else {
                     return;
                 };
@@ -656,8 +675,12 @@ impl<'p> Sim<'p> {
             return;
         };
         let before = Counts::of(&job.phase);
+        let used = RunningUse::of(job);
         let stopped = job.stop(now, p.lost_gpu_s, &mut self.rec);
         self.counts.moved(before, Counts::of(&job.phase));
+        if stopped.is_some() {
+            self.running_use.stopped(used);
+        }
         let Some(members) = stopped else {
             return;
         };
@@ -690,8 +713,12 @@ impl<'p> Sim<'p> {
         };
         if let Some(job) = slot.live_mut() {
             let before = Counts::of(&job.phase);
+            let used = RunningUse::of(job);
             let finished = job.finish(generation, &mut self.rec);
             self.counts.moved(before, Counts::of(&job.phase));
+            if finished {
+                self.running_use.stopped(used);
+            }
             if finished {
                 self.active.remove(&index);
                 slot.complete(self.now);
@@ -771,8 +798,12 @@ impl<'p> Sim<'p> {
             }
             let lost = job.lost_gpu_s(now);
             let before = Counts::of(&job.phase);
+            let used = RunningUse::of(job);
             let stopped = job.stop(now, lost, &mut self.rec).is_some();
             self.counts.moved(before, Counts::of(&job.phase));
+            if stopped {
+                self.running_use.stopped(used);
+            }
             if stopped {
                 self.preemptions.node_failures += 1;
                 self.preemptions.lost_gpu_hours += lost / 3600.0;
