@@ -227,8 +227,15 @@ fn applied(stores: &mut Stores, actions: &[Action]) {
                     p.preemption_seal.clone_from(mark_seal);
                 }
             }
-            Action::Nominate { text, seal, .. } => {
+            Action::Nominate {
+                text,
+                seal,
+                reason,
+                message,
+                ..
+            } => {
                 p.nominated = seal.as_ref().map(|s| (text.clone(), s.clone()));
+                p.waiting = Some((reason.clone(), message.clone()));
             }
             Action::Unnominate { .. } => p.nominated = None,
             Action::Wait {
@@ -415,7 +422,8 @@ fn tally(
             Action::Release { told: false, .. } => "release",
             Action::Release { told: true, .. } => "release + placed condition",
             Action::Placed { .. } => "placed condition",
-            Action::Nominate { .. } | Action::Unnominate { .. } => "nomination",
+            Action::Nominate { .. } => "nomination + wait condition",
+            Action::Unnominate { .. } => "nomination withdrawn",
             Action::Evict { .. } => "evict (mark, eviction, event)",
             Action::Wait { event: true, .. } => "wait condition + event",
             Action::Wait { event: false, .. } => "wait condition",

@@ -291,9 +291,16 @@ pub async fn apply(client: &Client, action: &Action, now: i64) -> Result<(), Str
                     .map_err(|e| fail("condition", e))?;
             }
         }
-        Action::Nominate { text, seal, .. } => {
-            let patch = enact::nomination_patch(&pod.uid, Some((text, seal.as_deref())));
-            pods.patch(&pod.name, &params(), &Patch::Merge(&patch))
+        Action::Nominate {
+            text,
+            seal,
+            reason,
+            message,
+            ..
+        } => {
+            let patch =
+                enact::nominating_patch(&pod.uid, (text, seal.as_deref()), (reason, message), now);
+            pods.patch_status(&pod.name, &params(), &Patch::Strategic(&patch))
                 .await
                 .map_err(|e| fail("nominate", e))?;
         }
@@ -708,7 +715,7 @@ pub async fn run(q: Queue) {
                 Ok(mut s) => s.remember_evictions(&succeeded, &refused),
                 Err(p) => p.into_inner().remember_evictions(&succeeded, &refused),
             }
-            teller.placed(&succeeded, now);
+            teller.written(&succeeded, now);
             refused.extend(teller.take_refused());
             for (a, e) in &refused {
                 state.metrics.enactment_error(action_name(a));

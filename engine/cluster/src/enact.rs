@@ -20,8 +20,8 @@
 use crate::nomination;
 use crate::pods::{PodSeen, ASSIGNED_ANNOTATION, WAITING_CONDITION};
 use crate::queue::QueueView;
-use crate::telling::{needs_telling, position_band};
-use engine::decide::plan::{wall_time, Action as PlanAction, EtaKind, Plan, Reason};
+use crate::telling::{needs_telling, sticky_band};
+use engine::decide::plan::{wall_time, Action as PlanAction, Decision, EtaKind, Plan, Reason};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -79,8 +79,10 @@ pub enum Action {
         #[serde(skip)]
         mark_seal: Option<String>,
     },
-    /// Holds `node` for a preemptor's member while its victims stop (`crate::nomination`):
-    /// written before any of them is evicted.
+    /// Holds `node` for a preemptor's member while its victims stop (`crate::nomination`),
+    /// and says so in its waiting condition (`reason`, `message`): one `pods/status`
+    /// write, which may change a pod's annotations too. Written before any victim is
+    /// evicted.
     Nominate {
         pod: PodRef,
         job: String,
@@ -88,6 +90,8 @@ pub enum Action {
         text: String,
         #[serde(skip)]
         seal: Option<String>,
+        reason: String,
+        message: String,
     },
     /// Withdraws a nomination: a higher-priority job preempts the nominated one before it
     /// was released.
@@ -209,10 +213,10 @@ fn camel(code: &impl Serialize) -> String {
         .collect()
 }
 
-/// The waiting condition's reason and message. The expected start is absolute and to the
-/// minute, and the place in the queue a band (`crate::telling`), so neither changes
-/// every cycle.
-pub fn waiting(reason: &Reason, now: i64) -> (String, String) {
+/// The waiting condition's reason and message, for a pod `told` a message before. The
+/// expected start is absolute and to the minute, and the place in the queue a band that
+/// holds near its edges (`crate::telling`), so neither changes every cycle.
+pub fn waiting(reason: &Reason, now: i64, told: Option<&str>) -> (String, String) {
     let code = if reason.gang_timeout_exceeded {
         "GangTimeout".to_string()
     } else {
@@ -220,7 +224,7 @@ pub fn waiting(reason: &Reason, now: i64) -> (String, String) {
     };
     let mut message = reason.message.clone();
     if let Some(p) = reason.position {
-        message.push_str(&format!("; queue position {}", position_band(p)));
+        message.push_str(&format!("; queue position {}", sticky_band(told, p)));
     }
     if let Some(eta) = reason.eta_s {
         let when = wall_time(now.saturating_add(eta.max(0)));
@@ -327,43 +331,12 @@ pub fn actions(
             continue;
         }
         if d.action == PlanAction::Place && !d.victims.is_empty() {
-            // The preemptor's nodes are held for it before any victim is evicted.
-            let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
-            let grace = plan
-                .preemptions
-                .iter()
-                .filter(|e| e.for_job == d.job)
-                .map(|e| e.grace_s)
-                .max()
-                .unwrap_or(0);
-            // A nomination it takes over was held for victims still stopping: hold as long.
-            let taken_over = d
-                .victims
-                .iter()
-                .filter_map(|v| view.nominated.get(v))
-                .map(|n| n.until)
-                .max()
-                .unwrap_or(i64::MIN);
-            let until = now
-                .saturating_add(i64::try_from(grace).unwrap_or(i64::MAX / 4))
-                .saturating_add(nomination::SLACK_S)
-                .max(taken_over);
-            // Without the key a nomination would not be believed: none is written.
-            if let (true, Some(key)) = (nodes.len() == members.len(), view.seal.as_ref()) {
-                for (p, node) in members.iter().zip(&nodes) {
-                    let text = nomination::text(node, until);
-                    out.push(Action::Nominate {
-                        pod: PodRef::of(p),
-                        job: d.job.clone(),
-                        node: (*node).to_string(),
-                        seal: Some(nomination::sign(key, &p.uid, &text)),
-                        text,
-                    });
-                }
-            }
+            preempting(&mut out, view, pods, plan, d, &members, now);
+            continue;
         }
-        let (reason, message) = if d.action == PlanAction::Place && d.victims.is_empty() {
-            // The plan may count GPUs that pods stopping there still hold.
+        let (reason, message) = if d.action == PlanAction::Place {
+            // Placed without victims: the plan may count GPUs that pods stopping there
+            // still hold.
             let nodes: Vec<&str> = d
                 .placement
                 .iter()
@@ -371,53 +344,22 @@ pub fn actions(
                 .filter(|n| stopping.contains(n))
                 .collect();
             (
-                "WaitingForStop".to_string(),
+                WAITING_FOR_STOP.to_string(),
                 format!(
                     "placed once the pods stopping on {} are gone",
                     nodes.join(", ")
                 ),
             )
-        } else if d.action == PlanAction::Place {
-            // Victims marked by an earlier cycle and still not going: their eviction was
-            // refused (a PodDisruptionBudget, most often).
-            let refused: Vec<String> = d
-                .victims
-                .iter()
-                .flat_map(|v| view.members.get(v).into_iter().flatten())
-                .filter_map(pod)
-                .filter(|p| p.sealed_mark(view.seal.as_ref()).is_some() && !p.terminating)
-                .map(PodSeen::key)
-                .collect();
-            // A nominated victim runs nowhere: its nomination is withdrawn, nothing stops.
-            let (withdrawn, running): (Vec<&str>, Vec<&str>) = d
-                .victims
-                .iter()
-                .map(String::as_str)
-                .partition(|v| view.nominated.contains_key(*v));
-            let mut message = if running.is_empty() {
-                let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
-                format!(
-                    "placed on {} once the pods stopping there are gone",
-                    nodes.join(", ")
-                )
-            } else {
-                format!(
-                    "placed once {} stop{} (evicted to make room)",
-                    running.join(", "),
-                    if running.len() == 1 { "s" } else { "" }
-                )
-            };
-            if !withdrawn.is_empty() {
-                message.push_str(&format!(
-                    "; takes the room held for {} (nomination withdrawn)",
-                    withdrawn.join(", ")
-                ));
-            }
-            message.push_str(&refusals(view, &refused));
-            ("Preempting".to_string(), message)
         } else {
             match &d.reason {
-                Some(r) => waiting(r, now),
+                Some(r) => waiting(
+                    r,
+                    now,
+                    members
+                        .first()
+                        .and_then(|p| p.waiting.as_ref())
+                        .map(|(_, m)| m.as_str()),
+                ),
                 None => continue,
             }
         };
@@ -460,23 +402,11 @@ pub fn actions(
             .filter(|v| !v.stopping)
             .map(|v| v.pod.clone())
             .collect();
-        let going: Vec<&str> = n.victims.iter().map(|v| v.pod.as_str()).collect();
-        let mut message = if going.is_empty() {
-            format!(
-                "placed on {} once the pods stopping there are gone",
-                blocked.join(", ")
-            )
-        } else {
-            format!(
-                "placed on {} once {} stop{} (evicted to make room); held until {}",
-                distinct(&nodes).join(", "),
-                going.join(", "),
-                if going.len() == 1 { "s" } else { "" },
-                wall_time(n.until)
-            )
-        };
+        let mut going: Vec<&str> = n.victims.iter().map(|v| v.pod.as_str()).collect();
+        let on = if going.is_empty() { &blocked } else { &nodes };
+        let mut message = preempting_message(on, &mut going, Some(n.until));
         message.push_str(&refusals(view, &refused));
-        let reason = "Preempting".to_string();
+        let reason = PREEMPTING.to_string();
         for p in &members {
             if needs_telling(p.waiting.as_ref(), &reason, &message) {
                 out.push(wait(p, reason.clone(), message.clone()));
@@ -633,9 +563,136 @@ fn refusals(view: &QueueView, pods: &[String]) -> String {
     }
 }
 
-/// Tells `p` it waits: the condition, and an Event when the reason's code is new to it.
+/// The reason of a preemptor whose victims are stopping.
+pub const PREEMPTING: &str = "Preempting";
+/// The reason of a job placed where pods are still stopping.
+pub const WAITING_FOR_STOP: &str = "WaitingForStop";
+
+/// A preemptor placed by this plan: its members' nodes are held for it, each with the
+/// condition that says what it waits for, in one write per member before any victim is
+/// evicted (without the key a nomination would not be believed: only the condition).
+fn preempting(
+    out: &mut Vec<Action>,
+    view: &QueueView,
+    pods: &BTreeMap<String, PodSeen>,
+    plan: &Plan,
+    d: &Decision,
+    members: &[&PodSeen],
+    now: i64,
+) {
+    let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
+    let grace = plan
+        .preemptions
+        .iter()
+        .filter(|e| e.for_job == d.job)
+        .map(|e| e.grace_s)
+        .max()
+        .unwrap_or(0);
+    // A nomination it takes over was held for victims still stopping: hold as long.
+    let taken_over = d
+        .victims
+        .iter()
+        .filter_map(|v| view.nominated.get(v))
+        .map(|n| n.until)
+        .max()
+        .unwrap_or(i64::MIN);
+    let until = now
+        .saturating_add(i64::try_from(grace).unwrap_or(i64::MAX / 4))
+        .saturating_add(nomination::SLACK_S)
+        .max(taken_over);
+    let key = view.seal.as_ref().filter(|_| nodes.len() == members.len());
+    // Victims marked by an earlier cycle and still not going: their eviction was refused
+    // (a PodDisruptionBudget, most often).
+    let victim_pods = |jobs: &[&str]| -> Vec<&PodSeen> {
+        jobs.iter()
+            .flat_map(|v| view.members.get(*v).into_iter().flatten())
+            .filter_map(|k| pods.get(k))
+            .collect()
+    };
+    // A nominated victim runs nowhere: its nomination is withdrawn, nothing stops.
+    let (withdrawn, running): (Vec<&str>, Vec<&str>) = d
+        .victims
+        .iter()
+        .map(String::as_str)
+        .partition(|v| view.nominated.contains_key(*v));
+    let refused: Vec<String> =
+        victim_pods(&d.victims.iter().map(String::as_str).collect::<Vec<_>>())
+            .into_iter()
+            .filter(|p| p.sealed_mark(view.seal.as_ref()).is_some() && !p.terminating)
+            .map(PodSeen::key)
+            .collect();
+    let going: Vec<String> = victim_pods(&running)
+        .into_iter()
+        .map(PodSeen::key)
+        .collect();
+    let mut going: Vec<&str> = going.iter().map(String::as_str).collect();
+    let mut message = preempting_message(&nodes, &mut going, key.map(|_| until));
+    if !withdrawn.is_empty() {
+        message.push_str(&format!(
+            "; takes the room held for {} (nomination withdrawn)",
+            withdrawn.join(", ")
+        ));
+    }
+    message.push_str(&refusals(view, &refused));
+    let reason = PREEMPTING.to_string();
+    let Some(key) = key else {
+        for p in members {
+            if needs_telling(p.waiting.as_ref(), &reason, &message) {
+                out.push(wait(p, reason.clone(), message.clone()));
+            }
+        }
+        return;
+    };
+    for (p, node) in members.iter().zip(&nodes) {
+        let text = nomination::text(node, until);
+        out.push(Action::Nominate {
+            pod: PodRef::of(p),
+            job: d.job.clone(),
+            node: (*node).to_string(),
+            seal: Some(nomination::sign(key, &p.uid, &text)),
+            text,
+            reason: reason.clone(),
+            message: message.clone(),
+        });
+    }
+}
+
+/// What a preemptor waits for: the victims' pods `going` to stop on `nodes` (or, none
+/// left, the pods stopping there), and until when its nodes are held for it.
+fn preempting_message(nodes: &[&str], going: &mut Vec<&str>, held_until: Option<i64>) -> String {
+    going.sort_unstable();
+    going.dedup();
+    let on = distinct(nodes).join(", ");
+    let mut message = if going.is_empty() {
+        format!("placed on {on} once the pods stopping there are gone")
+    } else {
+        format!(
+            "placed on {on} once {} stop{} (evicted to make room)",
+            going.join(", "),
+            if going.len() == 1 { "s" } else { "" },
+        )
+    };
+    if let Some(until) = held_until {
+        message.push_str(&format!("; held until {}", wall_time(until)));
+    }
+    message
+}
+
+/// Whether a pod told `reason` and `message` gets an Event too: when the reason's code is
+/// new to it. A pod already given its node (`Preempting`, `WaitingForStop`) is told in
+/// its condition alone — its victims' `Preempted` Events record the preemption — until
+/// an eviction it waits for is refused.
+fn tells_event(told: Option<&(String, String)>, reason: &str, message: &str) -> bool {
+    let refused = |m: &str| m.contains("refused to evict");
+    if reason == PREEMPTING || reason == WAITING_FOR_STOP {
+        return refused(message) && told.is_none_or(|(_, m)| !refused(m));
+    }
+    told.is_none_or(|(was, _)| was != reason)
+}
+
+/// Tells `p` it waits: the condition, and an Event when [`tells_event`] says so.
 fn wait(p: &PodSeen, reason: String, message: String) -> Action {
-    let event = p.waiting.as_ref().is_none_or(|(was, _)| *was != reason);
+    let event = tells_event(p.waiting.as_ref(), &reason, &message);
     Action::Wait {
         pod: PodRef::of(p),
         reason,
@@ -660,6 +717,24 @@ pub fn condition_patch(waits: bool, reason: &str, message: &str, now: i64) -> Va
         "type": WAITING_CONDITION, "status": if waits { "True" } else { "False" },
         "reason": reason, "message": message, "lastTransitionTime": at
     }]}})
+}
+
+/// The `pods/status` patch of a nomination: its annotations (pods are of the kinds whose
+/// status endpoint takes metadata changes) and the condition saying what it waits for.
+pub fn nominating_patch(
+    uid: &str,
+    (text, seal): (&str, Option<&str>),
+    (reason, message): (&str, &str),
+    now: i64,
+) -> Value {
+    let mut patch = nomination_patch(uid, Some((text, seal)));
+    if let (Some(m), Value::Object(c)) = (
+        patch.as_object_mut(),
+        condition_patch(true, reason, message, now),
+    ) {
+        m.extend(c);
+    }
+    patch
 }
 
 /// The nomination patch: a node held until a time, with its seal (or `None`: its end).

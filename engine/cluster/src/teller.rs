@@ -97,8 +97,18 @@ impl Teller {
                     continue;
                 }
             }
-            if let Action::Release { told, .. } = &mut a {
+            if let Action::Nominate { .. } = &a {
+                // Its own write says what it waits for; an older word queued would
+                // follow and undo it.
                 inner.queued.remove(&k);
+            }
+            if let Action::Release { told, .. } = &mut a {
+                // A telling still queued was never written: the pod's condition is what
+                // the view shows (or what is in flight), so nothing more to undo.
+                let unwritten = inner.queued.remove(&k).is_some() && !inner.in_flight.contains(&k);
+                if unwritten {
+                    inner.sent.remove(&k);
+                }
                 if inner
                     .sent
                     .get(&k)
@@ -137,12 +147,22 @@ impl Teller {
         }
     }
 
-    /// After the cycle's writes: each release done of a pod owed a `Placed` (`sift`) is
-    /// told it, behind the telling that was in flight.
-    pub fn placed(&self, done: &[Action], now: i64) {
+    /// After the cycle's writes: each nomination done is remembered as told (its write
+    /// carried its condition), and each release done of a pod owed a `Placed` (`sift`)
+    /// is told it, behind the telling that was in flight.
+    pub fn written(&self, done: &[Action], now: i64) {
         let mut owed = Vec::new();
         {
             let mut inner = self.lock();
+            for a in done {
+                if let Action::Nominate {
+                    reason, message, ..
+                } = a
+                {
+                    let said = (reason.clone(), Some(message.clone()));
+                    inner.sent.insert(key(a), (said, Instant::now()));
+                }
+            }
             if inner.owed.is_empty() {
                 return;
             }
@@ -346,16 +366,34 @@ mod tests {
             matches!(&next, Some((k, Action::Wait { reason, .. }, 10)) if k == "ml/a" && reason == "QuotaExhausted"),
             "{next:?}"
         );
-        // A release of b: its telling is dropped and its condition will say Placed.
+        // A release of b: its telling, never written, is dropped, and there is no
+        // condition to turn False.
         let release = release("b");
         let pods: BTreeMap<String, PodSeen> = [seen("b", None)].into_iter().collect();
         let out = teller.sift(vec![release], &pods);
         assert!(matches!(
             out.as_slice(),
-            [Action::Release { told: true, .. }]
+            [Action::Release { told: false, .. }]
         ));
         assert_eq!(teller.queued(), 0);
         assert!(teller.next().is_none());
+    }
+
+    #[test]
+    fn a_pod_released_after_its_wait_was_written_is_told_placed() {
+        let teller = Teller::default();
+        teller.tell([wait("a", "NoCapacity", "x")], 0);
+        let next = teller.next();
+        assert!(next.is_some());
+        let Some((k, a, _)) = next else { return };
+        teller.done(&k, a, Ok(()));
+        // Written, not yet in the view: the release turns it False.
+        let pods: BTreeMap<String, PodSeen> = [seen("a", None)].into_iter().collect();
+        let out = teller.sift(vec![release("a")], &pods);
+        assert!(matches!(
+            out.as_slice(),
+            [Action::Release { told: true, .. }]
+        ));
     }
 
     #[test]
@@ -373,7 +411,7 @@ mod tests {
             out.as_slice(),
             [Action::Release { told: false, .. }]
         ));
-        teller.placed(&out, 5);
+        teller.written(&out, 5);
         // Queued behind the wait in flight, and written once it is done.
         assert!(teller.next().is_none());
         teller.done(&k, a, Ok(()));

@@ -28,6 +28,37 @@ pub fn position_band(p: usize) -> String {
     format!("{low}-{high}")
 }
 
+/// The band a pod at position `p` is told, given the message it was told before: the
+/// band it was told while `p` stays within a tenth of that band's edges (beyond the
+/// exact first three), so a job that moves back and forth across an edge — fair share
+/// reordering teams as jobs start — is not told each crossing.
+pub fn sticky_band(told: Option<&str>, p: usize) -> String {
+    let band = position_band(p);
+    let Some(was) = told.and_then(|m| {
+        let (_, rest) = m.split_once("queue position ")?;
+        Some(rest.split(';').next()?.trim())
+    }) else {
+        return band;
+    };
+    if was == band || p <= 3 {
+        return band;
+    }
+    let (low, high) = match was.split_once('-') {
+        Some((l, h)) => (l.parse::<usize>().ok(), h.parse::<usize>().ok()),
+        None => (was.parse().ok(), was.parse().ok()),
+    };
+    let Some(low) = low.filter(|l| *l > 3) else {
+        return band;
+    };
+    let high = high.unwrap_or(usize::MAX);
+    let near = p >= low.saturating_sub(low / 10) && p <= high.saturating_add(high / 10);
+    if near {
+        was.to_string()
+    } else {
+        band
+    }
+}
+
 /// Whether a pod told `told` (reason, message) needs telling `reason` and `message`.
 pub fn needs_telling(told: Option<&(String, String)>, reason: &str, message: &str) -> bool {
     let Some((old_reason, old_message)) = told else {
@@ -188,6 +219,23 @@ mod tests {
             "WaitingForStop",
             &on("n001")
         ));
+    }
+
+    #[test]
+    fn a_band_holds_until_the_position_is_clearly_past_its_edge() {
+        let told = |band: &str| format!("needs 1 GPU; queue position {band}; fits when ...");
+        // Across the 300/301 edge and back: the band told stands.
+        assert_eq!(sticky_band(Some(&told("301-1000")), 295), "301-1000");
+        assert_eq!(sticky_band(Some(&told("301-1000")), 271), "301-1000");
+        assert_eq!(sticky_band(Some(&told("301-1000")), 270), "101-300");
+        assert_eq!(sticky_band(Some(&told("101-300")), 330), "101-300");
+        assert_eq!(sticky_band(Some(&told("101-300")), 331), "301-1000");
+        // The first three are exact; a new pod, or one told no band, gets its own.
+        assert_eq!(sticky_band(Some(&told("4-10")), 3), "3");
+        assert_eq!(sticky_band(Some(&told("2")), 4), "4-10");
+        assert_eq!(sticky_band(None, 295), "101-300");
+        assert_eq!(sticky_band(Some("no position here"), 295), "101-300");
+        assert_eq!(sticky_band(Some(&told("x-y")), 295), "101-300");
     }
 
     #[test]

@@ -234,7 +234,14 @@ fn a_preemptor_names_victims_whose_eviction_was_refused() {
             controller::cycle_with(&stores(pods_json), &policy, &memory(), NOW).unwrap();
         acts.iter()
             .find_map(|a| match a {
+                // A nomination carries its condition in the same write.
                 Action::Wait {
+                    pod,
+                    reason,
+                    message,
+                    ..
+                }
+                | Action::Nominate {
                     pod,
                     reason,
                     message,

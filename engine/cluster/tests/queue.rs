@@ -89,10 +89,17 @@ async fn a_lender_reclaims_by_evicting_the_borrowing_gang_whole() {
         .apply(Kind::Pods, gated("b-0", "beta", "standard", 8, None));
     let (actions, _) = h.cycle().await;
     let k = kinds(&actions);
-    assert!(k.contains(&"wait b-0".to_string()), "{k:?}");
+    // Its node is held for it, and it is told why it waits, in one write.
+    assert_eq!(k.first().map(String::as_str), Some("nominate b-0"), "{k:?}");
+    assert!(!k.contains(&"wait b-0".to_string()), "{k:?}");
     assert!(
         k.contains(&"evict a-0".to_string()) && k.contains(&"evict a-1".to_string()),
         "the whole gang: {k:?}"
+    );
+    let b = h.pod("b-0");
+    assert!(
+        b["metadata"]["annotations"]["gantry.dev/nominated-node"].is_string(),
+        "{b}"
     );
     for p in ["a-0", "a-1"] {
         let pod = h.pod(p);
@@ -111,16 +118,51 @@ async fn a_lender_reclaims_by_evicting_the_borrowing_gang_whole() {
         events.iter().filter(|e| e["reason"] == "Preempted").count(),
         2
     );
-    // While the victims terminate nothing is evicted twice.
+    // The victims' Events record the preemption; the preemptor's condition says it.
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["reason"] == "Preempting")
+            .count(),
+        0
+    );
+    // While the victims terminate nothing is evicted twice, and the preemptor is not
+    // told again what it was told.
     let (actions, _) = h.cycle().await;
     assert!(
-        !kinds(&actions).iter().any(|a| a.starts_with("evict")),
+        !kinds(&actions)
+            .iter()
+            .any(|a| a.starts_with("evict") || a == "wait b-0"),
         "{actions:?}"
     );
     // They are gone: beta is placed.
     assert_eq!(h.api.finish_deletions(), 2);
     let (actions, _) = h.cycle().await;
     assert_eq!(kinds(&actions), ["release b-0"]);
+    assert_eq!(waiting(&h.pod("b-0")).unwrap().0, "Placed");
+    // The preemptor's own writes: its nomination with its condition, its release, its
+    // condition turned False (issue 52: at most three per placed pod).
+    let own: Vec<(String, String)> = h
+        .api
+        .writes()
+        .into_iter()
+        .filter(|(_, path)| path.contains("b-0"))
+        .collect();
+    assert_eq!(
+        own,
+        [
+            ("PATCH".to_string(), "pods/ml/b-0/status".to_string()),
+            ("PATCH".to_string(), "pods/ml/b-0".to_string()),
+            ("PATCH".to_string(), "pods/ml/b-0/status".to_string()),
+        ]
+    );
+    assert!(
+        !h.api
+            .events()
+            .iter()
+            .any(|e| e["involvedObject"]["name"] == "b-0"),
+        "no Event of its own"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -388,10 +388,12 @@ async fn slow_tellings_never_hold_up_a_release() {
         h.api
             .fault("/status", apiserver::Fault::Hang(Duration::from_secs(6)));
     }
+    // alpha's own, at its burst: they wait on its quota and preempt nothing (a
+    // nomination is not a telling: it is written before its victims' evictions).
     for i in 0..12 {
         h.api.apply(
             Kind::Pods,
-            gated(&format!("w{i:02}"), "beta", "best_effort", 8, None),
+            gated(&format!("w{i:02}"), "alpha", "best_effort", 8, None),
         );
     }
     // The cycles tell them (and hang on it); meanwhile alpha's gang ends.

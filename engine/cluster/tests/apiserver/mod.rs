@@ -118,6 +118,8 @@ struct Inner {
     pub(crate) provisioning: bool,
     /// Faults for the next requests whose path contains a text, in order.
     faults: Vec<(String, Fault)>,
+    /// Each pod whose last gate was removed, and when.
+    releases: Vec<(String, std::time::Instant)>,
 }
 
 /// A broken answer for one request (see [`FakeApi::fault`]).
@@ -351,6 +353,18 @@ impl FakeApi {
         self.lock().writes.clone()
     }
 
+    /// How many writes so far.
+    #[allow(dead_code, reason = "for the refill bench")]
+    pub fn write_count(&self) -> usize {
+        self.lock().writes.len()
+    }
+
+    /// Each pod released (its last gate removed) so far, and when.
+    #[allow(dead_code, reason = "for the refill bench")]
+    pub fn releases(&self) -> Vec<(String, std::time::Instant)> {
+        self.lock().releases.clone()
+    }
+
     /// Serves `autoscaling.x-k8s.io/v1` ProvisioningRequests from now on.
     pub fn serve_provisioning_requests(&self) {
         self.lock().provisioning = true;
@@ -486,7 +500,7 @@ impl FakeApi {
     }
 
     /// A JSON merge patch (or, for `status`, a strategic merge of `status.conditions` by
-    /// type) with the API server's checks on gated pods: a uid in the patch is a
+    /// type and a merge of `metadata`) with the API server's checks on gated pods: a uid in the patch is a
     /// precondition; a gate cannot be added; node affinity may change only while gated.
     fn patch_pod(&self, key: &str, patch: &Value, status_only: bool) -> Response {
         let _one_at_a_time = self.patching.lock().unwrap_or_else(|p| p.into_inner());
@@ -522,6 +536,15 @@ impl FakeApi {
                 }
             }
             pod["status"]["conditions"] = Value::Array(conditions);
+            // A pod's status endpoint takes metadata changes too, all but its owners
+            // (kubernetes/kubernetes#92022); its spec it keeps.
+            if let Some(meta) = patch.get("metadata") {
+                let mut meta = meta.clone();
+                if let Some(m) = meta.as_object_mut() {
+                    m.remove("ownerReferences");
+                }
+                json_patch::merge(&mut pod["metadata"], &meta);
+            }
         } else {
             json_patch::merge(&mut pod, patch);
         }
@@ -544,6 +567,11 @@ impl FakeApi {
         }
         if before["spec"]["affinity"] != pod["spec"]["affinity"] && !was_gated {
             return json_response(StatusCode::UNPROCESSABLE_ENTITY, &status(422, "Invalid", "spec: Forbidden: pod updates may not change fields other than ... (affinity only while gated)"));
+        }
+        if was_gated && gates(&pod).is_empty() {
+            self.lock()
+                .releases
+                .push((key.to_string(), std::time::Instant::now()));
         }
         self.apply(Kind::Pods, pod.clone());
         json_response(

@@ -82,9 +82,19 @@ pub async fn harness() -> Harness {
 /// [`harness`] with another policy, driving capacity with placeholders of
 /// `placeholder_image` when given.
 pub async fn harness_with(policy: &str, placeholder_image: Option<String>) -> Harness {
+    harness_of(policy, placeholder_image, &["n0", "n1"]).await
+}
+
+/// [`harness_with`] on the 8-GPU nodes `nodes`.
+pub async fn harness_of(
+    policy: &str,
+    placeholder_image: Option<String>,
+    nodes: &[&str],
+) -> Harness {
     let api = FakeApi::new();
-    api.apply(Kind::Nodes, node("n0"));
-    api.apply(Kind::Nodes, node("n1"));
+    for n in nodes {
+        api.apply(Kind::Nodes, node(n));
+    }
     let url = api.serve().await;
     let client = kube::Client::try_from(apiserver::config(&url)).unwrap();
     let options = ClusterOptions {
@@ -184,8 +194,19 @@ impl Harness {
         clock: impl Fn() -> i64 + Send + Sync + 'static,
         every: Duration,
     ) -> (Arc<AppState>, tempfile::TempDir) {
+        self.lead_with(POLICY, clock, every)
+    }
+
+    /// [`Harness::lead`] on `policy`.
+    #[allow(dead_code, reason = "not every test binary runs the loop")]
+    pub fn lead_with(
+        &self,
+        policy: &str,
+        clock: impl Fn() -> i64 + Send + Sync + 'static,
+        every: Duration,
+    ) -> (Arc<AppState>, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+        std::fs::write(dir.path().join("policy.gantry"), policy).unwrap();
         let state = Arc::new(AppState::new(Box::new(clock)));
         state.reload_policy(dir.path()).unwrap();
         let election = cluster::lease::Election {
