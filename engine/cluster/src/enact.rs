@@ -213,10 +213,11 @@ fn camel(code: &impl Serialize) -> String {
         .collect()
 }
 
-/// The waiting condition's reason and message, for a pod `told` a message before. The
-/// expected start is absolute and to the minute, and the place in the queue a band that
-/// holds near its edges (`crate::telling`), so neither changes every cycle.
-pub fn waiting(reason: &Reason, now: i64, told: Option<&str>) -> (String, String) {
+/// The waiting condition's reason and message, for a pod `told` a message before (and
+/// when). The expected start is absolute and to the minute, and the place in the queue a
+/// band that holds for a while and near its edges (`crate::telling`), so neither changes
+/// every cycle.
+pub fn waiting(reason: &Reason, now: i64, told: Option<&PodSeen>) -> (String, String) {
     let code = if reason.gang_timeout_exceeded {
         "GangTimeout".to_string()
     } else {
@@ -224,7 +225,13 @@ pub fn waiting(reason: &Reason, now: i64, told: Option<&str>) -> (String, String
     };
     let mut message = reason.message.clone();
     if let Some(p) = reason.position {
-        message.push_str(&format!("; queue position {}", sticky_band(told, p)));
+        let (was, at) = told.map_or((None, None), |t| {
+            (t.waiting.as_ref().map(|(_, m)| m.as_str()), t.told_at)
+        });
+        message.push_str(&format!(
+            "; queue position {}",
+            sticky_band(was, at, now, p)
+        ));
     }
     if let Some(eta) = reason.eta_s {
         let when = wall_time(now.saturating_add(eta.max(0)));
@@ -352,14 +359,7 @@ pub fn actions(
             )
         } else {
             match &d.reason {
-                Some(r) => waiting(
-                    r,
-                    now,
-                    members
-                        .first()
-                        .and_then(|p| p.waiting.as_ref())
-                        .map(|(_, m)| m.as_str()),
-                ),
+                Some(r) => waiting(r, now, members.first().copied()),
                 None => continue,
             }
         };

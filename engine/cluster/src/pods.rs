@@ -82,6 +82,9 @@ pub struct PodSeen {
     pub terminating: bool,
     /// The waiting condition as it is on the pod: (reason, message).
     pub waiting: Option<(String, String)>,
+    /// When that condition was last written (its `lastTransitionTime`, which gantry sets
+    /// at each write).
+    pub told_at: Option<i64>,
     /// kube-scheduler's refusal (PodScheduled False, Unschedulable): its message.
     pub unschedulable: Option<String>,
     /// Required node-affinity terms the pod already has (kept when gantry adds its own).
@@ -313,6 +316,9 @@ pub fn pod(k: &core::Pod) -> PodSeen {
                 c.message.clone().unwrap_or_default(),
             )
         }),
+        told_at: condition(WAITING_CONDITION)
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0.as_second()),
         unschedulable: condition("PodScheduled")
             .filter(|c| c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))
             .map(|c| c.message.clone().unwrap_or_default()),

@@ -28,11 +28,18 @@ pub fn position_band(p: usize) -> String {
     format!("{low}-{high}")
 }
 
-/// The band a pod at position `p` is told, given the message it was told before: the
-/// band it was told while `p` stays within a tenth of that band's edges (beyond the
-/// exact first three), so a job that moves back and forth across an edge — fair share
-/// reordering teams as jobs start — is not told each crossing.
-pub fn sticky_band(told: Option<&str>, p: usize) -> String {
+/// How long a band told stands before a new place in the queue alone is told: a queue
+/// that moves fast would otherwise rewrite a pod at every band edge it crosses (about
+/// one write per completion for each band below the queue's length). `gantry queue` and
+/// `/v1/queue` show the place live.
+pub const BAND_HOLD_S: i64 = 5 * 60;
+
+/// The band a pod at position `p` is told at `now`, given the message it was told
+/// before and when: the band it was told while that is under [`BAND_HOLD_S`] old, or
+/// while `p` stays within a tenth of the band's edges (beyond the exact first three),
+/// so a job that moves back and forth across an edge — fair share reordering teams as
+/// jobs start — is not told each crossing.
+pub fn sticky_band(told: Option<&str>, told_at: Option<i64>, now: i64, p: usize) -> String {
     let band = position_band(p);
     let Some(was) = told.and_then(|m| {
         let (_, rest) = m.split_once("queue position ")?;
@@ -40,7 +47,13 @@ pub fn sticky_band(told: Option<&str>, p: usize) -> String {
     }) else {
         return band;
     };
-    if was == band || p <= 3 {
+    if was == band {
+        return band;
+    }
+    if told_at.is_some_and(|t| now.saturating_sub(t) < BAND_HOLD_S) {
+        return was.to_string();
+    }
+    if p <= 3 {
         return band;
     }
     let (low, high) = match was.split_once('-') {
@@ -224,18 +237,34 @@ mod tests {
     #[test]
     fn a_band_holds_until_the_position_is_clearly_past_its_edge() {
         let told = |band: &str| format!("needs 1 GPU; queue position {band}; fits when ...");
+        let old = Some(0);
+        let now = BAND_HOLD_S;
+        let band = |was: &str, p| sticky_band(Some(&told(was)), old, now, p);
         // Across the 300/301 edge and back: the band told stands.
-        assert_eq!(sticky_band(Some(&told("301-1000")), 295), "301-1000");
-        assert_eq!(sticky_band(Some(&told("301-1000")), 271), "301-1000");
-        assert_eq!(sticky_band(Some(&told("301-1000")), 270), "101-300");
-        assert_eq!(sticky_band(Some(&told("101-300")), 330), "101-300");
-        assert_eq!(sticky_band(Some(&told("101-300")), 331), "301-1000");
+        assert_eq!(band("301-1000", 295), "301-1000");
+        assert_eq!(band("301-1000", 271), "301-1000");
+        assert_eq!(band("301-1000", 270), "101-300");
+        assert_eq!(band("101-300", 330), "101-300");
+        assert_eq!(band("101-300", 331), "301-1000");
         // The first three are exact; a new pod, or one told no band, gets its own.
-        assert_eq!(sticky_band(Some(&told("4-10")), 3), "3");
-        assert_eq!(sticky_band(Some(&told("2")), 4), "4-10");
-        assert_eq!(sticky_band(None, 295), "101-300");
-        assert_eq!(sticky_band(Some("no position here"), 295), "101-300");
-        assert_eq!(sticky_band(Some(&told("x-y")), 295), "101-300");
+        assert_eq!(band("4-10", 3), "3");
+        assert_eq!(band("2", 4), "4-10");
+        assert_eq!(sticky_band(None, None, now, 295), "101-300");
+        assert_eq!(sticky_band(Some("no position"), old, now, 295), "101-300");
+        assert_eq!(band("x-y", 295), "101-300");
+    }
+
+    #[test]
+    fn a_band_told_recently_stands_wherever_the_job_moved() {
+        let told = "needs 1 GPU; queue position 101-300; fits when ...";
+        let at = Some(1_000);
+        assert_eq!(
+            sticky_band(Some(told), at, 1_000 + BAND_HOLD_S - 1, 1),
+            "101-300"
+        );
+        assert_eq!(sticky_band(Some(told), at, 1_000 + BAND_HOLD_S, 1), "1");
+        // No time known: only the edges hold it.
+        assert_eq!(sticky_band(Some(told), None, 1_000, 1), "1");
     }
 
     #[test]

@@ -238,10 +238,16 @@ async fn a_new_message_under_the_same_code_writes_no_event() {
     let (code, message) = waiting(&h.pod("w0")).unwrap();
     assert!(message.contains("queue position 1"), "{message}");
     let events = h.api.events().len();
-    // A higher tier of alpha's queues ahead: w0 is now second, same code.
+    // A higher tier of alpha's queues ahead: w0 is now second, same code. A place alone
+    // is told once the band told has stood a while (`telling::BAND_HOLD_S`).
     h.api
         .apply(Kind::Pods, gated("s0", "alpha", "standard", 2, None));
-    let (actions, _) = h.cycle().await;
+    h.cycle().await;
+    assert!(waiting(&h.pod("w0"))
+        .unwrap()
+        .1
+        .contains("queue position 1"));
+    let (actions, _) = h.cycle_at(NOW + cluster::telling::BAND_HOLD_S).await;
     let (again, message) = waiting(&h.pod("w0")).unwrap();
     assert_eq!(again, code);
     assert!(message.contains("queue position 2"), "{message}");
@@ -447,4 +453,64 @@ async fn slow_tellings_never_hold_up_a_release() {
         *seen.entry(name).or_insert(0) += 1;
     }
     assert!(seen.values().all(|n| *n == 1), "{seen:?}");
+}
+
+/// Issue 52: a queue draining one completion at a time costs each refill its release and
+/// its condition turned `False` — not a rewrite of every pod whose place moved (the
+/// first three are exact, so without the band's hold each completion rewrote three).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_queue_costs_each_refill_its_own_writes() {
+    let h = harness_with(harness::POLICY, None).await;
+    for i in 0..16 {
+        let mut p = gated(
+            &format!("r{i:02}"),
+            if i < 8 { "alpha" } else { "beta" },
+            "standard",
+            1,
+            None,
+        );
+        p["spec"]["schedulingGates"] = serde_json::json!(null);
+        p["spec"]["nodeName"] = serde_json::json!(if i < 8 { "n0" } else { "n1" });
+        p["status"] = serde_json::json!({"phase": "Running",
+            "startTime": "2026-11-24T08:00:00Z",
+            "conditions": [{"type": "PodScheduled", "status": "True"}]});
+        h.api.apply(Kind::Pods, p);
+    }
+    for i in 0..20 {
+        h.api.apply(
+            Kind::Pods,
+            gated(&format!("w{i:02}"), "alpha", "standard", 1, None),
+        );
+    }
+    h.cycle().await;
+    let told = (0..20)
+        .filter(|i| waiting(&h.pod(&format!("w{i:02}"))).is_some())
+        .count();
+    assert_eq!(told, 20);
+    let before = h.api.writes().len();
+    for k in 0..8 {
+        h.api.delete(Kind::Pods, &format!("ml/r{k:02}"));
+        h.cycle_at(NOW + 10 * (k + 1)).await;
+        h.api.bind_released();
+    }
+    let pods_writes: Vec<(String, String)> = h
+        .api
+        .writes()
+        .into_iter()
+        .skip(before)
+        .filter(|(_, path)| !path.starts_with("leases"))
+        .collect();
+    let released = (0..20)
+        .filter(|i| {
+            h.pod(&format!("w{i:02}"))["spec"]["schedulingGates"]
+                .as_array()
+                .is_none_or(Vec::is_empty)
+        })
+        .count();
+    assert_eq!(released, 8, "each completion refilled");
+    assert!(
+        pods_writes.len() <= 2 * released,
+        "{} writes for {released} refills: {pods_writes:?}",
+        pods_writes.len()
+    );
 }
