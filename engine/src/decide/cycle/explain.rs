@@ -396,6 +396,7 @@ impl Cycle<'_> {
         if gang {
             self.gang_waits += 1;
         }
+        self.read_others_on();
         let Some((ready, node_ix, why, at)) =
             self.protected_wait(js, shape, own_only, r.eta_s.map(|e| self.now + e))
         else {

@@ -116,6 +116,8 @@ struct Cycle<'a> {
     holders_on: holder_lists::HolderLists,
     /// Running jobs rule 1 protects for a while, by node, and whether there are any.
     protected_on: holder_lists::HolderLists,
+    /// Running jobs neither victims nor protected, by node (for waits; on first use).
+    others_on: protected_wait::OthersOn,
     any_protected: bool,
     /// Holders with a runtime estimate by expected end, for earliest-start estimates.
     ends: BTreeSet<(i64, usize)>,
@@ -401,6 +403,7 @@ fn decide_cycle(
         lowest_victim_priority: None,
         holders_on,
         protected_on,
+        others_on: protected_wait::OthersOn::default(),
         any_protected: false,
         ends: BTreeSet::new(),
         holders_of,

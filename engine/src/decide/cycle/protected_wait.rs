@@ -15,6 +15,21 @@ use rustc_hash::FxHashMap;
 /// comes last, what frees it then, and when.
 pub(super) type ProtectedWait = (i64, usize, Wake, i64);
 
+/// The running jobs that are neither victims nor protected, by node: they free their
+/// room when they end. Read from the holders once per cycle, and on from where it was
+/// read as the cycle places more (`read`); evicted ones are passed over where used.
+#[derive(Debug, Default)]
+pub(super) struct OthersOn {
+    by_node: FxHashMap<usize, Vec<usize>>,
+    read: usize,
+}
+
+impl OthersOn {
+    fn on(&self, n: usize) -> &[usize] {
+        self.by_node.get(&n).map_or(&[][..], Vec::as_slice)
+    }
+}
+
 /// What frees the room that comes last.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Wake {
@@ -50,12 +65,30 @@ struct Look<'l> {
 }
 
 impl<'a> Cycle<'a> {
+    /// Brings [`OthersOn`] up to the holders placed so far.
+    pub(super) fn read_others_on(&mut self) {
+        let mut others = std::mem::take(&mut self.others_on);
+        for (h, x) in self.holders.iter().enumerate().skip(others.read) {
+            if x.victim().is_some() || x.protected().is_some() {
+                continue;
+            }
+            for c in x.choices.iter() {
+                let on = others.by_node.entry(c.node).or_default();
+                if on.last() != Some(&h) {
+                    on.push(h);
+                }
+            }
+        }
+        others.read = self.holders.len();
+        self.others_on = others;
+    }
+
     /// For a job that preemption could not place now: when victims it may preempt (rules
     /// 2 and 3) free room for all of its members, jobs rule 1 protects counted from when
     /// their protection ends and each victim's `grace` after it (all are preempted once
-    /// the last may be), jobs it may not preempt from when they end. With `own_only`,
-    /// only the job's own team's jobs count (its own quota holds it); a gang held by its
-    /// quota is not estimated here.
+    /// the last may be), jobs it may not preempt from when they end (read by
+    /// [`Cycle::read_others_on`] first). With `own_only`, only the job's own team's jobs
+    /// count (its own quota holds it); a gang held by its quota is not estimated here.
     /// A gang's wait is worked out only where it would be ready before `before` (the
     /// ETA it has without preempting).
     pub(super) fn protected_wait(
@@ -67,7 +100,7 @@ impl<'a> Cycle<'a> {
     ) -> Option<ProtectedWait> {
         let asker = Asker::new(self.job_team(js), self.priority(js), self.reclaimable(js));
         match shape.members {
-            1 => self.member_protected_wait(shape, &asker, own_only),
+            1 => self.member_protected_wait(shape, &asker, own_only, before),
             _ if own_only => None,
             _ => self.gang_protected_wait(shape, &asker, before.unwrap_or(i64::MAX)),
         }
@@ -95,12 +128,15 @@ impl<'a> Cycle<'a> {
         }
     }
 
-    /// One member on one node: the node whose victims free room first.
+    /// One member on one node: the node whose victims free room first. A wait that ends
+    /// with a job it may not preempt ending counts only where it beats `before` (the ETA
+    /// without preempting, which already counts jobs ending).
     fn member_protected_wait(
         &self,
         shape: &JobShape,
         asker: &Asker,
         own_only: bool,
+        before: Option<i64>,
     ) -> Option<ProtectedWait> {
         let usable = self.may_wait_on(shape);
         let ctx = self.placer.context();
@@ -125,7 +161,7 @@ impl<'a> Cycle<'a> {
                 own_only,
                 measure: &fits,
                 enough: 1,
-                ending: None,
+                ending: Some(self.others_on.on(n)),
                 before: i64::MAX,
             };
             let (_, steps) = self.timeline(n, &look);
@@ -133,8 +169,13 @@ impl<'a> Cycle<'a> {
                 continue;
             };
             let ready = step.from.saturating_add(step.grace as i64);
+            let late =
+                |why: &Wake| matches!(why, Wake::End(_)) && before.is_some_and(|b| ready >= b);
             // Room from victims preemptible now: something else held preemption back.
-            if let Some(why) = step.why.filter(|_| best.is_none_or(|b| ready < b.0)) {
+            if let Some(why) = step
+                .why
+                .filter(|w| !late(w) && best.is_none_or(|b| ready < b.0))
+            {
                 best = Some((ready, n, why, step.from));
             }
         }
@@ -166,25 +207,9 @@ impl<'a> Cycle<'a> {
                 vec![all.as_slice()]
             }
         };
-        // The running jobs that are neither victims nor protected, by node: they free
-        // their room when they end.
-        let mut others_on: FxHashMap<usize, Vec<usize>> = FxHashMap::default();
-        for (h, x) in self.holders.iter().enumerate() {
-            if x.evicted || x.victim().is_some() || x.protected().is_some() {
-                continue;
-            }
-            for c in x.choices.iter() {
-                let on = others_on.entry(c.node).or_default();
-                if on.last() != Some(&h) {
-                    on.push(h);
-                }
-            }
-        }
         let mut best: Option<ProtectedWait> = None;
         for group in groups {
-            if let Some(found) =
-                self.group_protected_wait(shape, asker, group, &others_on, before, best)
-            {
+            if let Some(found) = self.group_protected_wait(shape, asker, group, before, best) {
                 best = Some(found);
             }
         }
@@ -197,7 +222,6 @@ impl<'a> Cycle<'a> {
         shape: &JobShape,
         asker: &Asker,
         group: &[usize],
-        others_on: &FxHashMap<usize, Vec<usize>>,
         before: i64,
         mut best: Option<ProtectedWait>,
     ) -> Option<ProtectedWait> {
@@ -212,7 +236,7 @@ impl<'a> Cycle<'a> {
                 continue;
             };
             let slots = |free: &NodeFree| member_slots(&ctx, node, free, &shape.member);
-            let ending = others_on.get(&n).map_or(&[][..], Vec::as_slice);
+            let ending = self.others_on.on(n);
             let look = Look {
                 asker,
                 own_only: false,
@@ -350,7 +374,8 @@ impl<'a> Cycle<'a> {
                 order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
             }
         }
-        for &h in ending.iter().filter(|h| counts(**h)) {
+        let gone = |h: usize| self.holders.get(h).is_none_or(|x| x.evicted);
+        for &h in ending.iter().filter(|h| counts(**h) && !gone(**h)) {
             order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
         }
         // What frees room only from `before` on does not matter.
