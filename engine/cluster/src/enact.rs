@@ -341,6 +341,9 @@ pub fn actions(
             preempting(&mut out, view, pods, plan, d, &members, now);
             continue;
         }
+        // A write the band alone would not make carries the current band: a band held
+        // (`telling::sticky_band`) only saves a write, never goes out stale.
+        let mut current = None;
         let (reason, message) = if d.action == PlanAction::Place {
             // Placed without victims: the plan may count GPUs that pods stopping there
             // still hold.
@@ -358,14 +361,14 @@ pub fn actions(
                 ),
             )
         } else {
-            match &d.reason {
-                Some(r) => waiting(r, now, members.first().copied()),
-                None => continue,
-            }
+            let Some(r) = &d.reason else { continue };
+            current = Some(waiting(r, now, None).1);
+            waiting(r, now, members.first().copied())
         };
         for p in members {
             if needs_telling(p.waiting.as_ref(), &reason, &message) {
-                out.push(wait(p, reason.clone(), message.clone()));
+                let words = current.as_ref().unwrap_or(&message).clone();
+                out.push(wait(p, reason.clone(), words));
             }
         }
     }
