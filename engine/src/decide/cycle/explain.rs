@@ -47,7 +47,7 @@ impl Cycle<'_> {
     }
 
     /// `in about 8m55s`, or `by about 2026-11-28T14:05Z` on the wall clock.
-    fn about(&self, at: i64) -> String {
+    pub(super) fn about(&self, at: i64) -> String {
         self.moment(at, |d| format!("in about {d}"), |t| format!("by about {t}"))
     }
 
@@ -158,6 +158,9 @@ impl Cycle<'_> {
                     .own_to_free
                     .and_then(|m| self.own_release_eta(js.job.team.as_deref(), m));
                 let own_limit = q.own_to_free.is_some();
+                if !own_limit {
+                    return self.lending_reason(js, shape, r, unblock);
+                }
                 let mut unblock = match r.eta_s {
                     Some(eta) => format!(
                         "{} ({}, by their runtime estimates)",

@@ -10,6 +10,7 @@ mod intake;
 mod job_lookup;
 mod job_memo;
 mod ledger_pools;
+mod lending_wait;
 mod mig_hold;
 mod names;
 mod node_bits;
@@ -118,6 +119,8 @@ struct Cycle<'a> {
     protected_on: holder_lists::HolderLists,
     /// Running jobs neither victims nor protected, by node (for waits; on first use).
     others_on: protected_wait::OthersOn,
+    /// When cohorts can lend what a job needs, as running jobs end (memoised).
+    lending_waits: lending_wait::LendingWaits,
     any_protected: bool,
     /// Holders with a runtime estimate by expected end, for earliest-start estimates.
     ends: BTreeSet<(i64, usize)>,
@@ -404,6 +407,7 @@ fn decide_cycle(
         holders_on,
         protected_on,
         others_on: protected_wait::OthersOn::default(),
+        lending_waits: lending_wait::LendingWaits::default(),
         any_protected: false,
         ends: BTreeSet::new(),
         holders_of,
