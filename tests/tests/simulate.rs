@@ -188,6 +188,18 @@ fn a_gang_starts_when_its_plan_said_it_would() {
     assert_eq!(outcome(&m, "v2")["preemptions"], 1);
 }
 
+#[test]
+fn an_easy_head_that_preempts_is_not_overtaken() {
+    // The plan scenario easy_head_reserves_by_preempting, replayed: the gang's EASY
+    // reservation holds both nodes from 4220 (v2 past its min_runtime, then the grace),
+    // so nlp's later 8-GPU job does not preempt v1 in front of it and starts after it.
+    let m = simulate("easy_head_preempts_on_time");
+    let gang = outcome(&m, "gang");
+    assert_eq!(gang["first_start"], 4220);
+    assert_eq!(gang["first_eta"], 4220);
+    assert_eq!(outcome(&m, "small")["first_start"], 7820);
+}
+
 /// GPU-hours per team in the first day of `tests/simulate/fair_share_accrues` under
 /// `policy` (relative to the case).
 fn first_day_by_team(policy: &str) -> (f64, f64) {

@@ -5,7 +5,7 @@
 //! by its own team's quota comes from that team's running jobs.
 
 use super::preempt::Protection;
-use super::protected_wait::Wake;
+use super::protected_wait::{ProtectedWait, Wake};
 use super::{Blocked, Cycle, Reserved};
 use crate::core::gang::{JobShape, UnplacedCode};
 use crate::decide::plan::{human_duration, wall_time, Reason, ReasonCode};
@@ -16,6 +16,16 @@ pub(super) const ETA_BUDGET: usize = 64;
 /// Gangs per cycle whose wait for victims across the fleet is worked out (each reads
 /// every node's jobs); the heads of the queue come first.
 pub(super) const GANG_WAIT_BUDGET: usize = 4;
+/// Reservations per cycle that look whether preempting protected victims starts them
+/// sooner than jobs ending (each reads the nodes where jobs are protected).
+pub(super) const RESERVING_WAIT_BUDGET: usize = 64;
+
+/// Which budget a search for a protected wait counts against.
+#[derive(Clone, Copy)]
+enum Budget {
+    Estimates,
+    Reserving,
+}
 
 /// Beside the shape: the reservation it waits behind (start, end) and, with bookings, how
 /// many there are and the job's runtime; the memo is cleared when the allocation state
@@ -312,7 +322,7 @@ impl Cycle<'_> {
         why: &str,
         quota_blocked: bool,
     ) -> Option<Reason> {
-        let (start, starving) = self.reserve(js, shape, quota_blocked)?;
+        let (start, starving, preempting) = self.reserve(js, shape, quota_blocked)?;
         let names: Vec<String> = match self.bookings.list.last().filter(|b| b.job == js.id()) {
             // Conservative backfill books GPUs per node.
             Some(b) => b
@@ -358,14 +368,29 @@ impl Cycle<'_> {
             (false, Some(t)) => format!("starts when {t}'s running jobs have returned the quota it needs and the running jobs on the reserved nodes end; later jobs start first only if they end by then"),
             _ => "starts when the running jobs on the reserved nodes end; smaller jobs backfill around it only if they end first".to_string(),
         };
-        let mut reserved = Reason::new(
-            ReasonCode::Reserved,
-            format!(
-                "{why}; it holds {held}, free {} by the running jobs' estimates",
-                self.when(start)
-            ),
-        )
-        .unblock(unblock);
+        let mut reserved = match preempting {
+            Some(w) => {
+                let (message, unblock) = self.protected_words(js, &w);
+                Reason::new(
+                    ReasonCode::Reserved,
+                    format!(
+                        "{why}; it holds {held} to start {}: {message}",
+                        self.when(start)
+                    ),
+                )
+                .unblock(format!(
+                    "{unblock}; later jobs start there first only if they end by then"
+                ))
+            }
+            None => Reason::new(
+                ReasonCode::Reserved,
+                format!(
+                    "{why}; it holds {held}, free {} by the running jobs' estimates",
+                    self.when(start)
+                ),
+            )
+            .unblock(unblock),
+        };
         reserved.eta_s = Some(start - self.now);
         Some(reserved)
     }
@@ -380,9 +405,63 @@ impl Cycle<'_> {
         mut r: Reason,
         own_only: bool,
     ) -> Reason {
-        let gang = shape.members > 1;
-        if self.eta_estimates >= ETA_BUDGET || (gang && self.gang_waits >= GANG_WAIT_BUDGET) {
+        let before = r.eta_s.map(|e| self.now + e);
+        let Some(wait) = self.budgeted_protected_wait(js, shape, own_only, before) else {
             return r;
+        };
+        let (message, unblock) = self.protected_words(js, &wait);
+        let wait = wait.ready - self.now;
+        r.message = format!("{}; {message}", r.message);
+        if r.eta_s.is_none_or(|e| wait < e) {
+            r.eta_s = Some(wait);
+            r.unblock = Some(unblock);
+        }
+        r
+    }
+
+    /// [`Cycle::protected_wait`] for a reason, within the cycle's budgets of estimates
+    /// and gang waits (every search counts, found or not).
+    pub(super) fn budgeted_protected_wait(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        own_only: bool,
+        before: Option<i64>,
+    ) -> Option<ProtectedWait> {
+        if self.eta_estimates >= ETA_BUDGET {
+            return None;
+        }
+        self.counted_protected_wait(js, shape, own_only, before, Budget::Estimates)
+    }
+
+    /// [`Cycle::protected_wait`] for a reservation, within the cycle's budgets of
+    /// reservation waits and gang waits: not of estimates, so the estimates of the jobs
+    /// behind a reservation do not change with whether it looked.
+    pub(super) fn reserving_protected_wait(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        before: i64,
+    ) -> Option<ProtectedWait> {
+        if self.reserving_waits >= RESERVING_WAIT_BUDGET {
+            return None;
+        }
+        self.counted_protected_wait(js, shape, false, Some(before), Budget::Reserving)
+    }
+
+    /// [`Cycle::protected_wait`] where protected or reclaimable jobs exist, counted
+    /// against `budget` and, for a gang, the budget of gang waits.
+    fn counted_protected_wait(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        own_only: bool,
+        before: Option<i64>,
+        budget: Budget,
+    ) -> Option<ProtectedWait> {
+        let gang = shape.members > 1;
+        if gang && self.gang_waits >= GANG_WAIT_BUDGET {
+            return None;
         }
         // A gang may wait for victims on some nodes and for jobs that end on others.
         let may_wait = self.any_protected
@@ -392,20 +471,28 @@ impl Cycle<'_> {
                     .is_some_and(|p| p < self.priority(js))
                     || !self.reclaimable(js).is_empty()));
         if !may_wait {
-            return r;
+            return None;
         }
-        // Every search counts against the budget, found or not.
-        self.eta_estimates += 1;
+        match budget {
+            Budget::Estimates => self.eta_estimates += 1,
+            Budget::Reserving => self.reserving_waits += 1,
+        }
         if gang {
             self.gang_waits += 1;
         }
         self.read_others_on();
-        let Some((ready, node_ix, why, at)) =
-            self.protected_wait(js, shape, own_only, r.eta_s.map(|e| self.now + e))
-        else {
-            return r;
-        };
-        let wait = ready - self.now;
+        self.protected_wait(js, shape, own_only, before)
+    }
+
+    /// What a reason says of a wait for protected victims (`w`): why, and what unblocks.
+    pub(super) fn protected_words(&self, js: &JobState, w: &ProtectedWait) -> (String, String) {
+        let ProtectedWait {
+            ready,
+            node: node_ix,
+            why,
+            at,
+            ..
+        } = *w;
         let node = self.node_name(node_ix).unwrap_or_default();
         // Preempted then, victims keep their GPUs through their grace: the ETA counts it.
         let stopping = |what: &str| {
@@ -418,7 +505,7 @@ impl Cycle<'_> {
                 String::new()
             }
         };
-        let (message, unblock) = match why {
+        match why {
             Wake::Protection(why) => {
                 let whose = self.whose_protected(js, node_ix);
                 let until = self.protection_ends(why, at);
@@ -447,13 +534,7 @@ impl Cycle<'_> {
                     format!("preempts what it needs once {job} on {node} ends, {until}"),
                 )
             }
-        };
-        r.message = format!("{}; {message}", r.message);
-        if r.eta_s.is_none_or(|e| wait < e) {
-            r.eta_s = Some(wait);
-            r.unblock = Some(unblock);
         }
-        r
     }
 
     /// Whose jobs on node `n` are protected, as a reason says it: reclaim takes

@@ -197,6 +197,9 @@ struct Cycle<'a> {
     /// Gangs whose wait for protected victims was worked out this cycle (each reads
     /// every node): the first ones in queue order, up to `explain::GANG_WAIT_BUDGET`.
     gang_waits: usize,
+    /// Reservations that looked for a wait on protected victims this cycle, up to
+    /// `explain::RESERVING_WAIT_BUDGET`.
+    reserving_waits: usize,
     preemptions: Vec<Preemption>,
     /// The story of one job, when asked for (`gantry plan --job`).
     story: Option<story::Story>,
@@ -444,6 +447,7 @@ fn decide_cycle(
         eta_version: 0,
         eta_estimates: 0,
         gang_waits: 0,
+        reserving_waits: 0,
         preemptions: stops,
         story,
         memo,

@@ -5,15 +5,27 @@
 use super::preempt::{Asker, Protection};
 use super::Cycle;
 use crate::core::alloc::NodeFree;
+use crate::core::fleet::MILLI;
 use crate::core::gang::{member_slots, JobShape};
 use crate::core::placer::give_on;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
 use rustc_hash::FxHashMap;
 
-/// When a job waiting on protected victims could start: the time, the node where room
-/// comes last, what frees it then, and when.
-pub(super) type ProtectedWait = (i64, usize, Wake, i64);
+/// When a job waiting on protected victims could start.
+#[derive(Debug, Clone)]
+pub(super) struct ProtectedWait {
+    /// When it could start: victims preempted and stopped.
+    pub ready: i64,
+    /// The node where room comes last.
+    pub node: usize,
+    /// What frees it then, and when.
+    pub why: Wake,
+    pub at: i64,
+    /// The nodes that hold it then: the members each holds, and its whole free GPUs
+    /// then.
+    pub nodes: Vec<(usize, u64, u64)>,
+}
 
 /// The running jobs that are neither victims nor protected, by node: they free their
 /// room when they end. Read from the holders once per cycle, and on from where it was
@@ -47,6 +59,8 @@ pub(super) enum Wake {
 struct Step {
     from: i64,
     slots: u64,
+    /// Whole GPUs free then.
+    whole: u64,
     grace: u64,
     why: Option<Wake>,
 }
@@ -174,9 +188,15 @@ impl<'a> Cycle<'a> {
             // Room from victims preemptible now: something else held preemption back.
             if let Some(why) = step
                 .why
-                .filter(|w| !late(w) && best.is_none_or(|b| ready < b.0))
+                .filter(|w| !late(w) && best.as_ref().is_none_or(|b| ready < b.ready))
             {
-                best = Some((ready, n, why, step.from));
+                best = Some(ProtectedWait {
+                    ready,
+                    node: n,
+                    why,
+                    at: step.from,
+                    nodes: vec![(n, 1, step.whole)],
+                });
             }
         }
         best
@@ -209,7 +229,9 @@ impl<'a> Cycle<'a> {
         };
         let mut best: Option<ProtectedWait> = None;
         for group in groups {
-            if let Some(found) = self.group_protected_wait(shape, asker, group, before, best) {
+            if let Some(found) =
+                self.group_protected_wait(shape, asker, group, before, best.as_ref())
+            {
                 best = Some(found);
             }
         }
@@ -223,13 +245,15 @@ impl<'a> Cycle<'a> {
         asker: &Asker,
         group: &[usize],
         before: i64,
-        mut best: Option<ProtectedWait>,
+        best: Option<&ProtectedWait>,
     ) -> Option<ProtectedWait> {
+        let mut best_ready = best.map(|b| b.ready);
         let members = u64::from(shape.members);
         let usable = self.may_wait_on(shape);
         let ctx = self.placer.context();
         // Per node of the group: members it holds, and its victims' longest grace.
-        let mut held: Vec<(u64, u64)> = vec![(0, 0); group.len()];
+        // Per node: members it holds, its victims' longest grace, its whole free GPUs.
+        let mut held: Vec<(u64, u64, u64)> = vec![(0, 0, 0); group.len()];
         let mut steps: Vec<(usize, Step)> = Vec::new();
         for (i, &n) in group.iter().enumerate() {
             let Some(node) = self.snapshot.fleet.nodes.get(n).filter(|_| usable(n)) else {
@@ -246,12 +270,13 @@ impl<'a> Cycle<'a> {
                 before,
             };
             let (now, on_node) = self.timeline(n, &look);
+            let whole_now = self.placer.state().nodes.get(n).map_or(0, whole_gpus);
             if let Some(h) = held.get_mut(i) {
-                *h = (now.min(members), 0);
+                *h = (now.min(members), 0, whole_now);
             }
             steps.extend(on_node.into_iter().map(|s| (i, s)));
         }
-        let mut total: u64 = held.iter().map(|(s, _)| s).sum();
+        let mut total: u64 = held.iter().map(|(s, _, _)| s).sum();
         if total >= members {
             // It fits without preempting: what holds it back is not protection.
             return None;
@@ -262,14 +287,14 @@ impl<'a> Cycle<'a> {
         let mut k = 0;
         while let Some(&(_, first)) = steps.get(k) {
             let t = first.from;
-            if t >= before || best.is_some_and(|b| t >= b.0) {
+            if t >= before || best_ready.is_some_and(|b| t >= b) {
                 break;
             }
             let mut binding = None;
             while let Some(&(i, s)) = steps.get(k).filter(|(_, s)| s.from == t) {
                 if let Some(h) = held.get_mut(i) {
                     total = total - h.0 + s.slots.min(members);
-                    *h = (s.slots.min(members), s.grace);
+                    *h = (s.slots.min(members), s.grace, s.whole);
                 }
                 if let (Some(why), Some(&n)) = (s.why, group.get(i)) {
                     binding = Some((n, why));
@@ -284,15 +309,18 @@ impl<'a> Cycle<'a> {
                 return found;
             };
             // The nodes whose victims stop soonest, until they hold every member.
-            let mut by_grace: Vec<(u64, u64)> = held
+            let mut by_grace: Vec<(u64, u64, usize, u64)> = held
                 .iter()
-                .filter(|(slots, _)| *slots > 0)
-                .map(|&(slots, grace)| (grace, slots))
+                .zip(group)
+                .filter(|((slots, _, _), _)| *slots > 0)
+                .map(|(&(slots, grace, whole), &n)| (grace, slots, n, whole))
                 .collect();
             by_grace.sort_unstable();
             let mut counted = 0;
             let mut grace = 0;
-            for (g, slots) in by_grace {
+            let mut nodes = Vec::new();
+            for (g, slots, n, whole) in by_grace {
+                nodes.push((n, slots.min(members - counted), whole));
                 counted += slots;
                 grace = g;
                 if counted >= members {
@@ -300,9 +328,15 @@ impl<'a> Cycle<'a> {
                 }
             }
             let ready = t.saturating_add(grace as i64);
-            if ready < before && best.is_none_or(|b| ready < b.0) {
-                best = Some((ready, node, why, t));
-                found = best;
+            if ready < before && best_ready.is_none_or(|b| ready < b) {
+                best_ready = Some(ready);
+                found = Some(ProtectedWait {
+                    ready,
+                    node,
+                    why,
+                    at: t,
+                    nodes,
+                });
             }
         }
         found
@@ -400,6 +434,7 @@ impl<'a> Cycle<'a> {
             steps.push(Step {
                 from,
                 slots,
+                whole: whole_gpus(&free),
                 grace,
                 why,
             });
@@ -409,4 +444,9 @@ impl<'a> Cycle<'a> {
         }
         (now, steps)
     }
+}
+
+/// Whole GPUs free on a node.
+fn whole_gpus(free: &NodeFree) -> u64 {
+    free.gpu_milli.iter().filter(|m| **m >= MILLI).count() as u64
 }

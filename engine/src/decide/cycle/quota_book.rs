@@ -160,6 +160,29 @@ impl Cycle<'_> {
         used.saturating_sub(freed)
     }
 
+    /// Whether `js`'s team's own limit and the team's bookings let it run from `start`
+    /// for `runtime`, by the running jobs' estimates.
+    pub(super) fn quota_fits_at(
+        &mut self,
+        js: &JobState,
+        start: i64,
+        runtime: Option<i64>,
+    ) -> bool {
+        let team = self.job_team(js);
+        let limit = match self.own_limit_of(js) {
+            Some(l) => l,
+            None if self.quota_bookings.has_limited(team) => u64::MAX,
+            None => return true,
+        };
+        self.quota_fits(
+            team,
+            js.gpu_milli(),
+            limit,
+            start,
+            runtime.map(|r| start + r),
+        )
+    }
+
     /// Whether `need` more for `team` stays under `limit` (and under the limit of each
     /// of the team's bookings it overlaps) from `start` to `end`: checked at `start` and
     /// at each booking's start within, the only times the team's use can grow.

@@ -5,6 +5,7 @@
 //! required topology group.
 
 use super::bookings::{booked_gpus, Booking, NodeBooking};
+use super::protected_wait::ProtectedWait;
 use super::walk_free::{FlatWalk, NodeFreeWalk, WalkFree};
 use super::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::{Blocked, Cycle};
@@ -151,7 +152,7 @@ impl Cycle<'_> {
         js: &JobState,
         shape: &JobShape,
         quota_blocked: bool,
-    ) -> Option<(i64, bool)> {
+    ) -> Option<(i64, bool, Option<ProtectedWait>)> {
         let placement = &self.program.placement;
         let window = placement.backfill_window_s as i64;
         let depth = placement.reservation_depth;
@@ -166,7 +167,7 @@ impl Cycle<'_> {
                 return None;
             }
             self.book_quota(js, start, runtime.map(|r| start + r), BTreeSet::new());
-            return Some((start, false));
+            return Some((start, false, None));
         }
         let within_depth = if conservative {
             self.bookings.len() < depth as usize
@@ -178,6 +179,20 @@ impl Cycle<'_> {
             return None;
         }
         let (start, landing) = self.joint_start(js, shape, runtime)?;
+        // Preempting victims once their protection ends may start it sooner: it then
+        // holds the nodes it would preempt on, from then, where its team's quota (and
+        // the team's quota bookings) let it start then too (the wait counts GPUs only).
+        let preempting = if quota_blocked {
+            None
+        } else {
+            self.reserving_protected_wait(js, shape, start)
+                .filter(|w| w.ready < start)
+                .filter(|w| self.quota_fits_at(js, w.ready, runtime))
+        };
+        let (start, landing) = match &preempting {
+            Some(w) => (w.ready, self.preempting_landing(w)),
+            None => (start, landing),
+        };
         if start == self.now || start - self.now > window {
             return None;
         }
@@ -223,7 +238,7 @@ impl Cycle<'_> {
             });
         }
         if conservative || !within_depth {
-            return Some((start, !within_depth));
+            return Some((start, !within_depth, preempting));
         }
         self.reservation = Some(std::rc::Rc::new(Reserved {
             job: js.id().to_string(),
@@ -232,7 +247,20 @@ impl Cycle<'_> {
             nodes,
             quota_of: None,
         }));
-        Some((start, false))
+        Some((start, false, preempting))
+    }
+
+    /// Where a job starting by preempting (`w`) lands: the nodes it preempts on, with
+    /// the whole GPUs free there once its victims have gone.
+    fn preempting_landing(&self, w: &ProtectedWait) -> Vec<Landing> {
+        w.nodes
+            .iter()
+            .map(|&(node, members, whole_free)| Landing {
+                node,
+                members,
+                whole_free,
+            })
+            .collect()
     }
 
     /// The starvation bound: whether `js` has waited `reserve_after_wait` since it was
