@@ -201,6 +201,18 @@ impl Cycle<'_> {
                             );
                             r.eta_s = joint;
                         }
+                    } else if r.eta_s.is_some() {
+                        // The quota freed, it still needs GPUs: the later binds (free
+                        // GPUs only grow as jobs end, so the later of the two is when
+                        // both are free; the capacity walk is memoised per shape).
+                        let gpus_at = self.eta(shape_no, shape, self.runtime(js));
+                        if let Some(joint) = gpus_at.filter(|j| r.eta_s.is_some_and(|e| *j > e)) {
+                            unblock = format!(
+                                "{unblock}; GPUs for it are free only {}, when running jobs end (by their runtime estimates)",
+                                self.about(self.now + joint)
+                            );
+                            r.eta_s = Some(joint);
+                        }
                     }
                 }
                 let r = r.unblock(unblock);
