@@ -200,6 +200,16 @@ fn an_easy_head_that_preempts_is_not_overtaken() {
     assert_eq!(outcome(&m, "small")["first_start"], 7820);
 }
 
+#[test]
+fn a_gang_its_quota_holds_starts_when_its_plan_said_it_would() {
+    // The plan scenario gang_held_by_own_quota_waits_for_protection gives 220 s at 4000.
+    let m = simulate("gang_held_by_own_quota");
+    let gang = outcome(&m, "a-gang");
+    assert_eq!(gang["first_start"], 4220);
+    assert_eq!(gang["first_eta"], 4220);
+    assert_eq!(outcome(&m, "a-l2")["preemptions"], 1);
+}
+
 /// GPU-hours per team in the first day of `tests/simulate/fair_share_accrues` under
 /// `policy` (relative to the case).
 fn first_day_by_team(policy: &str) -> (f64, f64) {

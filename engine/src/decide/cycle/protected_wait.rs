@@ -102,7 +102,7 @@ impl<'a> Cycle<'a> {
     /// their protection ends and each victim's `grace` after it (all are preempted once
     /// the last may be), jobs it may not preempt from when they end (read by
     /// [`Cycle::read_others_on`] first). With `own_only`, only the job's own team's jobs
-    /// count (its own quota holds it); a gang held by its quota is not estimated here.
+    /// count (its own quota holds it; for a gang, [`Cycle::gang_quota_wait`]).
     /// A gang's wait is worked out only where it would be ready before `before` (the
     /// ETA it has without preempting).
     pub(super) fn protected_wait(
@@ -115,9 +115,85 @@ impl<'a> Cycle<'a> {
         let asker = Asker::new(self.job_team(js), self.priority(js), self.reclaimable(js));
         match shape.members {
             1 => self.member_protected_wait(shape, &asker, own_only, before),
-            _ if own_only => None,
+            _ if own_only => self.gang_quota_wait(js, shape, &asker, before.unwrap_or(i64::MAX)),
             _ => self.gang_protected_wait(shape, &asker, before.unwrap_or(i64::MAX)),
         }
+    }
+
+    /// A gang its own team's quota holds: the earliest time its team's jobs it may
+    /// preempt (now, or as their protection ends) and its team's other jobs (as they
+    /// end) return the quota it needs, each preempted one through its grace. The GPUs
+    /// they leave, with those free now where it may run, must hold it too (counted as a
+    /// total, not node by node).
+    fn gang_quota_wait(
+        &self,
+        js: &JobState,
+        shape: &JobShape,
+        asker: &Asker,
+        before: i64,
+    ) -> Option<ProtectedWait> {
+        let team = asker.team;
+        let limit = self.own_limit_of(js)?;
+        let used = self.ledger.usage(team).map_or(0, |(u, _)| u);
+        let need = js.gpu_milli();
+        let to_free = (used + need).checked_sub(limit).filter(|f| *f > 0)?;
+        // (from, holder, what frees it then, grace).
+        let mut order: Vec<(i64, usize, Option<Wake>, u64)> = Vec::new();
+        for &(end, h) in self.team_ends.get(&team)? {
+            let Some(holder) = self.holders.get(h).filter(|x| !x.evicted) else {
+                continue;
+            };
+            if let Some(v) = holder
+                .victim()
+                .filter(|_| self.victim_rank(h, asker).is_some())
+            {
+                order.push((self.now, h, None, v.grace_s));
+            } else if let Some(p) = holder
+                .protected()
+                .filter(|p| self.may_make_way(team, p.priority, asker).is_some())
+                .filter(|p| p.from < end)
+            {
+                order.push((p.from, h, Some(Wake::Protection(p.why)), p.grace_s));
+            } else if end != i64::MAX {
+                order.push((end.max(self.now), h, Some(Wake::End(h)), 0));
+            }
+        }
+        order.sort_unstable_by_key(|(from, h, _, _)| (*from, *h));
+        let usable = self.may_wait_on(shape);
+        let free_now: u64 = (0..self.snapshot.fleet.nodes.len())
+            .filter(|n| usable(*n))
+            .filter_map(|n| self.placer.state().nodes.get(n))
+            .map(whole_gpus)
+            .sum();
+        let gang_gpus = need / u64::from(MILLI);
+        let (mut freed, mut gpus, mut grace) = (0u64, free_now, 0u64);
+        for (from, h, why, g) in order {
+            let Some(holder) = self.holders.get(h) else {
+                continue;
+            };
+            if from >= before {
+                return None;
+            }
+            let milli = holder.member_milli() * holder.choices.len() as u64;
+            freed += milli;
+            gpus += milli / u64::from(MILLI);
+            grace = grace.max(g);
+            if freed < to_free || gpus < gang_gpus {
+                continue;
+            }
+            // Preemptible now suffices: something else holds it back.
+            let why = why.filter(|_| from > self.now)?;
+            let ready = from.saturating_add(grace as i64);
+            let node = holder.choices.first().map_or(0, |c| c.node);
+            return (ready < before).then(|| ProtectedWait {
+                ready,
+                node,
+                why,
+                at: from,
+                nodes: Vec::new(),
+            });
+        }
+        None
     }
 
     /// Whether a member of `shape` may wait for room on node `n`.
