@@ -594,6 +594,7 @@ impl<'a> Checker<'a> {
         let (guaranteed, burst, lend) = match guaranteed {
             Some(g) => (g, burst, lend),
             None if self.field_expr(&f, "guaranteed").is_some() => {
+                self.unlowered_guarantees.insert(name.to_string());
                 (ir::Quota::default(), None, None)
             }
             None => (ir::Quota::default(), burst, lend),

@@ -250,6 +250,9 @@ pub(crate) struct Checker<'a> {
     /// [`Checker::visible_names`] per module and kind, listed once: a policy with many
     /// definitions and many unknown names would otherwise list every name per error.
     visible: std::cell::RefCell<VisibleNames<'a>>,
+    /// Teams whose guarantee did not lower (an error reported there): lowered as 0, so
+    /// the analyses that read it stay quiet rather than repeat that error.
+    pub unlowered_guarantees: std::collections::BTreeSet<String>,
 }
 
 type VisibleNames<'a> =
@@ -278,6 +281,7 @@ impl<'a> Checker<'a> {
             typed: Vec::new(),
             type_names: std::collections::HashMap::new(),
             visible: std::cell::RefCell::default(),
+            unlowered_guarantees: std::collections::BTreeSet::new(),
         }
     }
 
