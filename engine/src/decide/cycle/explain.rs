@@ -492,6 +492,10 @@ impl Cycle<'_> {
         if gang {
             self.gang_waits += 1;
         }
+        if own_only {
+            // A gang's quota wait reads the team's jobs by end.
+            self.index_ends();
+        }
         self.read_others_on();
         self.protected_wait(js, shape, own_only, before)
     }

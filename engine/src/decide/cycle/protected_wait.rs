@@ -3,6 +3,7 @@
 //! it, counting each from when its protection ends and through its `grace` after that.
 
 use super::preempt::{Asker, Protection};
+use super::reserve::Landing;
 use super::Cycle;
 use crate::core::alloc::NodeFree;
 use crate::core::fleet::MILLI;
@@ -23,8 +24,8 @@ pub(super) struct ProtectedWait {
     pub why: Wake,
     pub at: i64,
     /// The nodes that hold it then: the members each holds, and its whole free GPUs
-    /// then.
-    pub nodes: Vec<(usize, u64, u64)>,
+    /// then (where a reservation of it lands).
+    pub nodes: Vec<Landing>,
 }
 
 /// The running jobs that are neither victims nor protected, by node: they free their
@@ -271,7 +272,11 @@ impl<'a> Cycle<'a> {
                     node: n,
                     why,
                     at: step.from,
-                    nodes: vec![(n, 1, step.whole)],
+                    nodes: vec![Landing {
+                        node: n,
+                        members: 1,
+                        whole_free: step.whole,
+                    }],
                 });
             }
         }
@@ -396,7 +401,11 @@ impl<'a> Cycle<'a> {
             let mut grace = 0;
             let mut nodes = Vec::new();
             for (g, slots, n, whole) in by_grace {
-                nodes.push((n, slots.min(members - counted), whole));
+                nodes.push(Landing {
+                    node: n,
+                    members: slots.min(members - counted),
+                    whole_free: whole,
+                });
                 counted += slots;
                 grace = g;
                 if counted >= members {

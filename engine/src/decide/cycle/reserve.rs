@@ -194,7 +194,7 @@ impl Cycle<'_> {
                 .filter(|w| self.quota_fits_at(js, w.ready, runtime))
         };
         let (start, landing) = match &preempting {
-            Some(w) => (w.ready, self.preempting_landing(w)),
+            Some(w) => (w.ready, w.nodes.clone()),
             None => (start, landing),
         };
         if start == self.now || start - self.now > window {
@@ -252,19 +252,6 @@ impl Cycle<'_> {
             quota_of: None,
         }));
         Some((start, false, preempting))
-    }
-
-    /// Where a job starting by preempting (`w`) lands: the nodes it preempts on, with
-    /// the whole GPUs free there once its victims have gone.
-    fn preempting_landing(&self, w: &ProtectedWait) -> Vec<Landing> {
-        w.nodes
-            .iter()
-            .map(|&(node, members, whole_free)| Landing {
-                node,
-                members,
-                whole_free,
-            })
-            .collect()
     }
 
     /// The starvation bound: whether `js` has waited `reserve_after_wait` since it was
