@@ -115,6 +115,33 @@ fn every_scenario_matches_its_snapshot_and_is_deterministic() {
     }
 }
 
+/// The cycle's kept indexes and memos are speed only: with each switched off (victims and
+/// fits searched afresh for every job, holder records written at once) every scenario
+/// plans the same, reasons included.
+#[test]
+fn every_scenario_plans_the_same_without_the_cycles_memos() {
+    type Switch = (fn(bool), &'static str);
+    let switches: [Switch; 2] = [
+        (
+            engine::decide::find_victims_afresh,
+            "victims searched afresh",
+        ),
+        (
+            engine::decide::record_holders_at_once,
+            "holder records written at once",
+        ),
+    ];
+    for case in cases() {
+        let plain = plan_text(&case);
+        for (switch, what) in switches {
+            switch(true);
+            let switched = plan_text(&case);
+            switch(false);
+            assert_eq!(switched, plain, "{case}: {what} change the plan");
+        }
+    }
+}
+
 #[test]
 fn every_waiting_job_has_a_reason_and_a_position() {
     for case in cases() {

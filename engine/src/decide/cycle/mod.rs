@@ -170,8 +170,10 @@ struct Cycle<'a> {
     /// Evictions so far: free capacity grows only then (a victim tried and put back
     /// leaves the state as it was).
     released: u64,
-    /// Shapes that did not fit, at which `released` count, and why.
-    unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Unplaced)>,
+    /// Shapes that did not fit, at which `released` count, and why; a shape that fitted
+    /// only by delaying reserved jobs also at which allocation state (`changed.len()`):
+    /// placements since may have left it no room at all, which its reason must say.
+    unfit: shape_memo::ShapeMemo<UnfitKey, (u64, Option<usize>, Unplaced)>,
     /// Per queue shape number: why the gang can never be held at once, if it cannot
     /// (`explain.rs`; the fleet and the pools' maximums do not change within a cycle).
     gang_ceilings: HashMap<usize, Option<String>>,

@@ -74,8 +74,10 @@ impl<'a> Cycle<'a> {
                 let known = (!self.victims_afresh)
                     .then(|| self.unfit.get(shape_no, &within_key))
                     .flatten()
-                    .filter(|(epoch, _)| *epoch == self.released)
-                    .map(|(_, why)| why.clone());
+                    .filter(|(epoch, at, _)| {
+                        *epoch == self.released && at.is_none_or(|at| at == self.changed.len())
+                    })
+                    .map(|(_, _, why)| why.clone());
                 let attempt = match known {
                     // A gang's reason counts the members free room holds, which placements
                     // since may have lowered: counted again.
@@ -107,8 +109,9 @@ impl<'a> Cycle<'a> {
                     other => other,
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
+                    let at = (why.message == DELAYS_RESERVED).then_some(self.changed.len());
                     self.unfit
-                        .insert(shape_no, within_key, (self.released, why.clone()));
+                        .insert(shape_no, within_key, (self.released, at, why.clone()));
                 }
                 self.tell(js, |c| story::attempt(c, &attempt));
                 match attempt {
