@@ -525,6 +525,37 @@ fn easy_reservations_book_gpus_not_nodes() {
 }
 
 #[test]
+fn a_gang_sharing_a_node_preempts_every_victim_it_needs_there() {
+    let p = plan("gang_shares_a_node_preempting");
+    assert_eq!(action(&p, "urgent"), "place");
+    let mut v = victims(&p, "urgent");
+    v.sort();
+    assert_eq!(v, ["low0", "low1", "low10", "low11", "low12"]);
+}
+
+#[test]
+fn a_reservation_by_preempting_holds_its_gpus_from_when_it_preempts() {
+    let p = plan("backfill_ends_before_preempting");
+    assert_eq!(code(&p, "big"), "reserved");
+    assert_eq!(decision(&p, "big")["reason"]["eta_s"], 466);
+    // short would end at 1454, a second after big preempts at 1453.
+    assert_eq!(code(&p, "short"), "waiting_for_reservation");
+    let message = decision(&p, "short")["reason"]["message"].as_str().unwrap();
+    assert!(message.contains("from 3m10s from now"), "{message}");
+    assert_eq!(action(&p, "tiny"), "place", "ends before big preempts");
+}
+
+#[test]
+fn jobs_behind_a_reservation_by_preempting_count_its_victims_stopped() {
+    let p = plan("easy_head_reserves_by_preempting");
+    assert_eq!(code(&p, "gang"), "reserved");
+    assert_eq!(decision(&p, "gang")["reason"]["eta_s"], 220);
+    // v1 and v2 stop for the gang at 4220; small fits once the gang ends at 7820 (as the
+    // replay of this scenario starts it), not when v1 and v2 would end (86,400).
+    assert_eq!(decision(&p, "small")["reason"]["eta_s"], 3820);
+}
+
+#[test]
 fn a_mig_reservation_holds_its_gpu_not_its_node() {
     let p = plan("mig_reservation_holds_its_gpu");
     assert_eq!(code(&p, "big-7g"), "reserved");

@@ -32,6 +32,10 @@ pub(super) struct NodeBooking {
 pub(super) struct Booking {
     pub job: String,
     pub start_at: i64,
+    /// From when it holds its GPUs: its start, or for a job that starts by preempting,
+    /// when it preempts (its victims stop within their grace on GPUs it then holds, and
+    /// a job there that ends later would keep it from preempting).
+    pub held_from: i64,
     /// `None`: the job gives no runtime, so the booking never ends.
     pub ends_at: Option<i64>,
     pub nodes: BTreeMap<usize, NodeBooking>,
@@ -39,7 +43,7 @@ pub(super) struct Booking {
 
 impl Booking {
     fn overlaps(&self, from: i64, until: Option<i64>) -> bool {
-        until.is_none_or(|u| self.start_at < u) && self.ends_at.is_none_or(|e| from < e)
+        until.is_none_or(|u| self.held_from < u) && self.ends_at.is_none_or(|e| from < e)
     }
 }
 
@@ -93,7 +97,7 @@ impl Bookings {
         on_node
             .iter()
             .filter_map(|i| self.list.get(*i))
-            .filter(|o| o.start_at <= at && o.ends_at.is_none_or(|e| at < e))
+            .filter(|o| o.held_from <= at && o.ends_at.is_none_or(|e| at < e))
             .filter_map(|o| o.nodes.get(&node))
             .fold(0u64, |sum, nb| sum.saturating_add(nb.gpus))
     }
@@ -107,13 +111,13 @@ impl Bookings {
         let now_booked = self.booked_at(on_node, node, from);
         let mut spare = (now_booked > 0).then(|| free_from.saturating_sub(now_booked));
         for b in on_node.iter().filter_map(|i| self.list.get(*i)) {
-            let inside = b.start_at > from && until.is_none_or(|u| b.start_at < u);
+            let inside = b.held_from > from && until.is_none_or(|u| b.held_from < u);
             let Some(mine) = b.nodes.get(&node).filter(|_| inside) else {
                 continue;
             };
-            let left = mine
-                .free_at_start
-                .saturating_sub(self.booked_at(on_node, node, b.start_at));
+            let left =
+                mine.free_at_start
+                    .saturating_sub(self.booked_at(on_node, node, b.held_from));
             spare = Some(spare.map_or(left, |s| s.min(left)));
         }
         spare
@@ -235,7 +239,7 @@ impl Bookings {
         for (i, b) in self.list.iter().enumerate() {
             // A start at t overlaps from t > start - runtime (never later, without one).
             if let Some(rt) = runtime {
-                let begins = b.start_at.saturating_sub(rt);
+                let begins = b.held_from.saturating_sub(rt);
                 if begins >= now {
                     out.push((begins.saturating_add(1), i));
                 }
@@ -252,7 +256,7 @@ impl Bookings {
     /// booking's start overlaps each of them wherever it starts, as one without an
     /// estimate does, so all such runtimes walk alike (`None`).
     pub fn runtime_seen(&self, now: i64, runtime: Option<i64>) -> Option<i64> {
-        let latest = self.list.iter().map(|b| b.start_at).max()?;
+        let latest = self.list.iter().map(|b| b.held_from).max()?;
         runtime.filter(|r| now.saturating_add(*r) <= latest)
     }
 
@@ -262,7 +266,7 @@ impl Bookings {
     /// take the same GPUs now.
     pub fn start_now_key(&self, now: i64, runtime: Option<i64>) -> (usize, usize) {
         let ends = runtime.map_or(i64::MAX, |r| now.saturating_add(r));
-        let before = self.list.iter().filter(|b| b.start_at < ends).count();
+        let before = self.list.iter().filter(|b| b.held_from < ends).count();
         (self.list.len(), before)
     }
 

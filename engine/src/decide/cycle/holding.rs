@@ -510,6 +510,36 @@ impl<'a> Cycle<'a> {
             .collect();
     }
 
+    /// `victims`, which a reservation preempts to start at `at`, count as ending then: the
+    /// walks for later jobs' starts read their GPUs free from then (the reservation's
+    /// booking holds what it needs of them). Memos that read the ends are let go.
+    pub(super) fn end_victims_at(&mut self, victims: &[usize], at: i64) {
+        for &h in victims {
+            let Some(holder) = self.holders.get_mut(h) else {
+                continue;
+            };
+            let old = holder.ends_at;
+            if old.is_some_and(|e| e <= at) {
+                continue;
+            }
+            holder.ends_at = Some(at);
+            let team = holder.team_ix;
+            if self.ends_built {
+                if let Some(e) = old {
+                    self.ends.remove(&(e, h));
+                }
+                self.ends.insert((at, h));
+                if let Some(ends) = self.team_ends.get_mut(&team) {
+                    ends.remove(&(old.unwrap_or(i64::MAX), h));
+                    ends.insert((at, h));
+                }
+            }
+        }
+        // The memos kept by release count (shapes that did not fit, quota and lending
+        // walks) are let go with the ends they read.
+        self.released += 1;
+    }
+
     pub(super) fn release_holder(&mut self, h: usize) {
         self.move_holder(h, false);
     }

@@ -669,8 +669,12 @@ impl<'a> Cycle<'a> {
                     .into()
             });
         }
-        if shape.members > 1 && !plans.is_empty() {
-            let nodes: Vec<usize> = plans.iter().map(|(n, _)| *n).collect();
+        let nodes: Vec<usize> = if shape.members > 1 {
+            plans.iter().map(|(n, _)| *n).collect()
+        } else {
+            Vec::new()
+        };
+        if !nodes.is_empty() {
             let most = self.room_with_nodes_emptied(shape, &nodes);
             if most < u64::from(shape.members) {
                 // Releasing fewer victims never frees more: no trial could place it.
@@ -709,6 +713,13 @@ impl<'a> Cycle<'a> {
                 break;
             }
         }
+        // Members that must share a node need more than one member's set there.
+        let placed = match placed {
+            None if !nodes.is_empty() => {
+                self.gang_on_emptied_nodes(js, shape, within, asker, &nodes, &mut taken)
+            }
+            placed => placed,
+        };
         let Some(placed) = placed else {
             self.restore_all(&taken);
             self.rewind(mark);
@@ -732,6 +743,50 @@ impl<'a> Cycle<'a> {
         let choices = vec![choice];
         let borrowing = self.quota_allows_quietly(js, &choices)?;
         Some((choices, borrowing))
+    }
+
+    /// A gang the cheapest set per node could not place (each frees room for one member,
+    /// and members that must share a node need more): every victim the rules allow on
+    /// each of `nodes`, node by node in cost order and by rank within a node, is released
+    /// (into `taken`) until the gang fits. [`Cycle::spare`] then gives back those it does
+    /// not need.
+    fn gang_on_emptied_nodes(
+        &mut self,
+        js: &'a JobState,
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+        asker: &Asker,
+        nodes: &[usize],
+        taken: &mut Vec<usize>,
+    ) -> Option<(Vec<Choice>, bool)> {
+        for &node in nodes {
+            let mut ranked: Vec<Rank> = self
+                .holders_on
+                .get(node)
+                .iter()
+                .filter(|h| !taken.contains(h))
+                .filter_map(|h| self.victim_rank(*h, asker).map(|(rank, _)| rank))
+                .collect();
+            if ranked.is_empty() {
+                continue;
+            }
+            ranked.sort_unstable();
+            for (_, _, _, h) in ranked {
+                // A borrower's victims released so far may leave the next one below its
+                // guarantee: ranked again as it comes.
+                if self.victim_rank(h, asker).is_some() {
+                    self.release_holder(h);
+                    taken.push(h);
+                }
+            }
+            if let Some(done) = self.try_place_quiet(js, shape, within) {
+                self.tell(js, |_| {
+                    "preemption: its members share nodes: every victim the rules allow there makes way, then those it does not need are spared".into()
+                });
+                return Some(done);
+            }
+        }
+        None
     }
 
     /// Puts back victims tried and not needed, last released first.

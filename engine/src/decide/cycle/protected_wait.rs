@@ -64,6 +64,8 @@ struct Step {
     whole: u64,
     grace: u64,
     why: Option<Wake>,
+    /// The job that went.
+    holder: usize,
 }
 
 /// How [`Cycle::timeline`] looks at a node: for `asker` (only its own team's jobs with
@@ -195,6 +197,44 @@ impl<'a> Cycle<'a> {
             });
         }
         None
+    }
+
+    /// The jobs a reservation that starts by preempting (`wait`) stops then on the nodes
+    /// where it lands: on each, the victims it may take by `wait.at`, in the order they
+    /// may go (jobs it may not preempt that end by then counted too), until the node
+    /// holds the members it lands there.
+    pub(super) fn reserved_victims(
+        &self,
+        js: &JobState,
+        shape: &JobShape,
+        wait: &ProtectedWait,
+    ) -> Vec<usize> {
+        let asker = Asker::new(self.job_team(js), self.priority(js), self.reclaimable(js));
+        let ctx = self.placer.context();
+        let mut victims = Vec::new();
+        for landing in &wait.nodes {
+            let n = landing.node;
+            let Some(node) = self.snapshot.fleet.nodes.get(n) else {
+                continue;
+            };
+            let slots = |free: &NodeFree| member_slots(&ctx, node, free, &shape.member);
+            let look = Look {
+                asker: &asker,
+                own_only: false,
+                measure: &slots,
+                enough: landing.members,
+                ending: Some(self.others_on.on(n)),
+                before: wait.at.saturating_add(1),
+            };
+            let (_, steps) = self.timeline(n, &look);
+            victims.extend(
+                steps
+                    .iter()
+                    .filter(|s| !matches!(s.why, Some(Wake::End(_))))
+                    .map(|s| s.holder),
+            );
+        }
+        victims
     }
 
     /// Whether a member of `shape` may wait for room on node `n`.
@@ -522,6 +562,7 @@ impl<'a> Cycle<'a> {
                 whole: whole_gpus(&free),
                 grace,
                 why,
+                holder: h,
             });
             if slots >= enough {
                 break;

@@ -122,13 +122,14 @@ impl Cycle<'_> {
         let until = self.runtime(js).map(|r| self.now + r);
         let delayed = self.bookings.list.iter().find(|b| {
             b.ends_at.is_none_or(|e| self.now < e)
-                && until.is_none_or(|u| b.start_at < u)
+                && until.is_none_or(|u| b.held_from < u)
                 && choices.iter().any(|c| b.nodes.contains_key(&c.node))
         });
         match delayed {
+            // Its GPUs are reserved from when they are held.
             Some(b) => Blocked::Reservation(Reserved {
                 job: b.job.clone(),
-                start_at: b.start_at,
+                start_at: b.held_from,
                 ends_at: b.ends_at,
                 nodes: b.nodes.keys().copied().collect(),
                 quota_of: None,
@@ -237,9 +238,15 @@ impl Cycle<'_> {
             std::rc::Rc::make_mut(&mut self.bookings).push(Booking {
                 job: js.id().to_string(),
                 start_at: start,
+                held_from: preempting.as_ref().map_or(start, |w| w.at),
                 ends_at,
                 nodes: booked,
             });
+        }
+        // The victims it preempts stop by its start, for the jobs after it.
+        if let Some(w) = &preempting {
+            let victims = self.reserved_victims(js, shape, w);
+            self.end_victims_at(&victims, w.ready);
         }
         if conservative || !within_depth {
             return Some((start, !within_depth, preempting));
