@@ -14,11 +14,9 @@
     reason = "test code: a failed lookup should fail the test"
 )]
 
-use engine::core::alloc::Request;
-use engine::core::gang::JobShape;
 use engine::inventory::jobs_file::Job;
 use proptest::prelude::*;
-use replay::{fleet, replay_waking, Promises, ReplayStats};
+use replay::{fleet, job, replay_waking, Promises, ReplayStats};
 
 mod replay;
 
@@ -43,27 +41,6 @@ fn case_strategy() -> impl Strategy<Value = Case> {
             1..12,
         ),
     )
-}
-
-fn job(id: String, tier: &str, members: u32, gpus: u32, runtime: u64, at: i64) -> Job {
-    Job {
-        id,
-        tier: Some(tier.into()),
-        submitted_at: Some(at),
-        runtime_s: Some(runtime),
-        shape: JobShape {
-            members,
-            member: Request {
-                cpu_milli: 4_000,
-                memory_mib: 16_384,
-                num_gpu: gpus,
-                gpu_milli: 1000,
-                ..Request::default()
-            },
-            ..JobShape::default()
-        },
-        ..Job::default()
-    }
 }
 
 /// One case under `backfill = MODE`, its promises checked as `promises` says.

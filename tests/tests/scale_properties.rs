@@ -13,13 +13,11 @@
     reason = "test code: a failed lookup should fail the test"
 )]
 
-use engine::core::alloc::Request;
 use engine::core::fleet::{Fleet, Node};
-use engine::core::gang::JobShape;
 use engine::decide::plan::Action;
 use engine::inventory::jobs_file::Job;
 use proptest::prelude::*;
-use replay::decide;
+use replay::{decide, job};
 
 mod replay;
 
@@ -43,26 +41,11 @@ fn node(name: &str, pool: &str) -> Node {
     n
 }
 
-fn job(i: usize, members: u32, gpus: u32) -> Job {
-    Job {
-        id: format!("j{i}"),
-        tier: Some("standard".into()),
-        submitted_at: Some(i as i64),
-        runtime_s: Some(3600),
-        shape: JobShape {
-            members,
-            member: Request {
-                cpu_milli: 4_000,
-                memory_mib: 16_384,
-                num_gpu: gpus,
-                gpu_milli: 1000,
-                ..Request::default()
-            },
-            pools: vec!["spot".into()],
-            ..JobShape::default()
-        },
-        ..Job::default()
-    }
+/// Job `i`, which may run only in the spot pool.
+fn spot_job(i: usize, members: u32, gpus: u32) -> Job {
+    let mut j = job(format!("j{i}"), "standard", members, gpus, 3600, i as i64);
+    j.shape.pools = vec!["spot".into()];
+    j
 }
 
 /// What one case saw: nodes bought, whether the queue held gangs only, and whether the
@@ -93,7 +76,7 @@ fn check(case: &Case) -> Result<Seen, TestCaseError> {
     let queue: Vec<Job> = jobs
         .iter()
         .enumerate()
-        .map(|(i, (members, gpus))| job(i, *members, *gpus))
+        .map(|(i, (members, gpus))| spot_job(i, *members, *gpus))
         .collect();
     let fleet = Fleet {
         nodes: vec![node("base", "base")],

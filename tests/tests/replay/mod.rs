@@ -8,7 +8,9 @@
     reason = "each test file that includes this module uses part of it"
 )]
 
+use engine::core::alloc::Request;
 use engine::core::fleet::{Fleet, Node};
+use engine::core::gang::JobShape;
 use engine::core::mig::MigTable;
 use engine::decide::plan::{Action, Plan};
 use engine::decide::snapshot::Snapshot;
@@ -302,4 +304,26 @@ pub fn with_revisions(snapshot: &Snapshot) -> Snapshot {
         js.revision = Some(h.finish()).filter(|h| h % 7 != 0);
     }
     tagged
+}
+
+/// A job of `members` members of `gpus` whole GPUs each.
+pub fn job(id: String, tier: &str, members: u32, gpus: u32, runtime: u64, at: i64) -> Job {
+    Job {
+        id,
+        tier: Some(tier.into()),
+        submitted_at: Some(at),
+        runtime_s: Some(runtime),
+        shape: JobShape {
+            members,
+            member: Request {
+                cpu_milli: 4_000,
+                memory_mib: 16_384,
+                num_gpu: gpus,
+                gpu_milli: 1000,
+                ..Request::default()
+            },
+            ..JobShape::default()
+        },
+        ..Job::default()
+    }
 }
