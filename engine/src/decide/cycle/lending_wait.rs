@@ -35,7 +35,8 @@ impl Cycle<'_> {
     /// when they never do by the jobs that give a runtime, or past the cycle's budget of
     /// estimates.
     pub(super) fn lending_wait(&mut self, js: &JobState, shape: &JobShape) -> Option<LendingWait> {
-        self.index_ends();
+        // The memo's version counts the holders: all recorded first.
+        self.record_holders();
         let team = self.job_team(js);
         let pools: Vec<Option<PoolIx>> = if shape.pools.is_empty() {
             self.fleet_pools.clone()
@@ -60,6 +61,8 @@ impl Cycle<'_> {
             return None;
         }
         self.eta_estimates += 1;
+        // The end index is built only for a walk (a cycle past its budget builds none).
+        self.index_ends();
         let wait = self.walk_lending(&key);
         self.lending_waits.known.insert(key, wait);
         wait
