@@ -553,6 +553,9 @@ fn jobs_behind_a_reservation_by_preempting_count_its_victims_stopped() {
     // v1 and v2 stop for the gang at 4220; small fits once the gang ends at 7820 (as the
     // replay of this scenario starts it), not when v1 and v2 would end (86,400).
     assert_eq!(decision(&p, "small")["reason"]["eta_s"], 3820);
+    // It could preempt v1 now but for the gang's reservation, and is told so (it was
+    // told no node had room).
+    assert_eq!(code(&p, "small"), "waiting_for_reservation");
 }
 
 #[test]

@@ -202,6 +202,9 @@ struct Cycle<'a> {
     /// Reservations that looked for a wait on protected victims this cycle, up to
     /// `explain::RESERVING_WAIT_BUDGET`.
     reserving_waits: usize,
+    /// Jobs preemption could not place within the bookings that were looked at again
+    /// without them this cycle, up to `preempt::BOOKED_LOOK_BUDGET`.
+    booked_preempt_looks: usize,
     preemptions: Vec<Preemption>,
     /// The story of one job, when asked for (`gantry plan --job`).
     story: Option<story::Story>,
@@ -450,6 +453,7 @@ fn decide_cycle(
         eta_estimates: 0,
         gang_waits: 0,
         reserving_waits: 0,
+        booked_preempt_looks: 0,
         preemptions: stops,
         story,
         memo,

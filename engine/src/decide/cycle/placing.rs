@@ -133,6 +133,7 @@ impl<'a> Cycle<'a> {
         if let Some(done) = self.preempt(js, shape_no, shape, &blocked, &respects, within_key) {
             return done;
         }
+        let blocked = self.held_by_booking(js, (shape_no, shape), blocked);
         let reason = self.explain(js, shape_no, shape, blocked);
         Outcome::Blocked(self.gang_timeout(js, shape, reason))
     }

@@ -178,6 +178,10 @@ pub(super) type VictimlessKey = (u32, (Option<usize>, Option<usize>), super::Unf
 /// An asker team no running job belongs to (see `Cycle::own_victims_team`).
 pub(super) const NO_OWN_VICTIMS: Option<usize> = Some(usize::MAX - 1);
 
+/// Jobs per cycle that preemption could not place within the bookings and that are
+/// looked at again without them ([`Cycle::held_by_booking`]).
+pub(super) const BOOKED_LOOK_BUDGET: usize = 64;
+
 /// One holder as a candidate: (GPUs it alone takes below a guarantee, its tier's
 /// priority, lost work, holder).
 pub(super) type Rank = (u64, i64, i64, usize);
@@ -374,6 +378,62 @@ impl<'a> Cycle<'a> {
             asker.spared.extend(broken);
         }
         None
+    }
+
+    /// A job that preemption could not place within the bookings (`blocked` on
+    /// capacity): where it could preempt were no GPUs booked, what holds it is the first
+    /// booking it would delay, and it is told so (`waiting_for_reservation`), not that no
+    /// room exists. The victims tried are put back. Up to [`BOOKED_LOOK_BUDGET`] jobs a
+    /// cycle; past it, the reason stays.
+    pub(super) fn held_by_booking(
+        &mut self,
+        js: &'a JobState,
+        (shape_no, shape): (usize, &JobShape),
+        blocked: Blocked,
+    ) -> Blocked {
+        let on_capacity =
+            matches!(&blocked, Blocked::Capacity(u) if u.code == UnplacedCode::NoCapacity);
+        if !on_capacity
+            || self.bookings.is_empty()
+            || self.booked_preempt_looks >= BOOKED_LOOK_BUDGET
+        {
+            return blocked;
+        }
+        let priority = self.priority(js);
+        let reclaimable = self.reclaimable(js);
+        if reclaimable.is_empty() && self.lowest_victim_priority.is_none_or(|p| p >= priority) {
+            return blocked;
+        }
+        self.booked_preempt_looks += 1;
+        let asker = Asker {
+            team: self.own_victims_team(js, priority),
+            priority,
+            reclaimable,
+            spared: Vec::new(),
+        };
+        let snapshot = self.snapshot;
+        let open = |n: usize| snapshot.takes_new(n);
+        let mark = self.log_mark();
+        let Some((needed, (choices, _))) =
+            self.victims_by_node(js, (shape_no, shape), &open, &asker)
+        else {
+            return blocked;
+        };
+        let keeps_guarantees = self.teams_taken_below_guarantee(&needed, &asker).is_empty();
+        self.restore_all(&needed);
+        self.rewind(mark);
+        match self.booking_delayed(js, &choices) {
+            Some(res) if keeps_guarantees => {
+                self.tell(js, |_| {
+                    format!(
+                        "preemption: it could preempt on nodes {} has booked",
+                        res.job
+                    )
+                });
+                Blocked::Reservation(res)
+            }
+            _ => blocked,
+        }
     }
 
     /// The asker's team for rule 2, or [`NO_OWN_VICTIMS`] when none of its running jobs

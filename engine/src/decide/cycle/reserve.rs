@@ -11,6 +11,7 @@ use super::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::{Blocked, Cycle};
 use crate::core::alloc::Request;
 use crate::core::gang::{self, JobShape};
+use crate::core::placer::Choice;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
 use std::collections::{BTreeMap, BTreeSet};
@@ -119,23 +120,26 @@ impl Cycle<'_> {
         let Ok((choices, _)) = self.try_place(js, shape, &|n| snapshot.takes_new(n)) else {
             return blocked;
         };
+        self.booking_delayed(js, &choices)
+            .map_or(blocked, Blocked::Reservation)
+    }
+
+    /// The first booking that `js` started now on `choices` would delay.
+    pub(super) fn booking_delayed(&self, js: &JobState, choices: &[Choice]) -> Option<Reserved> {
         let until = self.runtime(js).map(|r| self.now + r);
         let delayed = self.bookings.list.iter().find(|b| {
             b.ends_at.is_none_or(|e| self.now < e)
                 && until.is_none_or(|u| b.held_from < u)
                 && choices.iter().any(|c| b.nodes.contains_key(&c.node))
-        });
-        match delayed {
-            // Its GPUs are reserved from when they are held.
-            Some(b) => Blocked::Reservation(Reserved {
-                job: b.job.clone(),
-                start_at: b.held_from,
-                ends_at: b.ends_at,
-                nodes: b.nodes.keys().copied().collect(),
-                quota_of: None,
-            }),
-            None => blocked,
-        }
+        })?;
+        // Its GPUs are reserved from when they are held.
+        Some(Reserved {
+            job: delayed.job.clone(),
+            start_at: delayed.held_from,
+            ends_at: delayed.ends_at,
+            nodes: delayed.nodes.keys().copied().collect(),
+            quota_of: None,
+        })
     }
 
     /// Makes `js` a reservation holder if backfill is on, the reservations are not all
