@@ -198,6 +198,23 @@ fn an_easy_head_that_preempts_is_not_overtaken() {
     assert_eq!(gang["first_start"], 4220);
     assert_eq!(gang["first_eta"], 4220);
     assert_eq!(outcome(&m, "small")["first_start"], 7820);
+    // Told so when it came: v1 and v2 counted as stopping for the gang (was 86,400).
+    assert_eq!(outcome(&m, "small")["first_eta"], 7820);
+}
+
+#[test]
+fn a_reservation_by_preempting_is_not_delayed_by_backfill() {
+    // The plan scenario backfill_ends_before_preempting, replayed: big's booking holds
+    // its GPUs from when it preempts low (1453), so short, which would end a second
+    // later, waits; big starts when it was told, and short when it was told.
+    let m = simulate("backfill_ends_before_preempting");
+    let big = outcome(&m, "big");
+    assert_eq!(big["first_start"], 1729);
+    assert_eq!(big["first_eta"], 1729);
+    assert_eq!(outcome(&m, "short")["first_start"], 1789);
+    assert_eq!(outcome(&m, "short")["first_eta"], 1789);
+    assert_eq!(outcome(&m, "tiny")["first_start"], 1263);
+    assert_eq!(outcome(&m, "low")["preemptions"], 1);
 }
 
 #[test]
