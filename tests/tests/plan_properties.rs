@@ -578,9 +578,8 @@ proptest! {
     #[test]
     fn reservations_are_kept_where_the_quota_binds(case in quota_case_strategy()) {
         check_quota_promises(&case, "on", Promises::Strict)?;
-        // One node: where a booked job lands cannot differ from its booking.
-        let one_node = (1, case.1.min(8), case.2.clone());
-        check_quota_promises(&one_node, "conservative(depth = all)", Promises::Strict)?;
+        // Conservative backfill: every job that waits starts at the first ETA it is told.
+        check_quota_promises(&case, "conservative(depth = all)", Promises::FirstEta)?;
     }
 
     #[test]
@@ -646,9 +645,8 @@ fn random_replays_preempt_and_keep_reservations() {
         "no reservation of MIG instances was checked"
     );
     // Where the quota binds under conservative backfill, on several nodes: each cycle
-    // books afresh, and a job that starts at its booked time may land on other nodes
-    // than its booking's (placement chooses by fragmentation), taking GPUs a later
-    // booking counted on. Counted, not failed: most promises must still hold exactly.
+    // books afresh, and every job must start at the first ETA it was told (also checked
+    // above, with the runner's seeds). These fixed cases show that many are checked.
     let (mut checked, mut exact, mut late) = (0, 0, 0);
     let mut first = (0, 0, 0);
     for _ in 0..60 {
@@ -656,7 +654,8 @@ fn random_replays_preempt_and_keep_reservations() {
             .new_tree(&mut runner)
             .unwrap()
             .current();
-        let s = check_quota_promises(&case, "conservative(depth = all)", Promises::Count).unwrap();
+        let s =
+            check_quota_promises(&case, "conservative(depth = all)", Promises::FirstEta).unwrap();
         checked += s.promises_checked;
         exact += s.promises_exact;
         late += s.promises_late;
@@ -669,10 +668,13 @@ fn random_replays_preempt_and_keep_reservations() {
         checked >= 100,
         "only {checked} quota-bound reservations checked"
     );
-    assert!(
-        late * 20 <= checked,
-        "{late} of {checked} reservations started later than promised"
+    assert_eq!((late, exact), (0, checked), "every promise kept exactly");
+    assert_eq!(
+        (first.1, first.2),
+        (0, 0),
+        "first ETAs (exact, earlier, later): {first:?}"
     );
+    assert!(first.0 >= 100, "only {first:?} first ETAs checked");
 }
 
 /// Nodes that take nothing new (cordoned, not Ready: `Snapshot::closed`) get no placement,

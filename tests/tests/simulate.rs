@@ -10,6 +10,9 @@
     reason = "test code: a failed lookup should fail the test"
 )]
 
+mod cli_run;
+use cli_run::{gantry, simulate_json};
+
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -21,37 +24,9 @@ fn repo() -> PathBuf {
     tests_dir().join("..")
 }
 
-fn gantry(args: &[&str]) -> (u8, String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = {
-        let mut io = engine::cli::Io::captured(&mut out, &mut err);
-        let mut all = vec!["gantry"];
-        all.extend_from_slice(args);
-        engine::cli::run(all, &mut io)
-    };
-    (
-        code,
-        String::from_utf8_lossy(&out).into_owned(),
-        String::from_utf8_lossy(&err).into_owned(),
-    )
-}
-
 fn simulate(case: &str) -> Value {
     let dir = tests_dir().join("simulate").join(case);
-    let p = |f: &str| dir.join(f).display().to_string();
-    let (code, out, err) = gantry(&[
-        "simulate",
-        "--policy",
-        &p("policy.gantry"),
-        "--fleet",
-        &p("fleet.toml"),
-        "--trace",
-        &p("trace.jsonl"),
-        "--json",
-        "-",
-    ]);
-    assert_eq!(code, 0, "{case}: {err}");
-    serde_json::from_str(&out).unwrap()
+    simulate_json(&dir, &dir.join("trace.jsonl").display().to_string())
 }
 
 fn outcome<'v>(m: &'v Value, id: &str) -> &'v Value {

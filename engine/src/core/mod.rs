@@ -10,6 +10,7 @@ pub mod frag;
 pub mod gang;
 mod group_free;
 pub mod mig;
+pub mod natural;
 pub mod packing;
 pub mod placer;
 pub mod rng;

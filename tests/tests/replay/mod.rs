@@ -77,6 +77,10 @@ pub enum Promises {
     Strict,
     /// Later starts are counted.
     Count,
+    /// [`Promises::Strict`], and every job that waited starts exactly at the first ETA it
+    /// was told (conservative backfill with exact runtimes: each first ETA is a booking,
+    /// and a job placed at its booked start lands where it was booked).
+    FirstEta,
     /// [`Promises::Strict`] for the jobs whose id starts with this; others are not checked
     /// (a higher tier may rightly overtake them).
     StrictFor(&'static str),
@@ -89,7 +93,7 @@ impl Promises {
     fn covers(self, id: &str) -> bool {
         match self {
             Promises::Off => false,
-            Promises::Strict | Promises::Count => true,
+            Promises::Strict | Promises::Count | Promises::FirstEta => true,
             Promises::StrictFor(prefix) | Promises::CountFor(prefix) => id.starts_with(prefix),
         }
     }
@@ -230,6 +234,11 @@ fn replay_with(
                     stats.promises_exact += usize::from(now == *by);
                 }
                 if let Some(first) = first_eta.get(&d.job) {
+                    prop_assert!(
+                        !matches!(promises, Promises::FirstEta) || now == *first,
+                        "{} was first told it starts at {first} and started at {now}",
+                        d.job
+                    );
                     match now.cmp(first) {
                         std::cmp::Ordering::Equal => stats.first_etas.0 += 1,
                         std::cmp::Ordering::Less => stats.first_etas.1 += 1,

@@ -11,6 +11,9 @@ use crate::decide::snapshot::JobState;
 /// Why a job that fits now is not placed under conservative backfill.
 const DELAYS_RESERVED: &str = "it fits now only by delaying reserved jobs";
 
+/// How many overbooked nodes a placement is tried again without.
+const OVERBOOKED_RETRIES: usize = 4;
+
 /// Whether `why` a gang of `shape` did not fit counts the members free room holds (see
 /// [`Cycle::gang_short_now`]).
 fn counts_room(shape: &JobShape, why: &Unplaced) -> bool {
@@ -21,7 +24,8 @@ impl<'a> Cycle<'a> {
     /// Places one job of shape number `shape_no` (see `queue_order::QueueShapes`): the
     /// quota gate first, then directly, or by preempting, or not (with a reason).
     pub(super) fn place(&mut self, js: &'a JobState, shape_no: usize, shape: &JobShape) -> Outcome {
-        let ends_at = self.runtime(js).map(|r| self.now + r);
+        let runtime = self.runtime(js);
+        let ends_at = runtime.map(|r| self.now + r);
         let takes_none = std::rc::Rc::clone(&self.takes_none);
         let bookings = std::rc::Rc::clone(&self.bookings);
         let (now, member) = (self.now, &shape.member);
@@ -78,35 +82,59 @@ impl<'a> Cycle<'a> {
                         *epoch == self.released && at.is_none_or(|at| at == self.changed.len())
                     })
                     .map(|(_, _, why)| why.clone());
-                let attempt = match known {
-                    // A gang's reason counts the members free room holds, which placements
-                    // since may have lowered: counted again.
-                    Some(why) if counts_room(shape, &why) => {
-                        Err(Blocked::Capacity(self.gang_short_now(shape)))
-                    }
-                    Some(why) => Err(Blocked::Capacity(why)),
-                    None => self.try_place_keeping(js, shape, &respects, true),
-                };
                 // Several members on one booked node may together take what one alone
                 // could, and MIG members go around the slots a booking holds: either
-                // failing, the placement would delay a reservation.
-                let attempt = match attempt {
-                    Ok((mut choices, borrowing)) => {
-                        if self.steer_off_holds(member, &mut choices, ends_at)
-                            && bookings.violated(member, &choices, now, ends_at).is_none()
-                        {
-                            Ok((choices, borrowing))
-                        } else {
+                // failing, the placement would delay a reservation. It is tried again
+                // without the node that would be overbooked (a few times at most).
+                let mut avoid: Vec<usize> = Vec::new();
+                let attempt = loop {
+                    let within = |n: usize| respects(n) && !avoid.contains(&n);
+                    let attempt = match &known {
+                        // A gang's reason counts the members free room holds, which
+                        // placements since may have lowered: counted again.
+                        Some(why) if counts_room(shape, why) => {
+                            Err(Blocked::Capacity(self.gang_short_now(shape)))
+                        }
+                        Some(why) => Err(Blocked::Capacity(why.clone())),
+                        None => {
+                            // Where a booking of it would land now, if it places there.
+                            let landed = if avoid.is_empty() {
+                                self.place_as_booked(js, shape, runtime, &within)
+                            } else {
+                                None
+                            };
+                            match landed {
+                                Some(placed) => Ok(placed),
+                                None => self.try_place_keeping(js, shape, &within, true),
+                            }
+                        }
+                    };
+                    let delays = || {
+                        Err(Blocked::Capacity(Unplaced {
+                            code: UnplacedCode::NoCapacity,
+                            message: DELAYS_RESERVED.into(),
+                        }))
+                    };
+                    match attempt {
+                        Ok((mut choices, borrowing)) => {
+                            let steered = self.steer_off_holds(member, &mut choices, ends_at);
+                            let over = bookings.violated(member, &choices, now, ends_at);
+                            if steered && over.is_none() {
+                                break Ok((choices, borrowing));
+                            }
                             for c in &choices {
                                 self.placer.release(member, c);
                             }
-                            Err(Blocked::Capacity(Unplaced {
-                                code: UnplacedCode::NoCapacity,
-                                message: DELAYS_RESERVED.into(),
-                            }))
+                            match over {
+                                Some(n) if steered && avoid.len() < OVERBOOKED_RETRIES => {
+                                    avoid.push(n);
+                                }
+                                _ => break delays(),
+                            }
                         }
+                        Err(Blocked::Capacity(_)) if !avoid.is_empty() => break delays(),
+                        other => break other,
                     }
-                    other => other,
                 };
                 if let Err(Blocked::Capacity(why)) = &attempt {
                     let at = (why.message == DELAYS_RESERVED).then_some(self.changed.len());
@@ -147,6 +175,50 @@ impl<'a> Cycle<'a> {
         within: &dyn Fn(usize) -> bool,
     ) -> Result<(Vec<Choice>, bool), Blocked> {
         self.try_place_keeping(js, shape, within, false)
+    }
+
+    /// Under conservative backfill, `shape` placed on the nodes a booking of it would take
+    /// now ([`Cycle::landing_now`]), as many members on each as the booking counts, where
+    /// they fit there and the quota allows (committed in the placer). The cycles before
+    /// booked it so, and the bookings after it counted on the room it leaves.
+    fn place_as_booked(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        runtime: Option<i64>,
+        within: &dyn Fn(usize) -> bool,
+    ) -> Option<(Vec<Choice>, bool)> {
+        let landing = self.landing_now(shape, runtime)?;
+        let mut choices: Vec<Choice> = Vec::new();
+        let mut fits = true;
+        'nodes: for l in &landing {
+            for _ in 0..l.members {
+                let chosen = within(l.node)
+                    .then(|| self.placer.choose_among(&[l.node], &shape.member))
+                    .flatten();
+                match chosen {
+                    Some(c) => {
+                        self.placer.commit(&shape.member, &c);
+                        choices.push(c);
+                    }
+                    None => {
+                        fits = false;
+                        break 'nodes;
+                    }
+                }
+            }
+        }
+        let borrowing = if fits {
+            self.quota_allows(js, &choices).ok()
+        } else {
+            None
+        };
+        if borrowing.is_none() {
+            for c in &choices {
+                self.placer.release(&shape.member, c);
+            }
+        }
+        Some((choices, borrowing?))
     }
 
     /// [`Cycle::try_place`] for a trial whose failure is not shown: no explanation is

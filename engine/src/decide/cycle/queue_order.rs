@@ -2,11 +2,13 @@
 //! inside its team's guarantee goes before one that must borrow (Kueue orders its heads
 //! so: work that would be reclaimed is not started in an owner's place); then the team
 //! with the lowest fair share goes next (counting the jobs ahead of it as if placed),
-//! with its oldest job; ties by submit time and id.
+//! with its oldest job; ties by submit time and id (numbers in ids as numbers: `job-9`
+//! before `job-10`, as Slurm orders job ids).
 
 use super::job_memo::Resolved;
 use super::Cycle;
 use crate::core::gang::JobShape;
+use crate::core::natural::NaturalId;
 use crate::decide::admission::Admission;
 use crate::decide::fairshare::{FairShares, Resources};
 use crate::decide::snapshot::JobState;
@@ -126,9 +128,9 @@ impl<'a> Cycle<'a> {
         }
         // The sort and the fair-share pass read these in no memory order: side by side,
         // not through the queue's entries.
-        let keys: Vec<(i64, &str)> = queue
+        let keys: Vec<(i64, NaturalId<'_>)> = queue
             .iter()
-            .map(|e| (e.key.submitted_at, e.key.id))
+            .map(|e| (e.key.submitted_at, NaturalId(e.key.id)))
             .collect();
         let holds: Vec<Resources> = queue.iter().map(|e| e.key.holds).collect();
         let need: Vec<u64> = queue.iter().map(|e| e.key.gpu_milli).collect();

@@ -317,6 +317,23 @@ impl Cycle<'_> {
         })
     }
 
+    /// Under conservative backfill, the nodes a booking of `shape` would take now (best
+    /// fit; `None` where it could not start now or the mode books nothing). A job placed
+    /// now lands there when it can, as its booking of the cycles before said it would:
+    /// the room the later bookings counted on stays theirs.
+    pub(super) fn landing_now(
+        &mut self,
+        shape: &JobShape,
+        runtime: Option<i64>,
+    ) -> Option<Vec<Landing>> {
+        let placement = &self.program.placement;
+        if !placement.backfill || placement.reservation_depth <= 1 {
+            return None;
+        }
+        let (start, landing) = self.earliest_start(shape, runtime, self.now)?;
+        (start == self.now).then_some(landing)
+    }
+
     /// When `shape` could start if running jobs end as estimated, and on which nodes:
     /// jobs are released in order of expected end, on a copy of the free resources, until
     /// the free room (per topology group when the job requires one) holds every member.
@@ -773,7 +790,7 @@ impl Cycle<'_> {
             found = at_from(free, &mut counted, &mut room);
         }
         let (start, g, key) = found.filter(|f| cut.is_none_or(|c| f.2 < c))?;
-        // The nodes that hold the members, roomiest first. Only a node with a slot now,
+        // The nodes that hold the members, roomiest first (ties by number). Only a node with a slot now,
         // one the walk touched, or a booked one can have room.
         let mut candidates: Vec<usize> = index
             .roomy
@@ -796,12 +813,19 @@ impl Cycle<'_> {
             .filter(|(s, _)| *s > 0)
             .collect();
         nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        // Best fit: what is left goes on the tightest node that holds all of it, else
+        // the roomiest takes its share. A booking then leaves the nodes with more room
+        // (or room sooner) to the jobs after it, as Slurm's best fit does, and a later
+        // cycle that sees the same room books the same nodes.
         let mut need = members;
         let mut chosen = Vec::new();
-        for (s, n) in nodes {
-            if need == 0 {
-                break;
-            }
+        while need > 0 && !nodes.is_empty() {
+            let tightest = nodes.iter().map(|(s, _)| *s).filter(|s| *s >= need).min();
+            let at = nodes
+                .iter()
+                .position(|(s, _)| Some(*s) == tightest)
+                .unwrap_or(0);
+            let (s, n) = nodes.remove(at);
             chosen.push(Landing {
                 node: n,
                 members: s.min(need),

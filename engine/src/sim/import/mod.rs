@@ -7,6 +7,7 @@
 pub mod kubernetes;
 pub mod slurm;
 
+use crate::core::natural::NaturalId;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -158,7 +159,7 @@ impl Imported {
     /// before `10`, `123_2` before `123_10`), one JSON object per line.
     pub fn to_jsonl(&mut self) -> String {
         self.jobs.sort_by(|a, b| {
-            (a.submitted_at, id_order(&a.id)).cmp(&(b.submitted_at, id_order(&b.id)))
+            (a.submitted_at, NaturalId(&a.id)).cmp(&(b.submitted_at, NaturalId(&b.id)))
         });
         let mut out = String::new();
         for j in &self.jobs {
@@ -167,17 +168,6 @@ impl Imported {
         }
         out
     }
-}
-
-/// How ids order: by their runs of digits as numbers (a job id, an array index), then as
-/// text.
-fn id_order(id: &str) -> (Vec<u128>, &str) {
-    let numbers = id
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|p| !p.is_empty())
-        .map(|p| p.parse::<u128>().unwrap_or(u128::MAX))
-        .collect();
-    (numbers, id)
 }
 
 /// An error in one line of an input file.

@@ -1,0 +1,36 @@
+//! `gantry` run in-process on its arguments, as the test files that drive the CLI share
+//! it: (exit code, standard output, standard error).
+
+pub fn gantry(args: &[&str]) -> (u8, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = {
+        let mut io = engine::cli::Io::captured(&mut out, &mut err);
+        let mut all = vec!["gantry"];
+        all.extend_from_slice(args);
+        engine::cli::run(all, &mut io)
+    };
+    (
+        code,
+        String::from_utf8_lossy(&out).into_owned(),
+        String::from_utf8_lossy(&err).into_owned(),
+    )
+}
+
+/// `gantry simulate --json -` of `trace` under the policy and fleet in `dir`
+/// (`policy.gantry`, `fleet.toml`): the metrics, or a failed test saying why not.
+pub fn simulate_json(dir: &std::path::Path, trace: &str) -> serde_json::Value {
+    let p = |f: &str| dir.join(f).display().to_string();
+    let (code, out, err) = gantry(&[
+        "simulate",
+        "--policy",
+        &p("policy.gantry"),
+        "--fleet",
+        &p("fleet.toml"),
+        "--trace",
+        trace,
+        "--json",
+        "-",
+    ]);
+    assert_eq!(code, 0, "{}: {err}", dir.display());
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
