@@ -81,10 +81,11 @@ proptest! {
 }
 
 /// Not vacuous: over a fixed run the urgent jobs preempt, and reservations are checked.
-/// Under conservative backfill every waiting job is booked, and a booked job that
-/// preempts to start earlier than booked may land on other nodes than its booking's
-/// (victims are chosen by cost when it preempts, not where its booking was), taking
-/// room a later booking counted on: counted there, not failed; most must still hold.
+/// Under conservative backfill every waiting job is booked. A booking counts on
+/// preempting only where a protection ending binds last: where a job it may not preempt
+/// ends last and its victims are already preemptible, it is booked at the victims'
+/// runtime end, and when it later starts by preempting it takes room a later booking
+/// counted on (2 of 160 here). Counted there, not failed; most must still hold.
 #[test]
 fn random_cases_preempt_and_check_reservations() {
     use proptest::strategy::ValueTree;
