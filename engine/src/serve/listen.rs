@@ -34,6 +34,10 @@ impl Default for Deadlines {
     }
 }
 
+/// The most a request's head may take, and hyper's read buffer: far above any real
+/// client's headers (a bearer token is a few KiB), as nginx's 32 KiB and Go's 1 MiB are.
+pub const MAX_HEAD: usize = 64 * 1024;
+
 /// Serves `router` on `listener` until `stop` resolves.
 pub async fn serve(
     listener: TcpListener,
@@ -45,9 +49,13 @@ pub async fn serve(
     let acceptor = tls.map(TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     let mut builder = hyper::server::conn::http1::Builder::new();
+    // A request's head (its line and headers) over MAX_HEAD is answered 431 whatever
+    // the reads it came in: hyper's default bound is its read buffer (about 400 KiB),
+    // and a head near that size parsed or not by how the reads fell.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(deadlines.headers);
+        .header_read_timeout(deadlines.headers)
+        .max_buf_size(MAX_HEAD);
     let builder = Arc::new(builder);
     tokio::pin!(stop);
     loop {
