@@ -22,20 +22,7 @@ impl PartialOrd for NaturalId<'_> {
 
 /// `a` against `b`, runs of digits as numbers (leading zeros aside).
 pub fn natural_cmp(a: &str, b: &str) -> Ordering {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    // Where the first difference touches no run of digits, bytes decide, as they would
-    // after comparing the equal runs before it (most ids differ so).
-    let k = a.iter().zip(b).take_while(|(x, y)| x == y).count();
-    let digit_at = |s: &[u8], i: usize| s.get(i).is_some_and(u8::is_ascii_digit);
-    let in_run = (k > 0 && digit_at(a, k - 1)) || digit_at(a, k) || digit_at(b, k);
-    if !in_run {
-        return a.get(k..).cmp(&b.get(k..));
-    }
-    runs_cmp(a, b)
-}
-
-/// [`natural_cmp`] run by run.
-fn runs_cmp(mut a: &[u8], mut b: &[u8]) -> Ordering {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
     loop {
         match (a.first(), b.first()) {
             (None, None) => return Ordering::Equal,
@@ -96,22 +83,5 @@ mod tests {
         assert_ne!(NaturalId("a01").cmp(&NaturalId("a1")), Ordering::Equal);
         assert_eq!(natural_cmp("x007y", "x7y"), Ordering::Equal);
         assert_eq!(natural_cmp("x7y", "x7z"), Ordering::Less);
-    }
-
-    #[test]
-    fn the_shortcut_agrees_with_the_runs() {
-        let ids = [
-            "", "a", "b", "a1", "a01", "a10", "a9", "ab", "a1b", "a1c", "a10b", "ab10", "x-1-2",
-            "x-1-10", "x-01-2", "p-3605", "p-5", "9", "10", "010", "a-", "a-1",
-        ];
-        for a in ids {
-            for b in ids {
-                assert_eq!(
-                    natural_cmp(a, b),
-                    runs_cmp(a.as_bytes(), b.as_bytes()),
-                    "{a:?} against {b:?}"
-                );
-            }
-        }
     }
 }
