@@ -794,3 +794,19 @@ fn rules_read_a_mig_jobs_profile_and_quota_weight() {
         "a whole-GPU job is not `job.mig != none`"
     );
 }
+
+#[test]
+fn a_booking_by_preempting_behind_a_job_it_may_not_preempt_counts_its_victims_gone() {
+    let p = plan("booked_node_then_preempting");
+    // Now is 1000. crit ends at 3000, low stops by 3120; big holds n-0 until 6720.
+    let eta = |job: &str| decision(&p, job)["reason"]["eta_s"].as_i64().unwrap() + 1000;
+    assert_eq!(code(&p, "big"), "reserved");
+    assert_eq!(eta("big"), 3120);
+    let message = decision(&p, "big")["reason"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("crit on n-0, which it may not preempt"),
+        "{message}"
+    );
+    assert_eq!(code(&p, "next"), "reserved");
+    assert_eq!(eta("next"), 6720);
+}

@@ -81,34 +81,26 @@ proptest! {
 }
 
 /// Not vacuous: over a fixed run the urgent jobs preempt, and reservations are checked.
-/// Under conservative backfill every waiting job is booked. A booking counts on
-/// preempting only where a protection ending binds last: where a job it may not preempt
-/// ends last and its victims are already preemptible, it is booked at the victims'
-/// runtime end, and when it later starts by preempting it takes room a later booking
-/// counted on (2 of 160 here). Counted there, not failed; most must still hold.
+/// Under conservative backfill every waiting job is booked, and every booking of an
+/// urgent job holds: those that count on preempting once a job it may not preempt ends,
+/// or once another booking on the node ends, too.
 #[test]
 fn random_cases_preempt_and_check_reservations() {
     use proptest::strategy::ValueTree;
     let mut runner = proptest::test_runner::TestRunner::deterministic();
-    let (mut preemptions, mut promises) = (0, 0);
-    let (mut booked, mut late) = (0, 0);
+    let (mut preemptions, mut promises, mut booked) = (0, 0, 0);
     for _ in 0..40 {
         let case = case_strategy().new_tree(&mut runner).unwrap().current();
         let s = check(&case, "on", Promises::StrictFor("u"))
             .unwrap_or_else(|e| panic!("{case:?}: {e}"));
         preemptions += s.preemptions;
         promises += s.promises_checked;
-        let s = check(&case, "conservative(depth = all)", Promises::CountFor("u"))
+        let s = check(&case, "conservative(depth = all)", Promises::StrictFor("u"))
             .unwrap_or_else(|e| panic!("conservative {case:?}: {e}"));
         booked += s.promises_checked;
-        late += s.promises_late;
     }
-    eprintln!("conservative bookings of urgent jobs: {booked} checked, {late} late");
+    eprintln!("conservative bookings of urgent jobs: {booked} checked");
     assert!(preemptions > 0, "no urgent job preempted");
     assert!(promises > 0, "no reservation was checked");
     assert!(booked >= 40, "only {booked} bookings checked");
-    assert!(
-        late * 20 <= booked,
-        "{late} of {booked} bookings started later than promised"
-    );
 }

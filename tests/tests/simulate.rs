@@ -193,6 +193,21 @@ fn a_reservation_by_preempting_is_not_delayed_by_backfill() {
 }
 
 #[test]
+fn a_booking_behind_a_job_it_may_not_preempt_stays_put() {
+    // Conservative backfill: big is booked where crit (never preempted) ends and low,
+    // preemptible already, stops within its grace: 3120, not low's runtime end. Each
+    // cycle books it there again, so small, which would run past 3000, waits behind it.
+    let m = simulate("booking_behind_a_job_it_may_not_preempt");
+    let big = outcome(&m, "big");
+    assert_eq!(big["first_eta"], 3120);
+    assert_eq!(big["first_start"], 3120);
+    let small = outcome(&m, "small");
+    assert_eq!(small["first_eta"], 6720);
+    assert_eq!(small["first_start"], 6720);
+    assert_eq!(outcome(&m, "low")["preemptions"], 1);
+}
+
+#[test]
 fn a_gang_its_quota_holds_starts_when_its_plan_said_it_would() {
     // The plan scenario gang_held_by_own_quota_waits_for_protection gives 220 s at 4000.
     let m = simulate("gang_held_by_own_quota");

@@ -84,8 +84,6 @@ pub enum Promises {
     /// [`Promises::Strict`] for the jobs whose id starts with this; others are not checked
     /// (a higher tier may rightly overtake them).
     StrictFor(&'static str),
-    /// [`Promises::Count`] for the jobs whose id starts with this.
-    CountFor(&'static str),
 }
 
 impl Promises {
@@ -94,7 +92,7 @@ impl Promises {
         match self {
             Promises::Off => false,
             Promises::Strict | Promises::Count | Promises::FirstEta => true,
-            Promises::StrictFor(prefix) | Promises::CountFor(prefix) => id.starts_with(prefix),
+            Promises::StrictFor(prefix) => id.starts_with(prefix),
         }
     }
 }
@@ -225,7 +223,7 @@ fn replay_with(
             if let Some(started) = d.started(&pending[k], now) {
                 if let Some(by) = promised.get(&d.job) {
                     prop_assert!(
-                        now <= *by || matches!(promises, Promises::Count | Promises::CountFor(_)),
+                        now <= *by || matches!(promises, Promises::Count),
                         "{} was promised a start by {by} (reserved) and started at {now}",
                         d.job
                     );

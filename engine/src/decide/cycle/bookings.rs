@@ -80,6 +80,16 @@ impl Bookings {
         self.by_node.contains_key(&node)
     }
 
+    /// The booking on `node` that ends last, with its end (`None`: it never ends);
+    /// `None` when nothing is booked there.
+    pub fn last_end_on(&self, node: usize) -> Option<(usize, Option<i64>)> {
+        self.by_node
+            .get(&node)?
+            .iter()
+            .filter_map(|i| Some((*i, self.list.get(*i)?.ends_at)))
+            .max_by_key(|(i, end)| (end.unwrap_or(i64::MAX), *i))
+    }
+
     pub fn booked_nodes(&self) -> impl Iterator<Item = usize> + '_ {
         self.by_node.keys().copied()
     }

@@ -421,6 +421,21 @@ impl Cycle<'_> {
         let Some(wait) = self.budgeted_protected_wait(js, shape, own_only, before) else {
             return r;
         };
+        // Its team's quota (and the team's quota bookings) must let it start then too.
+        // A wait on its own team's jobs frees the quota it needs as it frees room, but
+        // not what the team's reservations hold then.
+        let runtime = self.runtime(js);
+        let quota_holds = if own_only {
+            let until = runtime.map(|r| wait.ready.saturating_add(r));
+            !self
+                .quota_bookings
+                .held_during(self.job_team(js), wait.ready, until)
+        } else {
+            self.quota_fits_at(js, wait.ready, runtime)
+        };
+        if !quota_holds {
+            return r;
+        }
         let (message, unblock) = self.protected_words(js, &wait);
         let wait = wait.ready - self.now;
         r.message = format!("{}; {message}", r.message);
@@ -475,13 +490,13 @@ impl Cycle<'_> {
         if gang && self.gang_waits >= GANG_WAIT_BUDGET {
             return None;
         }
-        // A gang may wait for victims on some nodes and for jobs that end on others.
+        // Victims preemptible now may free room once a job it may not preempt ends
+        // (a gang's on some nodes, jobs ending on others).
         let may_wait = self.any_protected
-            || (gang
-                && (self
-                    .lowest_victim_priority
-                    .is_some_and(|p| p < self.priority(js))
-                    || !self.reclaimable(js).is_empty()));
+            || self
+                .lowest_victim_priority
+                .is_some_and(|p| p < self.priority(js))
+            || !self.reclaimable(js).is_empty();
         if !may_wait {
             return None;
         }
@@ -548,6 +563,17 @@ impl Cycle<'_> {
                         stopping("the jobs it preempts stop")
                     ),
                     format!("preempts what it needs once {job} on {node} ends, {until}"),
+                )
+            }
+            Wake::Booked(b) => {
+                let job = self.bookings.list.get(b).map_or("", |x| x.job.as_str());
+                let until = self.about(at);
+                (
+                    format!(
+                        "{node} is reserved for {job} until it ends {until} (by its runtime estimate){}",
+                        stopping("the jobs it preempts stop")
+                    ),
+                    format!("preempts what it needs on {node} once {job} ends, {until}"),
                 )
             }
         }

@@ -205,10 +205,7 @@ impl<'a> Cycle<'a> {
         {
             return None;
         }
-        let since = run
-            .last_checkpoint_at
-            .unwrap_or(run.started_at)
-            .max(run.started_at);
+        let since = last_checkpoint(run);
         let lost_s = (self.now - since).max(0);
         if tier.preempt == PreemptMode::AfterCheckpoint
             && tier.max_lost_s.is_some_and(|m| lost_s > m as i64)
@@ -216,10 +213,9 @@ impl<'a> Cycle<'a> {
         {
             return None;
         }
-        // Its GPUs through the grace period are thrown away too: the job is stopping.
         Some(VictimFacts {
             priority: tier.priority,
-            lost: js.gpu_milli() as i64 * lost_s.saturating_add(tier.grace_s as i64),
+            lost: lost_work(js, run, tier.grace_s, self.now),
             grace_s: tier.grace_s,
         })
     }
@@ -363,6 +359,22 @@ impl<'a> Cycle<'a> {
                 self.no_victims.insert(shape_no, key, log);
                 return None;
             };
+            // Each member passed the bookings; members sharing a booked node together
+            // may take more than it leaves spare.
+            let until = self.runtime(js).map(|r| self.now.saturating_add(r));
+            if let Some(n) = self
+                .bookings
+                .violated(&shape.member, &placed.0, self.now, until)
+            {
+                self.tell(js, |c| {
+                    format!(
+                        "preemption: its members together would take GPUs booked on {}",
+                        c.node_name(n).unwrap_or_default()
+                    )
+                });
+                self.restore_all(&needed);
+                return None;
+            }
             let broken = self.teams_taken_below_guarantee(&needed, &asker);
             if broken.is_empty() {
                 return Some(self.evict_for(js, &asker, needed, placed));
@@ -945,6 +957,20 @@ impl<'a> Cycle<'a> {
         needed.extend(last);
         (needed, placed)
     }
+}
+
+/// Since when a running job's work is unsaved: its last checkpoint, or its start.
+fn last_checkpoint(run: &Running) -> i64 {
+    run.last_checkpoint_at
+        .unwrap_or(run.started_at)
+        .max(run.started_at)
+}
+
+/// The work (milli-GPU-seconds) a running job loses if preempted at `at`: its GPUs since
+/// its last checkpoint, and through its `grace_s` too (the job is stopping then).
+pub(super) fn lost_work(js: &JobState, run: &Running, grace_s: u64, at: i64) -> i64 {
+    let lost_s = (at - last_checkpoint(run)).max(0);
+    js.gpu_milli() as i64 * lost_s.saturating_add(grace_s as i64)
 }
 
 /// Two cost-ordered streams of index entries merged into one, cheapest first.

@@ -2,13 +2,13 @@
 //! `preempt.rs` protects now: the earliest time the victims it may take free room for
 //! it, counting each from when its protection ends and through its `grace` after that.
 
-use super::preempt::{Asker, Protection};
+use super::preempt::{lost_work, Asker, Protection, Rank};
 use super::reserve::Landing;
 use super::Cycle;
 use crate::core::alloc::NodeFree;
 use crate::core::fleet::MILLI;
 use crate::core::gang::{member_slots, JobShape};
-use crate::core::placer::give_on;
+use crate::core::placer::{give_on, take_on};
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
 use rustc_hash::FxHashMap;
@@ -50,6 +50,8 @@ pub(super) enum Wake {
     Protection(Protection),
     /// A job it may not preempt (holder number) ends, by its runtime estimate.
     End(usize),
+    /// A booking on the node (its number) ends: until then it holds the node's room.
+    Booked(usize),
 }
 
 /// A node's state once one more of the jobs on it has gone: from `from` on (a victim's
@@ -64,13 +66,16 @@ struct Step {
     whole: u64,
     grace: u64,
     why: Option<Wake>,
-    /// The job that went.
-    holder: usize,
+    /// The job that went (none where a booking ended).
+    holder: Option<usize>,
+    /// Whether it went by being preempted (not by ending).
+    preempted: bool,
 }
 
 /// How [`Cycle::timeline`] looks at a node: for `asker` (only its own team's jobs with
 /// `own_only`), measuring with `measure` until it gives `enough`, with `ending` the jobs
-/// that are neither victims nor protected (counted from their end), up to `before`.
+/// that are neither victims nor protected (counted from their end), up to `before`;
+/// nothing counts before `booked` (the end of the booking that holds the node longest).
 #[derive(Clone, Copy)]
 struct Look<'l> {
     asker: &'l Asker,
@@ -79,6 +84,14 @@ struct Look<'l> {
     enough: u64,
     ending: Option<&'l [usize]>,
     before: i64,
+    booked: Option<Held>,
+}
+
+/// A booked node: the booking (its number) that holds it until `until`.
+#[derive(Clone, Copy)]
+struct Held {
+    booking: usize,
+    until: i64,
 }
 
 impl<'a> Cycle<'a> {
@@ -164,7 +177,7 @@ impl<'a> Cycle<'a> {
         order.sort_unstable_by_key(|(from, h, _, _)| (*from, *h));
         let usable = self.may_wait_on(shape);
         let free_now: u64 = (0..self.snapshot.fleet.nodes.len())
-            .filter(|n| usable(*n))
+            .filter(|n| usable(*n).is_some_and(|held| held.is_none()))
             .filter_map(|n| self.placer.state().nodes.get(n))
             .map(whole_gpus)
             .sum();
@@ -202,7 +215,9 @@ impl<'a> Cycle<'a> {
     /// The jobs a reservation that starts by preempting (`wait`) stops then on the nodes
     /// where it lands: on each, the victims it may take by `wait.at`, in the order they
     /// may go (jobs it may not preempt that end by then counted too), until the node
-    /// holds the members it lands there.
+    /// holds the members it lands there; then, as preemption prunes a node's set, each
+    /// earlier victim the members do not need is taken back (latest first). Later
+    /// bookings count on the room of these victims only.
     pub(super) fn reserved_victims(
         &self,
         js: &JobState,
@@ -225,37 +240,87 @@ impl<'a> Cycle<'a> {
                 enough: landing.members,
                 ending: Some(self.others_on.on(n)),
                 before: wait.at.saturating_add(1),
+                booked: None,
             };
             let (_, steps) = self.timeline(n, &look);
-            victims.extend(
-                steps
-                    .iter()
-                    .filter(|s| !matches!(s.why, Some(Wake::End(_))))
-                    .map(|s| s.holder),
-            );
+            let (Some(capacity), Some(now_free)) = (
+                self.placer.empty_state().nodes.get(n),
+                self.placer.state().nodes.get(n),
+            ) else {
+                continue;
+            };
+            let on_node = |h: usize| {
+                self.holders.get(h).into_iter().flat_map(move |x| {
+                    x.choices
+                        .iter()
+                        .filter(move |c| c.node == n)
+                        .map(move |c| (x.member(), &c.on))
+                })
+            };
+            let mut free = now_free.clone();
+            for h in steps.iter().filter_map(|s| s.holder) {
+                for (m, on) in on_node(h) {
+                    give_on(&ctx, node, &mut free, m, on, capacity);
+                }
+            }
+            let mut taken: Vec<usize> = steps
+                .iter()
+                .filter(|s| s.preempted)
+                .filter_map(|s| s.holder)
+                .collect();
+            let last = taken.pop();
+            let mut kept = Vec::with_capacity(taken.len() + 1);
+            for h in taken.into_iter().rev() {
+                for (m, on) in on_node(h) {
+                    take_on(&ctx, node, &mut free, m, on);
+                }
+                if slots(&free) < landing.members {
+                    for (m, on) in on_node(h) {
+                        give_on(&ctx, node, &mut free, m, on, capacity);
+                    }
+                    kept.push(h);
+                }
+            }
+            victims.extend(kept.into_iter().rev().chain(last));
         }
         victims
     }
 
-    /// Whether a member of `shape` may wait for room on node `n`.
-    fn may_wait_on(&self, shape: &JobShape) -> impl Fn(usize) -> bool + '_ {
+    /// Whether a member of `shape` may wait for room on node `n` (`None`: no), and the
+    /// booking that holds the node until its end, if one does: room there counts only
+    /// from then (a booking that never ends keeps the node).
+    fn may_wait_on(&self, shape: &JobShape) -> impl Fn(usize) -> Option<Option<Held>> + '_ {
         let in_pools = self.placer.in_pools(&shape.pools);
         let member = shape.member.clone();
         move |n| {
-            let reserved = self
-                .reservation
-                .as_ref()
-                .is_some_and(|r| r.nodes.contains(&n))
-                || self.bookings.is_booked(n);
-            in_pools(n)
+            let open = in_pools(n)
                 && self
                     .snapshot
                     .fleet
                     .nodes
                     .get(n)
                     .is_some_and(|node| member.accepts_node(node))
-                && self.snapshot.takes_new(n)
-                && !reserved
+                && self.snapshot.takes_new(n);
+            if !open {
+                return None;
+            }
+            match self.bookings.last_end_on(n) {
+                Some((booking, Some(end))) => Some((end > self.now).then_some(Held {
+                    booking,
+                    until: end,
+                })),
+                Some((_, None)) => None,
+                // EASY's reservation is booked too; a hold without nodes booked keeps
+                // its nodes.
+                None if self
+                    .reservation
+                    .as_ref()
+                    .is_some_and(|r| r.nodes.contains(&n)) =>
+                {
+                    None
+                }
+                None => Some(None),
+            }
         }
     }
 
@@ -272,11 +337,38 @@ impl<'a> Cycle<'a> {
         let usable = self.may_wait_on(shape);
         let ctx = self.placer.context();
         let mut best: Option<ProtectedWait> = None;
-        for (n, protected) in self.protected_on.iter().enumerate() {
-            if protected.is_empty() || !usable(n) {
+        // Nodes with protected jobs, and nodes with victims it may take now, where a job
+        // it may not preempt ends last: a reservation by preempting behind that end
+        // must be found again the next cycles, or it moves.
+        let nodes = self.protected_on.iter().zip(self.holders_on.iter());
+        for (n, (protected, victims)) in nodes.enumerate() {
+            if protected.is_empty() && victims.is_empty() {
                 continue;
             }
-            let Some(node) = self.snapshot.fleet.nodes.get(n) else {
+            if protected.is_empty() {
+                // Victims preemptible now wait only for a job it may not preempt to end,
+                // no sooner than the first such end there (on a booked node, for the
+                // booking to end).
+                let bound = match self.bookings.last_end_on(n) {
+                    Some((_, end)) => end,
+                    None => self
+                        .others_on
+                        .on(n)
+                        .iter()
+                        .filter_map(|h| self.holders.get(*h).filter(|x| !x.evicted)?.ends_at)
+                        .filter(|e| *e > self.now)
+                        .min(),
+                };
+                let Some(bound) = bound else {
+                    continue;
+                };
+                let beaten = best.as_ref().is_some_and(|b| bound >= b.ready)
+                    || before.is_some_and(|b| bound >= b);
+                if beaten {
+                    continue;
+                }
+            }
+            let (Some(node), Some(booked)) = (self.snapshot.fleet.nodes.get(n), usable(n)) else {
                 continue;
             };
             let fits = |free: &NodeFree| {
@@ -294,14 +386,16 @@ impl<'a> Cycle<'a> {
                 enough: 1,
                 ending: Some(self.others_on.on(n)),
                 before: i64::MAX,
+                booked,
             };
             let (_, steps) = self.timeline(n, &look);
             let Some(step) = steps.iter().find(|s| s.slots >= 1) else {
                 continue;
             };
             let ready = step.from.saturating_add(step.grace as i64);
-            let late =
-                |why: &Wake| matches!(why, Wake::End(_)) && before.is_some_and(|b| ready >= b);
+            let late = |why: &Wake| {
+                matches!(why, Wake::End(_) | Wake::Booked(_)) && before.is_some_and(|b| ready >= b)
+            };
             // Room from victims preemptible now: something else held preemption back.
             if let Some(why) = step
                 .why
@@ -377,7 +471,7 @@ impl<'a> Cycle<'a> {
         let mut held: Vec<(u64, u64, u64)> = vec![(0, 0, 0); group.len()];
         let mut steps: Vec<(usize, Step)> = Vec::new();
         for (i, &n) in group.iter().enumerate() {
-            let Some(node) = self.snapshot.fleet.nodes.get(n).filter(|_| usable(n)) else {
+            let (Some(node), Some(booked)) = (self.snapshot.fleet.nodes.get(n), usable(n)) else {
                 continue;
             };
             let slots = |free: &NodeFree| member_slots(&ctx, node, free, &shape.member);
@@ -389,9 +483,13 @@ impl<'a> Cycle<'a> {
                 enough: members,
                 ending: Some(ending),
                 before,
+                booked,
             };
             let (now, on_node) = self.timeline(n, &look);
-            let whole_now = self.placer.state().nodes.get(n).map_or(0, whole_gpus);
+            let whole_now = match booked {
+                Some(_) => 0,
+                None => self.placer.state().nodes.get(n).map_or(0, whole_gpus),
+            };
             if let Some(h) = held.get_mut(i) {
                 *h = (now.min(members), 0, whole_now);
             }
@@ -472,8 +570,37 @@ impl<'a> Cycle<'a> {
     /// preemptible now first), until it gives `enough` or `before` comes. With `ending`
     /// (the jobs on the node that are neither victims nor protected), jobs it may not
     /// preempt count from when they end. With `own_only`, only the asker's own team's
-    /// jobs count.
+    /// jobs count. On a node a booking holds (`booked`), nothing counts before its end:
+    /// the room there now, and each step, count from then.
     fn timeline(&self, n: usize, look: &Look<'_>) -> (u64, Vec<Step>) {
+        let Some(held) = look.booked else {
+            return self.unbooked_timeline(n, look);
+        };
+        let (now, steps) = self.unbooked_timeline(n, look);
+        let whole_now = self.placer.state().nodes.get(n).map_or(0, whole_gpus);
+        let why = Some(Wake::Booked(held.booking));
+        let mut out = Vec::with_capacity(steps.len() + 1);
+        if now > 0 {
+            out.push(Step {
+                from: held.until,
+                slots: now,
+                whole: whole_now,
+                grace: 0,
+                why,
+                holder: None,
+                preempted: false,
+            });
+        }
+        out.extend(steps.into_iter().map(|s| Step {
+            from: s.from.max(held.until),
+            why: if s.from < held.until { why } else { s.why },
+            ..s
+        }));
+        (0, out)
+    }
+
+    /// [`Cycle::timeline`] on a node no booking holds.
+    fn unbooked_timeline(&self, n: usize, look: &Look<'_>) -> (u64, Vec<Step>) {
         let Look {
             asker,
             own_only,
@@ -481,6 +608,7 @@ impl<'a> Cycle<'a> {
             enough,
             ending,
             before,
+            ..
         } = *look;
         let with_ends = ending.is_some();
         let ending = ending.unwrap_or_default();
@@ -492,62 +620,71 @@ impl<'a> Cycle<'a> {
             return (0, Vec::new());
         };
         let now = measure(now_free);
-        let counts =
-            |h: usize| !own_only || self.holders.get(h).is_some_and(|x| x.team_ix == asker.team);
+        // Evicted this cycle: its room is free now already.
+        let counts = |h: usize| {
+            self.holders
+                .get(h)
+                .is_some_and(|x| !x.evicted && (!own_only || x.team_ix == asker.team))
+        };
         let end = |h: usize| {
             self.holders
                 .get(h)
                 .and_then(|x| x.ends_at)
                 .filter(|e| *e > self.now)
         };
-        // Victims now, the protected ones as their protection ends (or they end), the
-        // jobs it may not preempt as they end.
-        let mut order: Vec<(i64, usize, Option<Wake>, u64)> = Vec::new();
+        // Victims now (cheapest first, as preemption takes them), the protected ones as
+        // their protection ends (or they end), the jobs it may not preempt as they end.
+        // (from, rank among victims now, holder, what frees it then, grace).
+        let mut order: Vec<(i64, Rank, Option<Wake>, u64)> = Vec::new();
+        let last = |h: usize| (0, 0, 0, h);
         for &h in self.holders_on.get(n) {
             if !counts(h) {
                 continue;
             }
-            match self.holders.get(h).and_then(|x| x.victim()) {
-                Some(v) if self.victim_rank(h, asker).is_some() => {
-                    order.push((self.now, h, None, v.grace_s));
+            let rank = self.victim_rank(h, asker).map(|(r, _)| r);
+            match (self.holders.get(h).and_then(|x| x.victim()), rank) {
+                (Some(v), Some(rank)) => {
+                    order.push((self.now, rank, None, v.grace_s));
                 }
                 _ if with_ends => {
-                    order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
+                    order.extend(end(h).map(|e| (e, last(h), Some(Wake::End(h)), 0)));
                 }
                 _ => {}
             }
         }
         for &h in self.protected_on.get(n).iter().filter(|h| counts(**h)) {
-            let Some((team, p)) = self
-                .holders
-                .get(h)
-                .and_then(|x| Some((x.team_ix, x.protected()?)))
-            else {
+            let Some((x, p)) = self.holders.get(h).and_then(|x| Some((x, x.protected()?))) else {
                 continue;
             };
             if let Some(e) = end(h).filter(|e| with_ends && *e <= p.from) {
-                order.push((e, h, Some(Wake::End(h)), 0));
-            } else if self.may_make_way(team, p.priority, asker).is_some() {
-                order.push((p.from, h, Some(Wake::Protection(p.why)), p.grace_s));
+                order.push((e, last(h), Some(Wake::End(h)), 0));
+            } else if self.may_make_way(x.team_ix, p.priority, asker).is_some() {
+                // Ranked as preemption will rank it then (its team's standing unknown).
+                let lost = x
+                    .job
+                    .running
+                    .as_ref()
+                    .map_or(0, |r| lost_work(x.job, r, p.grace_s, p.from));
+                let rank = (0, p.priority, lost, h);
+                order.push((p.from, rank, Some(Wake::Protection(p.why)), p.grace_s));
             } else if with_ends {
-                order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
+                order.extend(end(h).map(|e| (e, last(h), Some(Wake::End(h)), 0)));
             }
         }
-        let gone = |h: usize| self.holders.get(h).is_none_or(|x| x.evicted);
-        for &h in ending.iter().filter(|h| counts(**h) && !gone(**h)) {
-            order.extend(end(h).map(|e| (e, h, Some(Wake::End(h)), 0)));
+        for &h in ending.iter().filter(|h| counts(**h)) {
+            order.extend(end(h).map(|e| (e, last(h), Some(Wake::End(h)), 0)));
         }
         // What frees room only from `before` on does not matter.
         order.retain(|(from, ..)| *from < before);
         if order.is_empty() {
             return (now, Vec::new());
         }
-        order.sort_unstable_by_key(|(from, h, _, _)| (*from, *h));
+        order.sort_unstable_by_key(|(from, rank, _, _)| (*from, *rank));
         let ctx = self.placer.context();
         let mut free = now_free.clone();
         let mut grace = 0u64;
         let mut steps = Vec::with_capacity(order.len());
-        for (from, h, why, g) in order {
+        for (from, (.., h), why, g) in order {
             let Some(holder) = self.holders.get(h) else {
                 continue;
             };
@@ -562,7 +699,8 @@ impl<'a> Cycle<'a> {
                 whole: whole_gpus(&free),
                 grace,
                 why,
-                holder: h,
+                holder: Some(h),
+                preempted: !matches!(why, Some(Wake::End(_))),
             });
             if slots >= enough {
                 break;

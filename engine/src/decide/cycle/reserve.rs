@@ -5,7 +5,7 @@
 //! required topology group.
 
 use super::bookings::{booked_gpus, Booking, NodeBooking};
-use super::protected_wait::{ProtectedWait, Wake};
+use super::protected_wait::ProtectedWait;
 use super::walk_free::{FlatWalk, NodeFreeWalk, WalkFree};
 use super::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::{Blocked, Cycle};
@@ -190,12 +190,8 @@ impl Cycle<'_> {
         let preempting = if quota_blocked {
             None
         } else {
-            // Only where a protection ending binds last: once it has ended, the victims
-            // free all the room and the job is placed by preempting. Where a job it may
-            // not preempt ends last, the next cycles' waits (from nodes with protected
-            // jobs only) would no longer find it, and the reservation would move.
             self.reserving_protected_wait(js, shape, start)
-                .filter(|w| w.ready < start && matches!(w.why, Wake::Protection(_)))
+                .filter(|w| w.ready < start)
                 .filter(|w| self.quota_fits_at(js, w.ready, runtime))
         };
         let (start, landing) = match &preempting {
