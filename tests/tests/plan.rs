@@ -810,3 +810,15 @@ fn a_booking_by_preempting_behind_a_job_it_may_not_preempt_counts_its_victims_go
     assert_eq!(code(&p, "next"), "reserved");
     assert_eq!(eta("next"), 6720);
 }
+
+#[test]
+fn a_gangs_quota_wait_counts_room_node_by_node() {
+    let p = plan("gang_quota_wait_node_by_node");
+    // Now is 4000. a's quota is back at 4100, but two nodes hold 8 free GPUs only once
+    // b-1 ends on n-0 (20000); a-l1 there stops within its grace (2m).
+    assert_eq!(code(&p, "a-gang"), "quota_exhausted");
+    let reason = &decision(&p, "a-gang")["reason"];
+    assert_eq!(reason["eta_s"].as_i64().unwrap() + 4000, 20120);
+    let message = reason["message"].as_str().unwrap();
+    assert!(message.contains("b-1 of team b on n-0"), "{message}");
+}
