@@ -4,6 +4,7 @@ mod bookings;
 mod buffers;
 mod decider;
 mod explain;
+mod gang_quota_wait;
 mod holder_lists;
 mod holding;
 mod intake;

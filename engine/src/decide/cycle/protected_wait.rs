@@ -89,7 +89,7 @@ struct Look<'l> {
 
 /// A booked node: the booking (its number) that holds it until `until`.
 #[derive(Clone, Copy)]
-struct Held {
+pub(super) struct Held {
     booking: usize,
     until: i64,
 }
@@ -134,121 +134,6 @@ impl<'a> Cycle<'a> {
             _ if own_only => self.gang_quota_wait(js, shape, &asker, before.unwrap_or(i64::MAX)),
             _ => self.gang_protected_wait(shape, &asker, before.unwrap_or(i64::MAX)),
         }
-    }
-
-    /// A gang its own team's quota holds: the earliest time its team's jobs it may
-    /// preempt (now, or as their protection ends) and its team's other jobs (as they
-    /// end) return the quota it needs, each preempted one through its grace, and the
-    /// nodes it may use hold every member: their whole GPUs free now, with those the
-    /// team's jobs leave and those other teams' jobs leave as they end, counted node by
-    /// node (for whole-GPU members; GPU shares and MIG instances as a total).
-    fn gang_quota_wait(
-        &self,
-        js: &JobState,
-        shape: &JobShape,
-        asker: &Asker,
-        before: i64,
-    ) -> Option<ProtectedWait> {
-        let team = asker.team;
-        let limit = self.own_limit_of(js)?;
-        let used = self.ledger.usage(team).map_or(0, |(u, _)| u);
-        let need = js.gpu_milli();
-        let to_free = (used + need).checked_sub(limit).filter(|f| *f > 0)?;
-        // (from, holder, what frees it then, grace).
-        let mut order: Vec<(i64, usize, Option<Wake>, u64)> = Vec::new();
-        for &(end, h) in self.team_ends.get(&team)? {
-            let Some(holder) = self.holders.get(h).filter(|x| !x.evicted) else {
-                continue;
-            };
-            if let Some(v) = holder
-                .victim()
-                .filter(|_| self.victim_rank(h, asker).is_some())
-            {
-                order.push((self.now, h, None, v.grace_s));
-            } else if let Some(p) = holder
-                .protected()
-                .filter(|p| self.may_make_way(team, p.priority, asker).is_some())
-                .filter(|p| p.from < end)
-            {
-                order.push((p.from, h, Some(Wake::Protection(p.why)), p.grace_s));
-            } else if end != i64::MAX {
-                order.push((end.max(self.now), h, Some(Wake::End(h)), 0));
-            }
-        }
-        order.sort_unstable_by_key(|(from, h, _, _)| (*from, *h));
-        let usable = self.may_wait_on(shape);
-        let mut room = GangRoom::new(shape, need);
-        for n in (0..self.snapshot.fleet.nodes.len()).filter(|n| matches!(usable(*n), Some(None))) {
-            if let Some(free) = self.placer.state().nodes.get(n) {
-                room.add(n, whole_gpus(free));
-            }
-        }
-        // Other teams' jobs free room (not quota) as they end.
-        let mut others = self
-            .ends
-            .iter()
-            .filter(|(e, h)| {
-                *e > self.now
-                    && self
-                        .holders
-                        .get(*h)
-                        .is_some_and(|x| !x.evicted && x.team_ix != team)
-            })
-            .peekable();
-        let (mut freed, mut grace) = (0u64, 0u64);
-        for (from, h, why, g) in order {
-            let Some(holder) = self.holders.get(h) else {
-                continue;
-            };
-            if from >= before {
-                return None;
-            }
-            while let Some(&&(_, o)) = others.peek().filter(|(e, _)| *e <= from) {
-                others.next();
-                if let Some(x) = self.holders.get(o) {
-                    room.give(x, &usable);
-                }
-            }
-            freed += holder.member_milli() * holder.choices.len() as u64;
-            room.give(holder, &usable);
-            grace = grace.max(g);
-            if freed < to_free {
-                continue;
-            }
-            // The quota is back; the room may come later, as other teams' jobs end.
-            let first_node =
-                |x: &super::holding::Holder<'_>| x.choices.first().map_or(0, |c| c.node);
-            let (at, why, node) = if room.fits() {
-                (from, why, first_node(holder))
-            } else {
-                let mut found = None;
-                for &(end, o) in others.by_ref() {
-                    if end >= before {
-                        break;
-                    }
-                    let Some(x) = self.holders.get(o) else {
-                        continue;
-                    };
-                    room.give(x, &usable);
-                    if room.fits() {
-                        found = Some((end, Some(Wake::End(o)), first_node(x)));
-                        break;
-                    }
-                }
-                found?
-            };
-            // Preemptible now suffices: something else holds it back.
-            let why = why.filter(|_| at > self.now)?;
-            let ready = at.saturating_add(grace as i64);
-            return (ready < before).then(|| ProtectedWait {
-                ready,
-                node,
-                why,
-                at,
-                nodes: Vec::new(),
-            });
-        }
-        None
     }
 
     /// The jobs a reservation that starts by preempting (`wait`) stops then on the nodes
@@ -328,7 +213,10 @@ impl<'a> Cycle<'a> {
     /// Whether a member of `shape` may wait for room on node `n` (`None`: no), and the
     /// booking that holds the node until its end, if one does: room there counts only
     /// from then (a booking that never ends keeps the node).
-    fn may_wait_on(&self, shape: &JobShape) -> impl Fn(usize) -> Option<Option<Held>> + '_ {
+    pub(super) fn may_wait_on(
+        &self,
+        shape: &JobShape,
+    ) -> impl Fn(usize) -> Option<Option<Held>> + '_ {
         let in_pools = self.placer.in_pools(&shape.pools);
         let member = shape.member.clone();
         move |n| {
@@ -749,70 +637,7 @@ impl<'a> Cycle<'a> {
     }
 }
 
-/// How many members of a gang the nodes it may use hold, as jobs leave them: whole GPUs
-/// node by node for whole-GPU members, else GPUs as a fleet total.
-struct GangRoom {
-    /// GPUs per member (`None`: shares or MIG instances, counted as a total).
-    per: Option<u64>,
-    /// Members it needs (per node), or GPUs (as a total).
-    needs: u64,
-    free: FxHashMap<usize, u64>,
-    /// Members held (per node), or GPUs free in all (as a total).
-    held: u64,
-}
-
-impl GangRoom {
-    /// For `shape`, whose members need `need` milli-GPUs together.
-    fn new(shape: &JobShape, need: u64) -> Self {
-        let per = super::bookings::booked_gpus(&shape.member)
-            .filter(|p| *p > 0 && shape.member.gpu_milli >= MILLI);
-        GangRoom {
-            per,
-            needs: per.map_or(need / u64::from(MILLI), |_| u64::from(shape.members)),
-            free: FxHashMap::default(),
-            held: 0,
-        }
-    }
-
-    fn add(&mut self, node: usize, gpus: u64) {
-        let Some(per) = self.per else {
-            self.held += gpus;
-            return;
-        };
-        let was = self.free.get(&node).copied().unwrap_or(0);
-        let now = was.saturating_add(gpus);
-        self.free.insert(node, now);
-        self.held += now / per - was / per;
-    }
-
-    /// What `holder` leaves on the nodes the gang may use (`usable`, unbooked): its
-    /// whole GPUs there, or (counted as a total) its GPUs anywhere.
-    fn give(
-        &mut self,
-        holder: &super::holding::Holder<'_>,
-        usable: &dyn Fn(usize) -> Option<Option<Held>>,
-    ) {
-        if self.per.is_none() {
-            let milli = holder.member_milli() * holder.choices.len() as u64;
-            self.held += milli / u64::from(MILLI);
-            return;
-        }
-        if holder.member_milli() < u64::from(MILLI) {
-            return;
-        }
-        for c in holder.choices.iter() {
-            if matches!(usable(c.node), Some(None)) {
-                self.add(c.node, c.on.gpus.len() as u64);
-            }
-        }
-    }
-
-    fn fits(&self) -> bool {
-        self.held >= self.needs
-    }
-}
-
 /// Whole GPUs free on a node.
-fn whole_gpus(free: &NodeFree) -> u64 {
+pub(super) fn whole_gpus(free: &NodeFree) -> u64 {
     free.gpu_milli.iter().filter(|m| **m >= MILLI).count() as u64
 }
