@@ -70,54 +70,50 @@ impl Cycle<'_> {
                         .is_some_and(|x| !x.evicted && x.team_ix != team)
             })
             .peekable();
+        // The team's jobs and the others', in the order they go (others first on a tie).
+        let mut order = order.into_iter().peekable();
         let (mut freed, mut grace) = (0u64, 0u64);
-        for (from, h, why, g) in order {
-            let Some(holder) = self.holders.get(h) else {
-                continue;
-            };
-            if from >= before {
+        loop {
+            if freed < to_free && order.peek().is_none() {
                 return None;
             }
-            while let Some(&&(_, o)) = others.peek().filter(|(e, _)| *e <= from) {
-                others.next();
-                if let Some(x) = self.holders.get(o) {
-                    room.give(x, &usable);
-                }
+            let other_first = match (order.peek(), others.peek()) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(t), Some(o)) => o.0 <= t.0,
+            };
+            let (at, why, x) = if other_first {
+                let Some(&(end, o)) = others.next() else {
+                    break;
+                };
+                let Some(x) = self.holders.get(o) else {
+                    continue;
+                };
+                (end, Some(Wake::End(o)), x)
+            } else {
+                let Some((from, h, why, g)) = order.next() else {
+                    break;
+                };
+                let Some(x) = self.holders.get(h) else {
+                    continue;
+                };
+                freed += x.member_milli() * x.choices.len() as u64;
+                grace = grace.max(g);
+                (from, why, x)
+            };
+            if at >= before {
+                return None;
             }
-            freed += holder.member_milli() * holder.choices.len() as u64;
-            room.give(holder, &usable);
-            grace = grace.max(g);
-            if freed < to_free {
+            room.give(x, &usable);
+            if freed < to_free || !room.fits() {
                 continue;
             }
-            // The quota is back; the room may come later, as other teams' jobs end.
-            let first_node =
-                |x: &super::holding::Holder<'_>| x.choices.first().map_or(0, |c| c.node);
-            let (at, why, node) = if room.fits() {
-                (from, why, first_node(holder))
-            } else {
-                let mut found = None;
-                for &(end, o) in others.by_ref() {
-                    if end >= before {
-                        break;
-                    }
-                    let Some(x) = self.holders.get(o) else {
-                        continue;
-                    };
-                    room.give(x, &usable);
-                    if room.fits() {
-                        found = Some((end, Some(Wake::End(o)), first_node(x)));
-                        break;
-                    }
-                }
-                found?
-            };
             // Preemptible now suffices: something else holds it back.
             let why = why.filter(|_| at > self.now)?;
             let ready = at.saturating_add(grace as i64);
             return (ready < before).then(|| ProtectedWait {
                 ready,
-                node,
+                node: x.choices.first().map_or(0, |c| c.node),
                 why,
                 at,
                 nodes: Vec::new(),

@@ -67,13 +67,13 @@ impl QuotaBookings {
         self.waited.insert(team)
     }
 
-    /// Whether one of `team`'s bookings was made under a limit.
     /// Whether a booking of `team` holds quota during [`from`, `until`).
     pub fn held_during(&self, team: Option<usize>, from: i64, until: Option<i64>) -> bool {
         self.of_team(team)
             .any(|b| until.is_none_or(|u| b.start_at < u) && b.ends_at.is_none_or(|e| from < e))
     }
 
+    /// Whether one of `team`'s bookings was made under a limit.
     pub fn has_limited(&self, team: Option<usize>) -> bool {
         self.limited.contains_key(&team)
     }
