@@ -104,3 +104,28 @@ fn random_cases_preempt_and_check_reservations() {
     assert!(promises > 0, "no reservation was checked");
     assert!(booked >= 40, "only {booked} bookings checked");
 }
+
+/// Conservative backfill over many more random cases, in a fixed run: every booking of
+/// an urgent job holds. A job that starts now by preempting takes the victims and nodes
+/// its booking would (`preempt_as_booked.rs`); booked nodes count what the bookings
+/// leave spare, time by time; victims free GPUs for the bookings that counted them busy.
+#[test]
+fn conservative_bookings_hold_over_many_random_cases() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::new_with_rng(
+        ProptestConfig::default(),
+        proptest::test_runner::TestRng::from_seed(
+            proptest::test_runner::RngAlgorithm::ChaCha,
+            &[7; 32],
+        ),
+    );
+    let mut booked = 0;
+    for _ in 0..tests::cases(160) {
+        let case = case_strategy().new_tree(&mut runner).unwrap().current();
+        let s = check(&case, "conservative(depth = all)", Promises::StrictFor("u"))
+            .unwrap_or_else(|e| panic!("conservative {case:?}: {e}"));
+        booked += s.promises_checked;
+    }
+    eprintln!("conservative bookings of urgent jobs: {booked} checked");
+    assert!(booked >= 160, "only {booked} bookings checked");
+}

@@ -208,6 +208,32 @@ fn a_booking_behind_a_job_it_may_not_preempt_stays_put() {
 }
 
 #[test]
+fn a_gang_booked_beside_a_booking_by_preempting_starts_then() {
+    // Conservative backfill: a's booking at 1000 takes 2 of the node's 8 GPUs, so g is
+    // booked beside it at 1000 (not at 1200, when a ends), and s after g, at 1060. Every
+    // job starts when it was first told: before, g was told 1200 and started at 1000 by
+    // preempting, in front of s, which had been told 1000.
+    let m = simulate("gang_booked_beside_a_booking");
+    for (job, at) in [("a", 1000), ("g", 1000), ("s", 1060)] {
+        let o = outcome(&m, job);
+        assert_eq!(o["first_eta"], at, "{job}");
+        assert_eq!(o["first_start"], at, "{job}");
+    }
+    assert_eq!(outcome(&m, "low0")["preemptions"], 1);
+    assert_eq!(outcome(&m, "low1")["preemptions"], 1);
+}
+
+#[test]
+fn a_victim_that_ends_before_its_grace_is_over_is_not_preempted() {
+    // Preempting low at 1000 frees the node at 1300 (its grace); low ends at 1100.
+    let m = simulate("victim_ends_before_its_grace");
+    let u = outcome(&m, "u");
+    assert_eq!(u["first_eta"], 1100);
+    assert_eq!(u["first_start"], 1100);
+    assert_eq!(outcome(&m, "low")["preemptions"], 0);
+}
+
+#[test]
 fn a_gang_its_quota_holds_starts_when_its_plan_said_it_would() {
     // The plan scenario gang_held_by_own_quota_waits_for_protection gives 220 s at 4000.
     let m = simulate("gang_held_by_own_quota");

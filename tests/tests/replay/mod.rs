@@ -220,7 +220,16 @@ fn replay_with(
             let Some(k) = pending.iter().position(|j| j.id == d.job) else {
                 continue;
             };
-            if let Some(started) = d.started(&pending[k], now) {
+            // Its work starts once its victims have stopped, after their grace, as
+            // `simulate` starts it: its runtime counts from then.
+            let work_from = plan
+                .preemptions
+                .iter()
+                .filter(|p| p.for_job == d.job)
+                .map(|p| now + p.grace_s as i64)
+                .max()
+                .unwrap_or(now);
+            if let Some(started) = d.started(&pending[k], work_from) {
                 if let Some(by) = promised.get(&d.job) {
                     prop_assert!(
                         now <= *by || matches!(promises, Promises::Count),

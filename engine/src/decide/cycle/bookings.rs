@@ -39,11 +39,28 @@ pub(super) struct Booking {
     /// `None`: the job gives no runtime, so the booking never ends.
     pub ends_at: Option<i64>,
     pub nodes: BTreeMap<usize, NodeBooking>,
+    /// The holders it preempts (by number): their GPUs count free at its start.
+    pub victims: Vec<usize>,
 }
 
 impl Booking {
     fn overlaps(&self, from: i64, until: Option<i64>) -> bool {
         until.is_none_or(|u| self.held_from < u) && self.ends_at.is_none_or(|e| from < e)
+    }
+
+    /// Pushes the times after `now` where a job of `runtime` starting then begins or
+    /// stops overlapping this booking (number `i`).
+    fn boundaries(&self, i: usize, now: i64, runtime: Option<i64>, out: &mut Vec<(i64, usize)>) {
+        // A start at t overlaps from t > start - runtime (never later, without one).
+        if let Some(rt) = runtime {
+            let begins = self.held_from.saturating_sub(rt);
+            if begins >= now {
+                out.push((begins.saturating_add(1), i));
+            }
+        }
+        if let Some(e) = self.ends_at.filter(|e| *e > now) {
+            out.push((e, i));
+        }
     }
 }
 
@@ -116,7 +133,16 @@ impl Bookings {
     /// delaying a booking, given `free_from` whole GPUs free there at `from`: `None` when
     /// no booking there overlaps it (no limit). Free GPUs only grow over a walk, so the
     /// tight points are `from` itself and the starts of the bookings inside the interval.
-    pub fn spare(&self, node: usize, from: i64, until: Option<i64>, free_from: u64) -> Option<u64> {
+    /// A job that itself frees `freed(t)` more whole GPUs there by a booking's start `t`
+    /// than that booking counted free (its victims, preempted before then, which would
+    /// have run past it) may take them too.
+    pub fn spare_freeing(
+        &self,
+        node: usize,
+        (from, until): (i64, Option<i64>),
+        free_from: u64,
+        freed: &dyn Fn(&Booking) -> u64,
+    ) -> Option<u64> {
         let on_node = self.by_node.get(&node)?;
         let now_booked = self.booked_at(on_node, node, from);
         let mut spare = (now_booked > 0).then(|| free_from.saturating_sub(now_booked));
@@ -125,9 +151,10 @@ impl Bookings {
             let Some(mine) = b.nodes.get(&node).filter(|_| inside) else {
                 continue;
             };
-            let left =
-                mine.free_at_start
-                    .saturating_sub(self.booked_at(on_node, node, b.held_from));
+            let left = mine
+                .free_at_start
+                .saturating_add(freed(b))
+                .saturating_sub(self.booked_at(on_node, node, b.held_from));
             spare = Some(spare.map_or(left, |s| s.min(left)));
         }
         spare
@@ -144,10 +171,24 @@ impl Bookings {
         from: i64,
         until: Option<i64>,
     ) -> u64 {
+        self.cap_freeing(node, (raw, free_from), r, (from, until), &|_| 0)
+    }
+
+    /// [`Bookings::cap`] for a job that frees `freed(t)` more whole GPUs by a booking's
+    /// start `t` (see [`Bookings::spare_freeing`]).
+    pub fn cap_freeing(
+        &self,
+        node: usize,
+        (raw, free_from): (u64, u64),
+        r: &Request,
+        (from, until): (i64, Option<i64>),
+        freed: &dyn Fn(&Booking) -> u64,
+    ) -> u64 {
         if r.num_gpu == 0 {
             return raw;
         }
-        match (self.spare(node, from, until, free_from), booked_gpus(r)) {
+        let spare = self.spare_freeing(node, (from, until), free_from, freed);
+        match (spare, booked_gpus(r)) {
             (None, _) => raw,
             (Some(spare), Some(per)) => raw.min(spare / per),
             (Some(_), None) => 0,
@@ -199,6 +240,18 @@ impl Bookings {
         now: i64,
         until: Option<i64>,
     ) -> Option<usize> {
+        self.violated_freeing(r, choices, (now, until), &|_, _| 0)
+    }
+
+    /// [`Bookings::violated`] for a job whose victims free `freed(node, booking)` more
+    /// whole GPUs by a booking's start than it counted (see [`Bookings::spare_freeing`]).
+    pub fn violated_freeing(
+        &self,
+        r: &Request,
+        choices: &[Choice],
+        (now, until): (i64, Option<i64>),
+        freed: &dyn Fn(usize, &Booking) -> u64,
+    ) -> Option<usize> {
         // Called for every placement: nothing to count without bookings (EASY).
         if self.by_node.is_empty() {
             return None;
@@ -213,8 +266,31 @@ impl Bookings {
             .filter(|(n, _)| {
                 r.mig_profile.is_none() || self.held_mig_slots(*n, now, until).is_none()
             })
-            .find(|(n, members)| self.cap(*n, (*members, u64::MAX), r, now, until) < *members)
+            .find(|(n, members)| {
+                let freed = |b: &Booking| freed(*n, b);
+                self.cap_freeing(*n, (*members, u64::MAX), r, (now, until), &freed) < *members
+            })
             .map(|(n, _)| n)
+    }
+
+    /// Victim `h`'s `gpus` whole GPUs on `node` free from `at` (it was to run until
+    /// `until`): the bookings there that start from then on, and counted them busy (not
+    /// their own victim), have that many more free at their start.
+    pub fn freed(&mut self, node: usize, (h, gpus): (usize, u64), at: i64, until: Option<i64>) {
+        let Some(on_node) = self.by_node.get(&node) else {
+            return;
+        };
+        for i in on_node {
+            let Some(b) = self.list.get_mut(*i) else {
+                continue;
+            };
+            let busy = until.is_none_or(|u| u > b.held_from) && !b.victims.contains(&h);
+            if b.held_from >= at && busy {
+                if let Some(nb) = b.nodes.get_mut(&node) {
+                    nb.free_at_start = nb.free_at_start.saturating_add(gpus);
+                }
+            }
+        }
     }
 
     /// A job started now over [`now`, `until`) on `choices`: the bookings it overlaps
@@ -247,15 +323,18 @@ impl Bookings {
     pub fn boundaries(&self, now: i64, runtime: Option<i64>) -> Vec<(i64, usize)> {
         let mut out = Vec::new();
         for (i, b) in self.list.iter().enumerate() {
-            // A start at t overlaps from t > start - runtime (never later, without one).
-            if let Some(rt) = runtime {
-                let begins = b.held_from.saturating_sub(rt);
-                if begins >= now {
-                    out.push((begins.saturating_add(1), i));
-                }
-            }
-            if let Some(e) = b.ends_at.filter(|e| *e > now) {
-                out.push((e, i));
+            b.boundaries(i, now, runtime, &mut out);
+        }
+        out.sort_unstable();
+        out
+    }
+
+    /// [`Bookings::boundaries`] of the bookings on `node` only.
+    pub fn boundaries_on(&self, node: usize, now: i64, runtime: Option<i64>) -> Vec<(i64, usize)> {
+        let mut out = Vec::new();
+        for &i in self.by_node.get(&node).into_iter().flatten() {
+            if let Some(b) = self.list.get(i) {
+                b.boundaries(i, now, runtime, &mut out);
             }
         }
         out.sort_unstable();

@@ -565,6 +565,13 @@ impl Cycle<'_> {
                     format!("preempts what it needs once {job} on {node} ends, {until}"),
                 )
             }
+            Wake::Now => (
+                format!(
+                    "the jobs on {node} it may preempt are preemptible now{}",
+                    stopping("stop")
+                ),
+                format!("preempts them on {node} now"),
+            ),
             Wake::Booked(b) => {
                 let job = self.bookings.list.get(b).map_or("", |x| x.job.as_str());
                 let until = self.about(at);

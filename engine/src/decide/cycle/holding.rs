@@ -323,7 +323,10 @@ impl<'a> Cycle<'a> {
         tier: Option<&'a Tier>,
         choices: Cow<'a, [Choice]>,
     ) {
-        let started = js.running.as_ref().map_or(self.now, |r| r.started_at);
+        let started = js
+            .running
+            .as_ref()
+            .map_or_else(|| self.work_starts(js), |r| r.started_at);
         // Whether its team borrowed at the cycle's start (not now: records are written
         // late, and must not depend on when).
         let borrowing = team_ix.is_some_and(|t| self.borrowing_at_start.get(t) == Some(&true));

@@ -18,12 +18,14 @@ mod node_bits;
 mod numbering;
 mod placing;
 mod preempt;
+mod preempt_as_booked;
 mod protected_wait;
 mod queue_order;
 mod quota_book;
 mod quota_gate;
 mod quota_victims;
 mod reserve;
+mod reserved_victims;
 mod running_carry;
 mod seq_memo;
 mod shape_memo;
@@ -206,6 +208,12 @@ struct Cycle<'a> {
     /// Jobs preemption could not place within the bookings that were looked at again
     /// without them this cycle, up to `preempt::BOOKED_LOOK_BUDGET`.
     booked_preempt_looks: usize,
+    /// Jobs placed by preempting victims with a grace (by address): when their work
+    /// starts, once the victims have stopped; their runtime counts from then.
+    work_from: rustc_hash::FxHashMap<usize, i64>,
+    /// Waits from now looked for to preempt as booked this cycle (all, and gangs'): as
+    /// bounded as the reserving waits that make such bookings.
+    as_booked_looks: (usize, usize),
     preemptions: Vec<Preemption>,
     /// The story of one job, when asked for (`gantry plan --job`).
     story: Option<story::Story>,
@@ -455,6 +463,8 @@ fn decide_cycle(
         gang_waits: 0,
         reserving_waits: 0,
         booked_preempt_looks: 0,
+        work_from: rustc_hash::FxHashMap::default(),
+        as_booked_looks: (0, 0),
         preemptions: stops,
         story,
         memo,
@@ -651,7 +661,7 @@ impl<'a> Cycle<'a> {
                     borrowing,
                 } => {
                     if !self.bookings.is_empty() {
-                        let until = self.runtime(js).map(|r| self.now + r);
+                        let until = self.runtime(js).map(|r| self.work_starts(js) + r);
                         std::rc::Rc::make_mut(&mut self.bookings).started(
                             &shape.member,
                             &choices,
@@ -978,6 +988,17 @@ enum Blocked {
 }
 
 /// A job's address, which names it while the snapshot holding it is borrowed.
+impl Cycle<'_> {
+    /// When a job placed this cycle starts its work: now, or once the victims it
+    /// preempted have stopped.
+    fn work_starts(&self, js: &JobState) -> i64 {
+        self.work_from
+            .get(&job_address(js))
+            .copied()
+            .unwrap_or(self.now)
+    }
+}
+
 fn job_address(js: &JobState) -> usize {
     std::ptr::from_ref(js) as usize
 }

@@ -2,6 +2,7 @@
 //! or by preempting, or not, with a reason; and the quota check of a placement found.
 
 use super::quota_gate::Gate;
+use super::reserve::Landing;
 use super::{gang, story, Blocked, Cycle, Outcome, UnfitKey};
 use crate::core::gang::{JobShape, Unplaced, UnplacedCode};
 use crate::core::placer::Choice;
@@ -189,25 +190,7 @@ impl<'a> Cycle<'a> {
         within: &dyn Fn(usize) -> bool,
     ) -> Option<(Vec<Choice>, bool)> {
         let landing = self.landing_now(shape, runtime)?;
-        let mut choices: Vec<Choice> = Vec::new();
-        let mut fits = true;
-        'nodes: for l in &landing {
-            for _ in 0..l.members {
-                let chosen = within(l.node)
-                    .then(|| self.placer.choose_among(&[l.node], &shape.member))
-                    .flatten();
-                match chosen {
-                    Some(c) => {
-                        self.placer.commit(&shape.member, &c);
-                        choices.push(c);
-                    }
-                    None => {
-                        fits = false;
-                        break 'nodes;
-                    }
-                }
-            }
-        }
+        let (choices, fits) = self.take_landing(&landing, shape, within);
         let borrowing = if fits {
             self.quota_allows(js, &choices).ok()
         } else {
@@ -219,6 +202,31 @@ impl<'a> Cycle<'a> {
             }
         }
         Some((choices, borrowing?))
+    }
+
+    /// `shape`'s members on the nodes of `landing`, as many on each as it counts, where
+    /// `within` lets them and they fit (committed in the placer, in order); whether all
+    /// did.
+    pub(super) fn take_landing(
+        &mut self,
+        landing: &[Landing],
+        shape: &JobShape,
+        within: &dyn Fn(usize) -> bool,
+    ) -> (Vec<Choice>, bool) {
+        let mut choices: Vec<Choice> = Vec::new();
+        for l in landing {
+            for _ in 0..l.members {
+                let chosen = within(l.node)
+                    .then(|| self.placer.choose_among(&[l.node], &shape.member))
+                    .flatten();
+                let Some(c) = chosen else {
+                    return (choices, false);
+                };
+                self.placer.commit(&shape.member, &c);
+                choices.push(c);
+            }
+        }
+        (choices, true)
     }
 
     /// [`Cycle::try_place`] for a trial whose failure is not shown: no explanation is

@@ -20,6 +20,7 @@
 //!    the victim holds its GPUs while stopping), then the fewest victims.
 //!    (Each node's cheapest set by this rule: `victim_cost.rs`.)
 
+use super::preempt_as_booked::AsBooked;
 use super::victim_cost::{Cost, CostIndex};
 use super::{Blocked, Cycle, Outcome};
 use crate::core::gang::{JobShape, UnplacedCode};
@@ -288,6 +289,32 @@ impl<'a> Cycle<'a> {
         within_key: super::UnfitKey,
     ) -> Option<Outcome> {
         self.expect_records();
+        let priority = self.priority(js);
+        let reclaimable = self.reclaimable(js);
+        let may_preempt =
+            !reclaimable.is_empty() || self.lowest_victim_priority.is_some_and(|p| p < priority);
+        // Under conservative backfill, as a booking of it would (held by a booking too:
+        // its own may count on victims beside it).
+        let conservative =
+            self.program.placement.backfill && self.program.placement.reservation_depth > 1;
+        let on_room = match blocked {
+            Blocked::Capacity(u) => u.code == UnplacedCode::NoCapacity,
+            Blocked::Reservation(_) => true,
+            Blocked::Quota(_) => false,
+        };
+        if conservative && on_room && may_preempt {
+            let asker = Asker {
+                team: self.own_victims_team(js, priority),
+                priority,
+                reclaimable: reclaimable.clone(),
+                spared: Vec::new(),
+            };
+            match self.preempt_as_booked(js, shape, within, &asker) {
+                AsBooked::Placed(done) => return Some(done),
+                AsBooked::Later => return None,
+                AsBooked::Search => {}
+            }
+        }
         match blocked {
             Blocked::Capacity(u) if u.code == UnplacedCode::NoCapacity => {}
             Blocked::Quota(_) => {}
@@ -304,9 +331,7 @@ impl<'a> Cycle<'a> {
                 return None;
             }
         }
-        let priority = self.priority(js);
-        let reclaimable = self.reclaimable(js);
-        if reclaimable.is_empty() && self.lowest_victim_priority.is_none_or(|p| p >= priority) {
+        if !may_preempt {
             self.tell(js, |_| {
                 format!("preemption: not tried: no running job of a tier below priority {priority} may be preempted now, and no team of its cohort borrows its guarantee")
             });
@@ -361,11 +386,8 @@ impl<'a> Cycle<'a> {
             };
             // Each member passed the bookings; members sharing a booked node together
             // may take more than it leaves spare.
-            let until = self.runtime(js).map(|r| self.now.saturating_add(r));
-            if let Some(n) = self
-                .bookings
-                .violated(&shape.member, &placed.0, self.now, until)
-            {
+            let runtime = self.runtime(js);
+            if let Some(n) = self.violated_preempting(&shape.member, &placed.0, runtime, &needed) {
                 self.tell(js, |c| {
                     format!(
                         "preemption: its members together would take GPUs booked on {}",
@@ -498,7 +520,11 @@ impl<'a> Cycle<'a> {
 
     /// Teams that `victims` leave below their guarantee although only another team's
     /// priority took them (the victims are released in the ledger at this point).
-    fn teams_taken_below_guarantee(&self, victims: &[usize], asker: &Asker) -> Vec<usize> {
+    pub(super) fn teams_taken_below_guarantee(
+        &self,
+        victims: &[usize],
+        asker: &Asker,
+    ) -> Vec<usize> {
         let mut broken = Vec::new();
         for h in victims {
             let Some(holder) = self.holders.get(*h) else {
@@ -522,7 +548,7 @@ impl<'a> Cycle<'a> {
     }
 
     /// Marks `needed` evicted for `js`, records the preemptions and holds `js`'s placement.
-    fn evict_for(
+    pub(super) fn evict_for(
         &mut self,
         js: &'a JobState,
         asker: &Asker,
@@ -530,6 +556,19 @@ impl<'a> Cycle<'a> {
         placed: (Vec<Choice>, bool),
     ) -> Outcome {
         self.released += 1;
+        self.free_for_bookings(&needed, None);
+        let grace = needed
+            .iter()
+            .filter_map(|h| self.holders.get(*h)?.victim())
+            .map(|v| v.grace_s)
+            .max()
+            .unwrap_or(0);
+        if grace > 0 {
+            self.work_from.insert(
+                super::job_address(js),
+                self.now.saturating_add(grace as i64),
+            );
+        }
         let mut victims = Vec::new();
         for h in &needed {
             let Some(holder) = self.holders.get_mut(*h) else {

@@ -5,10 +5,10 @@
 use super::preempt::{lost_work, Asker, Protection, Rank};
 use super::reserve::Landing;
 use super::Cycle;
-use crate::core::alloc::NodeFree;
+use crate::core::alloc::{NodeFree, Request};
 use crate::core::fleet::MILLI;
 use crate::core::gang::{member_slots, JobShape};
-use crate::core::placer::{give_on, take_on};
+use crate::core::placer::give_on;
 use crate::decide::snapshot::JobState;
 use lang::ir::TopologyLevel;
 use rustc_hash::FxHashMap;
@@ -38,7 +38,7 @@ pub(super) struct OthersOn {
 }
 
 impl OthersOn {
-    fn on(&self, n: usize) -> &[usize] {
+    pub(super) fn on(&self, n: usize) -> &[usize] {
         self.by_node.get(&n).map_or(&[][..], Vec::as_slice)
     }
 }
@@ -52,6 +52,8 @@ pub(super) enum Wake {
     End(usize),
     /// A booking on the node (its number) ends: until then it holds the node's room.
     Booked(usize),
+    /// Victims preemptible now (a wait from now, [`Cycle::wait_now`]).
+    Now,
 }
 
 /// A node's state once one more of the jobs on it has gone: from `from` on (a victim's
@@ -59,40 +61,39 @@ pub(super) enum Wake {
 /// gone, the node holds `slots` members; `grace` is the longest grace among the victims;
 /// `why` what happened (`None`: a victim that may be preempted now).
 #[derive(Debug, Clone, Copy)]
-struct Step {
-    from: i64,
-    slots: u64,
+pub(super) struct Step {
+    pub from: i64,
+    pub slots: u64,
     /// Whole GPUs free then.
-    whole: u64,
-    grace: u64,
-    why: Option<Wake>,
+    pub whole: u64,
+    pub grace: u64,
+    pub why: Option<Wake>,
     /// The job that went (none where a booking ended).
-    holder: Option<usize>,
+    pub holder: Option<usize>,
     /// Whether it went by being preempted (not by ending).
-    preempted: bool,
+    pub preempted: bool,
 }
 
 /// How [`Cycle::timeline`] looks at a node: for `asker` (only its own team's jobs with
 /// `own_only`), measuring with `measure` until it gives `enough`, with `ending` the jobs
-/// that are neither victims nor protected (counted from their end), up to `before`;
-/// nothing counts before `booked` (the end of the booking that holds the node longest).
+/// that are neither victims nor protected (counted from their end), up to `before`; on a
+/// `booked` node, what the bookings leave a job of `member` and `runtime` starting then.
 #[derive(Clone, Copy)]
-struct Look<'l> {
-    asker: &'l Asker,
-    own_only: bool,
-    measure: &'l dyn Fn(&NodeFree) -> u64,
-    enough: u64,
-    ending: Option<&'l [usize]>,
-    before: i64,
-    booked: Option<Held>,
+pub(super) struct Look<'l> {
+    pub asker: &'l Asker,
+    pub own_only: bool,
+    pub measure: &'l dyn Fn(&NodeFree) -> u64,
+    pub enough: u64,
+    pub ending: Option<&'l [usize]>,
+    pub before: i64,
+    pub booked: Option<Held>,
+    pub member: &'l Request,
+    pub runtime: Option<i64>,
 }
 
-/// A booked node: the booking (its number) that holds it until `until`.
+/// A node bookings hold part of: room there counts what they leave spare, time by time.
 #[derive(Clone, Copy)]
-pub(super) struct Held {
-    booking: usize,
-    until: i64,
-}
+pub(super) struct Held;
 
 impl<'a> Cycle<'a> {
     /// Brings [`OthersOn`] up to the holders placed so far.
@@ -129,90 +130,32 @@ impl<'a> Cycle<'a> {
         before: Option<i64>,
     ) -> Option<ProtectedWait> {
         let asker = Asker::new(self.job_team(js), self.priority(js), self.reclaimable(js));
+        let runtime = self.runtime(js);
         match shape.members {
-            1 => self.member_protected_wait(shape, &asker, own_only, before),
+            1 => self.member_protected_wait(shape, (&asker, runtime), own_only, before),
             _ if own_only => self.gang_quota_wait(js, shape, &asker, before.unwrap_or(i64::MAX)),
-            _ => self.gang_protected_wait(shape, &asker, before.unwrap_or(i64::MAX)),
+            _ => self.gang_protected_wait(shape, (&asker, runtime), before.unwrap_or(i64::MAX)),
         }
     }
 
-    /// The jobs a reservation that starts by preempting (`wait`) stops then on the nodes
-    /// where it lands: on each, the victims it may take by `wait.at`, in the order they
-    /// may go (jobs it may not preempt that end by then counted too), until the node
-    /// holds the members it lands there; then, as preemption prunes a node's set, each
-    /// earlier victim the members do not need is taken back (latest first). Later
-    /// bookings count on the room of these victims only.
-    pub(super) fn reserved_victims(
-        &self,
-        js: &JobState,
-        shape: &JobShape,
-        wait: &ProtectedWait,
-    ) -> Vec<usize> {
+    /// [`Cycle::protected_wait`] from now: where victims preemptible now make room for
+    /// every member, chosen as the wait of a booking chooses its nodes, started now
+    /// (ready once their grace is over). What a job that starts now by preempting takes
+    /// under conservative backfill: the cycles before booked it so.
+    pub(super) fn wait_now(&self, js: &JobState, shape: &JobShape) -> Option<ProtectedWait> {
         let asker = Asker::new(self.job_team(js), self.priority(js), self.reclaimable(js));
-        let ctx = self.placer.context();
-        let mut victims = Vec::new();
-        for landing in &wait.nodes {
-            let n = landing.node;
-            let Some(node) = self.snapshot.fleet.nodes.get(n) else {
-                continue;
-            };
-            let slots = |free: &NodeFree| member_slots(&ctx, node, free, &shape.member);
-            let look = Look {
-                asker: &asker,
-                own_only: false,
-                measure: &slots,
-                enough: landing.members,
-                ending: Some(self.others_on.on(n)),
-                before: wait.at.saturating_add(1),
-                booked: None,
-            };
-            let (_, steps) = self.timeline(n, &look);
-            let (Some(capacity), Some(now_free)) = (
-                self.placer.empty_state().nodes.get(n),
-                self.placer.state().nodes.get(n),
-            ) else {
-                continue;
-            };
-            let on_node = |h: usize| {
-                self.holders.get(h).into_iter().flat_map(move |x| {
-                    x.choices
-                        .iter()
-                        .filter(move |c| c.node == n)
-                        .map(move |c| (x.member(), &c.on))
-                })
-            };
-            let mut free = now_free.clone();
-            for h in steps.iter().filter_map(|s| s.holder) {
-                for (m, on) in on_node(h) {
-                    give_on(&ctx, node, &mut free, m, on, capacity);
-                }
-            }
-            let mut taken: Vec<usize> = steps
-                .iter()
-                .filter(|s| s.preempted)
-                .filter_map(|s| s.holder)
-                .collect();
-            let last = taken.pop();
-            let mut kept = Vec::with_capacity(taken.len() + 1);
-            for h in taken.into_iter().rev() {
-                for (m, on) in on_node(h) {
-                    take_on(&ctx, node, &mut free, m, on);
-                }
-                if slots(&free) < landing.members {
-                    for (m, on) in on_node(h) {
-                        give_on(&ctx, node, &mut free, m, on, capacity);
-                    }
-                    kept.push(h);
-                }
-            }
-            victims.extend(kept.into_iter().rev().chain(last));
-        }
-        victims
+        let runtime = self.runtime(js);
+        let from_now = Some(self.now.saturating_add(1));
+        let wait = match shape.members {
+            1 => self.member_protected_wait(shape, (&asker, runtime), false, from_now),
+            _ => self.gang_protected_wait(shape, (&asker, runtime), self.now.saturating_add(1)),
+        }?;
+        (wait.at == self.now).then_some(wait)
     }
 
-    /// Whether a member of `shape` may wait for room on node `n` (`None`: no), and the
-    /// booking that holds the node until its end, if one does: room there counts only
-    /// from then (a booking that never ends keeps the node).
+    /// Whether a member of `shape` may wait for room on node `n` (`None`: no), and whether
+    /// bookings hold part of it: room there counts what they leave spare (a booking that
+    /// never ends keeps the node).
     pub(super) fn may_wait_on(
         &self,
         shape: &JobShape,
@@ -232,10 +175,7 @@ impl<'a> Cycle<'a> {
                 return None;
             }
             match self.bookings.last_end_on(n) {
-                Some((booking, Some(end))) => Some((end > self.now).then_some(Held {
-                    booking,
-                    until: end,
-                })),
+                Some((_, Some(end))) => Some((end > self.now).then_some(Held)),
                 Some((_, None)) => None,
                 // EASY's reservation is booked too; a hold without nodes booked keeps
                 // its nodes.
@@ -257,34 +197,43 @@ impl<'a> Cycle<'a> {
     fn member_protected_wait(
         &self,
         shape: &JobShape,
-        asker: &Asker,
+        (asker, runtime): (&Asker, Option<i64>),
         own_only: bool,
         before: Option<i64>,
     ) -> Option<ProtectedWait> {
         let usable = self.may_wait_on(shape);
         let ctx = self.placer.context();
         let mut best: Option<ProtectedWait> = None;
+        // A wait from now (`Cycle::wait_now`) reads victims preemptible now only.
+        let from_now = before == Some(self.now.saturating_add(1));
         // Nodes with protected jobs, and nodes with victims it may take now, where a job
         // it may not preempt ends last: a reservation by preempting behind that end
         // must be found again the next cycles, or it moves.
         let nodes = self.protected_on.iter().zip(self.holders_on.iter());
         for (n, (protected, victims)) in nodes.enumerate() {
-            if protected.is_empty() && victims.is_empty() {
+            // From now, only victims preemptible now make room.
+            if (protected.is_empty() || from_now) && victims.is_empty() {
                 continue;
             }
-            if protected.is_empty() {
+            if protected.is_empty() && !from_now {
                 // Victims preemptible now wait only for a job it may not preempt to end,
-                // no sooner than the first such end there (on a booked node, for the
-                // booking to end).
-                let bound = match self.bookings.last_end_on(n) {
-                    Some((_, end)) => end,
-                    None => self
-                        .others_on
-                        .on(n)
-                        .iter()
-                        .filter_map(|h| self.holders.get(*h).filter(|x| !x.evicted)?.ends_at)
-                        .filter(|e| *e > self.now)
-                        .min(),
+                // no sooner than the first such end there (on a booked node, or for what
+                // the bookings leave to change).
+                let ends = self
+                    .others_on
+                    .on(n)
+                    .iter()
+                    .filter_map(|h| self.holders.get(*h).filter(|x| !x.evicted)?.ends_at)
+                    .filter(|e| *e > self.now)
+                    .min();
+                let changes = self
+                    .bookings
+                    .boundaries_on(n, self.now, runtime)
+                    .first()
+                    .map(|(t, _)| *t);
+                let bound = match (ends, changes) {
+                    (Some(e), Some(c)) => Some(e.min(c)),
+                    (e, c) => e.or(c),
                 };
                 let Some(bound) = bound else {
                     continue;
@@ -312,8 +261,10 @@ impl<'a> Cycle<'a> {
                 measure: &fits,
                 enough: 1,
                 ending: Some(self.others_on.on(n)),
-                before: i64::MAX,
+                before: if from_now { self.now + 1 } else { i64::MAX },
                 booked,
+                member: &shape.member,
+                runtime,
             };
             let (_, steps) = self.timeline(n, &look);
             let Some(step) = steps.iter().find(|s| s.slots >= 1) else {
@@ -323,10 +274,13 @@ impl<'a> Cycle<'a> {
             let late = |why: &Wake| {
                 matches!(why, Wake::End(_) | Wake::Booked(_)) && before.is_some_and(|b| ready >= b)
             };
-            // Room from victims preemptible now: something else held preemption back.
-            if let Some(why) = step
+            // Room from victims preemptible now: something else held preemption back
+            // (unless the wait is from now).
+            let why = step
                 .why
-                .filter(|w| !late(w) && best.as_ref().is_none_or(|b| ready < b.ready))
+                .or((from_now && step.from == self.now).then_some(Wake::Now));
+            if let Some(why) =
+                why.filter(|w| !late(w) && best.as_ref().is_none_or(|b| ready < b.ready))
             {
                 best = Some(ProtectedWait {
                     ready,
@@ -350,7 +304,7 @@ impl<'a> Cycle<'a> {
     fn gang_protected_wait(
         &self,
         shape: &JobShape,
-        asker: &Asker,
+        asker: (&Asker, Option<i64>),
         before: i64,
     ) -> Option<ProtectedWait> {
         let level = shape
@@ -384,7 +338,7 @@ impl<'a> Cycle<'a> {
     fn group_protected_wait(
         &self,
         shape: &JobShape,
-        asker: &Asker,
+        (asker, runtime): (&Asker, Option<i64>),
         group: &[usize],
         before: i64,
         best: Option<&ProtectedWait>,
@@ -411,12 +365,11 @@ impl<'a> Cycle<'a> {
                 ending: Some(ending),
                 before,
                 booked,
+                member: &shape.member,
+                runtime,
             };
             let (now, on_node) = self.timeline(n, &look);
-            let whole_now = match booked {
-                Some(_) => 0,
-                None => self.placer.state().nodes.get(n).map_or(0, whole_gpus),
-            };
+            let whole_now = self.placer.state().nodes.get(n).map_or(0, whole_gpus);
             if let Some(h) = held.get_mut(i) {
                 *h = (now.min(members), 0, whole_now);
             }
@@ -450,8 +403,13 @@ impl<'a> Cycle<'a> {
             if total < members {
                 continue;
             }
-            // Victims preemptible now suffice: something else held preemption back.
-            let Some((node, why)) = binding.filter(|_| t > self.now) else {
+            // Victims preemptible now suffice: something else held preemption back
+            // (unless the wait is from now).
+            let from_now = before == self.now.saturating_add(1);
+            let Some((node, why)) = binding
+                .filter(|_| t > self.now)
+                .or_else(|| from_now.then(|| (group.first().copied().unwrap_or(0), Wake::Now)))
+            else {
                 return found;
             };
             // The nodes whose victims stop soonest, until they hold every member.
@@ -478,7 +436,7 @@ impl<'a> Cycle<'a> {
                 }
             }
             let ready = t.saturating_add(grace as i64);
-            if ready < before && best_ready.is_none_or(|b| ready < b) {
+            if (ready < before || from_now) && best_ready.is_none_or(|b| ready < b) {
                 best_ready = Some(ready);
                 found = Some(ProtectedWait {
                     ready,
@@ -497,33 +455,80 @@ impl<'a> Cycle<'a> {
     /// preemptible now first), until it gives `enough` or `before` comes. With `ending`
     /// (the jobs on the node that are neither victims nor protected), jobs it may not
     /// preempt count from when they end. With `own_only`, only the asker's own team's
-    /// jobs count. On a node a booking holds (`booked`), nothing counts before its end:
-    /// the room there now, and each step, count from then.
-    fn timeline(&self, n: usize, look: &Look<'_>) -> (u64, Vec<Step>) {
-        let Some(held) = look.booked else {
+    /// jobs count. On a node bookings hold part of (`booked`), each count is what they
+    /// leave a job starting then, and each time that changes (a booking begins or stops
+    /// overlapping it) is a step too.
+    pub(super) fn timeline(&self, n: usize, look: &Look<'_>) -> (u64, Vec<Step>) {
+        if look.booked.is_none() {
             return self.unbooked_timeline(n, look);
-        };
-        let (now, steps) = self.unbooked_timeline(n, look);
-        let whole_now = self.placer.state().nodes.get(n).map_or(0, whole_gpus);
-        let why = Some(Wake::Booked(held.booking));
-        let mut out = Vec::with_capacity(steps.len() + 1);
-        if now > 0 {
-            out.push(Step {
-                from: held.until,
-                slots: now,
-                whole: whole_now,
-                grace: 0,
-                why,
-                holder: None,
-                preempted: false,
-            });
         }
-        out.extend(steps.into_iter().map(|s| Step {
-            from: s.from.max(held.until),
-            why: if s.from < held.until { why } else { s.why },
-            ..s
-        }));
-        (0, out)
+        // Room the bookings take back later may not count: every step, then the cap.
+        let every = Look {
+            enough: u64::MAX,
+            ..*look
+        };
+        let (raw_now, steps) = self.unbooked_timeline(n, &every);
+        // The victims preempted so far (with when they stop) free GPUs the bookings
+        // starting after counted busy.
+        let mut gone: Vec<(usize, i64)> = Vec::new();
+        // A job that preempts at `at` runs from when its victims' grace is over.
+        let cap = |slots: u64, whole: u64, (at, grace): (i64, u64), gone: &[(usize, i64)]| {
+            let until = look
+                .runtime
+                .map(|r| at.saturating_add(grace as i64).saturating_add(r));
+            let freed = |b: &super::bookings::Booking| self.freed_for_bookings(n, gone, b);
+            self.bookings
+                .cap_freeing(n, (slots, whole), look.member, (at, until), &freed)
+        };
+        let whole_now = self.placer.state().nodes.get(n).map_or(0, whole_gpus);
+        let now = cap(raw_now, whole_now, (self.now, 0), &gone);
+        let changes = self.bookings.boundaries_on(n, self.now, look.runtime);
+        let mut changes = changes
+            .into_iter()
+            .filter(|(t, _)| *t < look.before)
+            .peekable();
+        let mut steps = steps.into_iter().peekable();
+        let (mut slots, mut whole, mut grace) = (raw_now, whole_now, 0);
+        let mut out = Vec::new();
+        loop {
+            // A step and a change at one time: the step's room counts at the change.
+            let step_next = match (steps.peek(), changes.peek()) {
+                (Some(s), Some((t, _))) => s.from <= *t,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let step = if step_next {
+                let Some(s) = steps.next() else { break };
+                (slots, whole, grace) = (s.slots, s.whole, s.grace);
+                if let Some(h) = s.holder.filter(|_| s.preempted) {
+                    gone.push((h, s.from.saturating_add(s.grace as i64)));
+                }
+                Step {
+                    slots: cap(s.slots, s.whole, (s.from, s.grace), &gone),
+                    ..s
+                }
+            } else {
+                let Some((t, booking)) = changes.next() else {
+                    break;
+                };
+                Step {
+                    from: t,
+                    slots: cap(slots, whole, (t, grace), &gone),
+                    whole,
+                    grace,
+                    why: Some(Wake::Booked(booking)),
+                    holder: None,
+                    preempted: false,
+                }
+            };
+            let enough = step.slots >= look.enough;
+            out.push(step);
+            if enough {
+                break;
+            }
+        }
+        (now, out)
     }
 
     /// [`Cycle::timeline`] on a node no booking holds.

@@ -194,8 +194,21 @@ impl Cycle<'_> {
                 .filter(|w| w.ready < start)
                 .filter(|w| self.quota_fits_at(js, w.ready, runtime))
         };
+        // The victims it preempts, counted beside the bookings before its own; its
+        // nodes' free GPUs at its start are those these victims leave.
+        let mut victims = None;
         let (start, landing) = match &preempting {
-            Some(w) => (w.ready, w.nodes.clone()),
+            Some(w) => {
+                let (taken, whole_then) = self.reserved_victims(js, shape, w);
+                let mut nodes = w.nodes.clone();
+                for l in &mut nodes {
+                    if let Some((_, whole)) = whole_then.iter().find(|(n, _)| *n == l.node) {
+                        l.whole_free = *whole;
+                    }
+                }
+                victims = Some((taken, w.ready));
+                (w.ready, nodes)
+            }
             None => (start, landing),
         };
         if start == self.now || start - self.now > window {
@@ -205,6 +218,9 @@ impl Cycle<'_> {
             self.starving_booked += 1;
         }
         let ends_at = runtime.map(|r| start + r);
+        if let Some((victims, ready)) = &victims {
+            self.free_for_bookings(victims, Some(*ready));
+        }
         let nodes: BTreeSet<usize> = landing.iter().map(|l| l.node).collect();
         self.book_quota(js, start, ends_at, nodes.clone());
         // Every reservation books the GPUs it needs per node (EASY's one as conservative
@@ -241,12 +257,12 @@ impl Cycle<'_> {
                 held_from: preempting.as_ref().map_or(start, |w| w.at),
                 ends_at,
                 nodes: booked,
+                victims: victims.as_ref().map(|(v, _)| v.clone()).unwrap_or_default(),
             });
         }
         // The victims it preempts stop by its start, for the jobs after it.
-        if let Some(w) = &preempting {
-            let victims = self.reserved_victims(js, shape, w);
-            self.end_victims_at(&victims, w.ready);
+        if let Some((victims, ready)) = &victims {
+            self.end_victims_at(victims, *ready);
         }
         if conservative || !within_depth {
             return Some((start, !within_depth, preempting));
