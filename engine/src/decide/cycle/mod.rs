@@ -987,7 +987,6 @@ enum Blocked {
     Reservation(Reserved),
 }
 
-/// A job's address, which names it while the snapshot holding it is borrowed.
 impl Cycle<'_> {
     /// When a job placed this cycle starts its work: now, or once the victims it
     /// preempted have stopped.
@@ -999,6 +998,7 @@ impl Cycle<'_> {
     }
 }
 
+/// A job's address, which names it while the snapshot holding it is borrowed.
 fn job_address(js: &JobState) -> usize {
     std::ptr::from_ref(js) as usize
 }
