@@ -574,6 +574,19 @@ fn a_mig_reservation_holds_its_gpu_not_its_node() {
 }
 
 #[test]
+fn a_mig_job_goes_beside_a_booking_of_whole_gpus() {
+    let p = plan("mig_beside_a_whole_gpu_booking");
+    assert_eq!(code(&p, "big-6"), "reserved");
+    assert_eq!(decision(&p, "big-6")["reason"]["eta_s"], 900);
+    // GPUs 6-7 are in MIG mode: big-6's booking of whole GPUs never takes them.
+    assert_eq!(action(&p, "long-1g"), "place");
+    assert_eq!(decision(&p, "long-1g")["placement"][0]["gpus"][0], 6);
+    // GPUs 4-5 are free now but big-6 needs them from 1,000 s to 4,600 s.
+    assert_eq!(code(&p, "long-2"), "reserved");
+    assert_eq!(decision(&p, "long-2")["reason"]["eta_s"], 4500);
+}
+
+#[test]
 fn a_guarantee_comes_back_within_reclaim_within_checkpoints_or_not() {
     let p = plan("guarantee_comes_back");
     // Past max_lost and reclaim_within without a checkpoint: a borrower is reclaimed.

@@ -187,6 +187,19 @@ impl Bookings {
         if r.num_gpu == 0 {
             return raw;
         }
+        // A MIG member is held by bookings of MIG instances (it goes around their slots,
+        // see `held_mig_slots`) and of whole nodes, not by bookings of whole GPUs.
+        if r.mig_profile.is_some() {
+            let held = self.by_node.get(&node).into_iter().flatten().any(|i| {
+                self.list.get(*i).is_some_and(|b| {
+                    b.overlaps(from, until)
+                        && b.nodes
+                            .get(&node)
+                            .is_some_and(|nb| !nb.mig_slots.is_empty() || nb.gpus == u64::MAX)
+                })
+            });
+            return if held { 0 } else { raw };
+        }
         let spare = self.spare_freeing(node, (from, until), free_from, freed);
         match (spare, booked_gpus(r)) {
             (None, _) => raw,
@@ -206,8 +219,10 @@ impl Bookings {
         self.cap(node, (1, u64::MAX), r, now, until) > 0
     }
 
-    /// The slots held on `node` by the bookings that overlap [`from`, `until`), when all
-    /// of them are bookings of MIG instances; `None` when another kind overlaps, or none.
+    /// The slots held on `node` by the bookings of MIG instances that overlap [`from`,
+    /// `until`); `None` when none does, or a booking that holds the whole node does.
+    /// Bookings of whole GPUs are passed over: GPUs in MIG mode serve MIG instances only,
+    /// so the GPUs they book are never a MIG member's.
     pub fn held_mig_slots(
         &self,
         node: usize,
@@ -224,10 +239,11 @@ impl Bookings {
             let Some(nb) = b.nodes.get(&node).filter(|_| b.overlaps(from, until)) else {
                 continue;
             };
-            if nb.mig_slots.is_empty() {
+            if !nb.mig_slots.is_empty() {
+                held.extend(nb.mig_slots.iter().copied());
+            } else if nb.gpus == u64::MAX {
                 return None;
             }
-            held.extend(nb.mig_slots.iter().copied());
         }
         (!held.is_empty()).then_some(held)
     }
