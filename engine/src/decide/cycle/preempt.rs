@@ -557,17 +557,13 @@ impl<'a> Cycle<'a> {
     ) -> Outcome {
         self.released += 1;
         self.free_for_bookings(&needed, None);
-        let grace = needed
+        let work_from = needed
             .iter()
-            .filter_map(|h| self.holders.get(*h)?.victim())
-            .map(|v| v.grace_s)
+            .map(|h| self.stops_if_preempted_now(*h))
             .max()
-            .unwrap_or(0);
-        if grace > 0 {
-            self.work_from.insert(
-                super::job_address(js),
-                self.now.saturating_add(grace as i64),
-            );
+            .unwrap_or(self.now);
+        if work_from > self.now {
+            self.work_from.insert(super::job_address(js), work_from);
         }
         let mut victims = Vec::new();
         for h in &needed {

@@ -194,26 +194,24 @@ impl Cycle<'_> {
                 .filter(|w| w.ready < start)
                 .filter(|w| self.quota_fits_at(js, w.ready, runtime))
         };
-        // The victims it preempts, counted beside the bookings before its own; its
-        // nodes' free GPUs at its start are those these victims leave.
-        let mut victims = None;
-        let (start, landing) = match &preempting {
-            Some(w) => {
-                let (taken, whole_then) = self.reserved_victims(js, shape, w);
-                let mut nodes = w.nodes.clone();
-                for l in &mut nodes {
-                    if let Some((_, whole)) = whole_then.iter().find(|(n, _)| *n == l.node) {
-                        l.whole_free = *whole;
-                    }
-                }
-                victims = Some((taken, w.ready));
-                (w.ready, nodes)
-            }
+        let (start, mut landing) = match &preempting {
+            Some(w) => (w.ready, w.nodes.clone()),
             None => (start, landing),
         };
         if start == self.now || start - self.now > window {
             return None;
         }
+        // The victims it preempts, counted beside the bookings before its own; its
+        // nodes' free GPUs at its start are those these victims leave.
+        let victims = preempting.as_ref().map(|w| {
+            let (taken, whole_then) = self.reserved_victims(js, shape, w);
+            for l in &mut landing {
+                if let Some((_, whole)) = whole_then.iter().find(|(n, _)| *n == l.node) {
+                    l.whole_free = *whole;
+                }
+            }
+            (taken, w.ready)
+        });
         if !within_depth {
             self.starving_booked += 1;
         }

@@ -133,6 +133,16 @@ impl Cycle<'_> {
             .sum()
     }
 
+    /// When holder `h`, preempted now, has stopped: after its grace.
+    pub(super) fn stops_if_preempted_now(&self, h: usize) -> i64 {
+        let grace = self
+            .holders
+            .get(h)
+            .and_then(|x| x.victim())
+            .map_or(0, |v| v.grace_s);
+        self.now.saturating_add(grace as i64)
+    }
+
     /// Victims that stop at `at` (each with its grace, when `at` is `None`: preempted
     /// now): the bookings their GPUs free count them free at their start.
     pub(super) fn free_for_bookings(&mut self, victims: &[usize], at: Option<i64>) {
@@ -147,10 +157,7 @@ impl Cycle<'_> {
             if x.member_milli() < u64::from(MILLI) {
                 continue;
             }
-            let stops = at.unwrap_or_else(|| {
-                let grace = x.victim().map_or(0, |v| v.grace_s);
-                self.now.saturating_add(grace as i64)
-            });
+            let stops = at.unwrap_or_else(|| self.stops_if_preempted_now(h));
             for c in x.choices.iter() {
                 freed.push((c.node, (h, c.on.gpus.len() as u64), stops, x.ends_at));
             }
@@ -176,14 +183,7 @@ impl Cycle<'_> {
         }
         let gone: Vec<(usize, i64)> = victims
             .iter()
-            .map(|h| {
-                let grace = self
-                    .holders
-                    .get(*h)
-                    .and_then(|x| x.victim())
-                    .map_or(0, |v| v.grace_s);
-                (*h, self.now.saturating_add(grace as i64))
-            })
+            .map(|h| (*h, self.stops_if_preempted_now(*h)))
             .collect();
         let work_from = gone.iter().map(|(_, t)| *t).max().unwrap_or(self.now);
         let until = runtime.map(|r| work_from.saturating_add(r));
