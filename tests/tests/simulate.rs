@@ -11,7 +11,7 @@
 )]
 
 mod cli_run;
-use cli_run::{gantry, simulate_json};
+use cli_run::{gantry, simulate_json, simulate_json_with};
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -320,6 +320,98 @@ fn decisions_plan_with_limits_and_jobs_end_when_they_really_end() {
     assert!(close(&e["abs_error_s"]["max"], 1000.0), "{e}");
 }
 
+/// `gantry simulate --estimates predicted` on `case`.
+fn simulate_predicted(case: &str) -> Value {
+    let dir = tests_dir().join("simulate").join(case);
+    let trace = dir.join("trace.jsonl").display().to_string();
+    simulate_json_with(&dir, &trace, &["--estimates", "predicted"])
+}
+
+#[test]
+fn runtimes_predicted_from_history_backfill_and_are_corrected_when_outlived() {
+    let limits = simulate("predicted_runtimes");
+    let predicted = simulate_predicted("predicted_runtimes");
+    let start = |m: &Value, id: &str| outcome(m, id)["first_start"].as_i64();
+    let eta = |m: &Value, id: &str| outcome(m, id)["first_eta"].as_i64();
+    // Planned from limits: small (2000 s) would run past big's reservation at 1500 s.
+    assert_eq!(start(&limits, "small"), Some(2000));
+    assert_eq!(eta(&limits, "small"), Some(2500));
+    assert!(limits.get("estimates").is_none(), "limits are the default");
+    // Predicted: ana ran 400 of 1000 s, so small is planned at 800 s and backfills.
+    assert_eq!(predicted["estimates"], "predicted");
+    assert_eq!(outcome(&predicted, "small")["predicted_runtime_s"], 800);
+    assert_eq!(start(&predicted, "small"), Some(520));
+    // Nothing to go by for a1 (first of its user) and carl's filler: their limits.
+    assert!(outcome(&predicted, "a1")["predicted_runtime_s"].is_null());
+    assert!(outcome(&predicted, "filler")["predicted_runtime_s"].is_null());
+    // under: mean of ana's 0.4 and 0.35 times 3000 s; it really runs 2000 s.
+    assert_eq!(outcome(&predicted, "under")["predicted_runtime_s"], 1125);
+    // next is first told the prediction's end (late: under outlived it) ...
+    assert_eq!(eta(&predicted, "next"), Some(3225));
+    // ... and once under outlives it, it is planned with its limit again: next keeps
+    // its reservation, filler does not take the room (without the correction next
+    // started at 5800 s, after filler).
+    assert_eq!(start(&predicted, "next"), Some(4100));
+    assert_eq!(start(&predicted, "filler"), Some(4600));
+    assert_eq!(start(&limits, "next"), Some(4100));
+    let (l, p) = (&limits["first_eta_error"], &predicted["first_eta_error"]);
+    assert_eq!(
+        (l["jobs"].as_u64(), l["late"].as_u64()),
+        (Some(4), Some(0)),
+        "{l}"
+    );
+    assert_eq!(
+        (p["jobs"].as_u64(), p["late"].as_u64()),
+        (Some(3), Some(1)),
+        "{p}"
+    );
+}
+
+#[test]
+fn runs_the_trace_recorded_as_interrupted_are_stopped_and_queued_again() {
+    let m = simulate("interrupted_runs");
+    let start = |id: &str| outcome(&m, id)["first_start"].as_i64();
+    // req is stopped at 200 s and goes again at once, ahead of other.
+    assert_eq!(start("req"), Some(0));
+    assert_eq!(start("other"), Some(500));
+    assert_eq!(outcome(&m, "req")["queue_wait_s"], 0);
+    assert!(close(&outcome(&m, "req")["lost_gpu_s"], 8.0 * 200.0));
+    // ck keeps its two checkpoints (200 s) and loses 50 s on 4 GPUs.
+    assert!(close(&outcome(&m, "ck")["lost_gpu_s"], 4.0 * 50.0));
+    // short ended before its interruption would have come.
+    assert!(close(&outcome(&m, "short")["lost_gpu_s"], 0.0));
+    assert_eq!(m["preemptions"]["interrupted_runs"], 2);
+    assert_eq!(m["preemptions"]["count"], 0);
+    assert!(close(&m["preemptions"]["lost_gpu_hours"], 0.5));
+    assert_eq!(m["jobs"]["completed"], 5);
+    assert_eq!(m["end"], 2050);
+    // ck's last run starts at 1250 s with 200 s left: after (8 GPUs) starts when it ends.
+    assert_eq!(start("after"), Some(1450));
+}
+
+#[test]
+fn a_warm_pools_target_idle_nodes_and_warm_starts_are_in_the_figures() {
+    let m = simulate("warm_pool");
+    let started_warm = |id: &str| outcome(&m, id)["started_warm"].clone();
+    assert_eq!(started_warm("a"), "p");
+    assert_eq!(started_warm("b"), "p");
+    // c took a node freed at the same instant: not one standing warm.
+    assert!(started_warm("c").is_null());
+    assert_eq!(outcome(&m, "c")["first_start"], 700);
+    let w = &m["warm"]["p"];
+    assert!(close(&w["mean_target_nodes"], 1.0), "{w}");
+    assert!(close(&w["mean_idle_nodes"], 440.0 / 1020.0), "{w}");
+    assert!(close(&w["idle_node_hours"], 440.0 / 3600.0), "{w}");
+    assert_eq!(w["warm_starts"], 2);
+    assert!(close(&w["warm_time_to_first_gpu_s"]["max"], 0.0), "{w}");
+    let series = &m["timeline"]["series"];
+    assert!(series["warm.target.p"].is_array() && series["warm.idle.p"].is_array());
+    // Without a warm pool, none of it is written.
+    let plain = simulate("sequential");
+    assert!(plain.get("warm").is_none());
+    assert!(plain["job_outcomes"][0].get("started_warm").is_none());
+}
+
 #[test]
 fn reclaim_is_not_undone_by_priority() {
     // Before issue 15: 6 preemptions (4 reclaims, 2 priority), 1.2 GPU-hours lost, as b's
@@ -415,13 +507,16 @@ fn report_is_self_contained_with_its_charts() {
         "Nodes per pool",
         "Spend per pool",
         "Time to first GPU, cumulative share",
+        "Warm pools: the plans' target and the nodes standing idle",
     ] {
         assert!(
             html.contains(&format!("<figcaption>{chart}")),
             "missing chart {chart}"
         );
     }
-    assert_eq!(html.matches("<svg").count(), 6);
+    assert_eq!(html.matches("<svg").count(), 7);
+    // The warm pool's table: its pool and warm starts.
+    assert!(html.contains("<th>warm starts</th>") && html.contains("<td>interactive</td>"));
     assert!(
         html.matches("<polygon").count() >= 4,
         "stacked areas are drawn"

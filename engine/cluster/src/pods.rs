@@ -187,6 +187,7 @@ pub fn wire_pod(pod: &core::Pod) -> wire::Pod {
             affinity: spec
                 .and_then(|s| s.affinity.as_ref())
                 .and_then(|a| serde_json::to_value(a).ok()),
+            active_deadline_seconds: spec.and_then(|s| s.active_deadline_seconds),
         },
         status: wire::PodStatus {
             phase: status.and_then(|s| s.phase.clone()),

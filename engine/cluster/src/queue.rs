@@ -284,8 +284,26 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         group(&mut out, &id, &pods, size);
     }
     out.jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    outlived_estimates(&mut out.jobs, now);
     crate::nomination::apply(&mut out, &stores.pods.objects, trust.seal, program, now);
     Ok(out)
+}
+
+/// A running job past the runtime its pods declared (`gantry.dev/runtime`, a claim no one
+/// enforces) is planned with its `activeDeadlineSeconds`, the limit the kubelet
+/// enforces, and with no estimate past that: a short claim buys a pod its start, not
+/// the room of the jobs reserved behind it (`engine::core::declared`).
+fn outlived_estimates(jobs: &mut [Job], now: i64) {
+    for job in jobs.iter_mut().filter(|j| !j.placement.is_empty()) {
+        let (Some(started), Some(_)) = (job.started_at, job.runtime_s) else {
+            continue;
+        };
+        let declared = engine::core::declared::Runtime {
+            estimate_s: job.runtime_s,
+            limit_s: job.runtime_limit_s,
+        };
+        job.runtime_s = declared.after(now - started);
+    }
 }
 
 /// Takes what a foreign or CPU-only pod holds out of its node: CPU and memory, whole

@@ -8,6 +8,7 @@ use crate::core::fleet::Fleet;
 use crate::inventory::jobs_file::rfc3339_seconds;
 use crate::inventory::{catalog, fleet_file};
 use crate::sim::metrics::Metrics;
+use crate::sim::predict::Estimates;
 use crate::sim::replay::{self, Config, Progress};
 use crate::sim::trace::{self, Trace};
 use crate::sim::{openb, report};
@@ -65,6 +66,11 @@ pub struct ReplayInput {
     /// Team usage before the trace, for fair share (JSON Lines of {team, at, gpu_s}).
     #[arg(long)]
     pub usage: Option<PathBuf>,
+    /// What decisions plan runtimes with: each job's `runtime_s` (its limit or
+    /// estimate), or a prediction from its user's (else its team's) last finished jobs:
+    /// the limit times their mean ratio of actual runtime to limit.
+    #[arg(long, default_value = "limits", value_parser = ["limits", "predicted"])]
+    pub estimates: String,
 }
 
 /// A fleet, trace and configuration read and checked, ready to replay.
@@ -212,6 +218,11 @@ pub fn load(input: &ReplayInput, program: &Program, io: &mut Io<'_>) -> Result<L
             history,
             usage,
             policy_revision: String::new(),
+            estimates: if input.estimates == "predicted" {
+                Estimates::Predicted
+            } else {
+                Estimates::Limits
+            },
         },
         trace_name: files::display_name(trace_path),
     })
@@ -412,7 +423,12 @@ pub fn print_summary(m: &Metrics, io: &mut Io<'_>) {
     if e.jobs > 0 {
         let _ = writeln!(
             out,
-            "first ETAs: {} jobs given one · {} started then, {} earlier, {} later · off by {} at p50, {} at p95",
+            "first ETAs{}: {} jobs given one · {} started then, {} earlier, {} later · off by {} at p50, {} at p95",
+            if m.estimates == Estimates::Predicted {
+                " (runtimes predicted)"
+            } else {
+                ""
+            },
             e.jobs,
             e.exact,
             e.early,

@@ -5,6 +5,7 @@
 pub mod alloc;
 pub mod buckets;
 mod classes;
+pub mod declared;
 pub mod fleet;
 pub mod frag;
 pub mod gang;

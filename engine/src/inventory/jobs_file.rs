@@ -44,9 +44,19 @@ pub struct Job {
     pub submitted_at: Option<i64>,
     /// What the scheduler is told the job runs for: the user's estimate or time limit.
     pub runtime_s: Option<u64>,
+    /// Where `runtime_s` is an estimate only its owner stands behind (a pod's
+    /// `gantry.dev/runtime`), the longer limit that is enforced (its
+    /// `activeDeadlineSeconds`): what it is planned with once it has run past the
+    /// estimate. Read from pods only.
+    pub runtime_limit_s: Option<u64>,
     /// In a replayed trace, how long it really runs (the decisions never see it): it ends
     /// then, or at `runtime_s` if that comes first (a limit, as Slurm's TIMEOUT).
     pub actual_runtime_s: Option<u64>,
+    /// In a replayed trace, the runs before the last that were stopped from outside (a
+    /// node failure, a preemption or a requeue the source recorded), seconds each: the
+    /// replay stops the job once it has run each, losing the work since its last
+    /// checkpoint, and queues it again.
+    pub interrupted_after_s: Vec<u64>,
     pub checkpoint_interval_s: Option<u64>,
     /// For a gang whose members arrive one by one (pods of a gang label): how many have
     /// arrived; `None` when all have.
@@ -114,6 +124,8 @@ struct Entry {
     submitted_at: Option<Time>,
     runtime_s: Option<u64>,
     actual_runtime_s: Option<u64>,
+    #[serde(default)]
+    interrupted_after_s: Vec<u64>,
     checkpoint_interval_s: Option<u64>,
     #[serde(default)]
     interactive: bool,
@@ -137,6 +149,8 @@ fn one() -> u32 {
 /// The most members and GPUs per member a job may have (imports apply them too).
 pub const MAX_MEMBERS: u32 = 100_000;
 pub const MAX_GPUS_PER_MEMBER: u32 = 64;
+/// Interrupted runs one trace job may list (`interrupted_after_s`).
+pub const MAX_INTERRUPTIONS: usize = 1000;
 
 pub fn level(name: &str) -> Option<TopologyLevel> {
     Some(match name {
@@ -356,6 +370,21 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
             ),
         ));
     }
+    if e.interrupted_after_s.len() > MAX_INTERRUPTIONS {
+        return Err(err(
+            "interrupted_after_s",
+            format!(
+                "{} interrupted runs; at most {MAX_INTERRUPTIONS} are replayed",
+                e.interrupted_after_s.len()
+            ),
+        ));
+    }
+    if e.interrupted_after_s.contains(&0) {
+        return Err(err(
+            "interrupted_after_s",
+            "a run that was interrupted ran at least a second; remove the 0".into(),
+        ));
+    }
     let submitted_at = time("submitted_at", &e.submitted_at)?;
     let started_at = time("started_at", &e.started_at)?;
     let last_checkpoint_at = time("last_checkpoint_at", &e.last_checkpoint_at)?;
@@ -375,7 +404,9 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
         tier: e.tier,
         submitted_at,
         runtime_s: e.runtime_s,
+        runtime_limit_s: None,
         actual_runtime_s: e.actual_runtime_s,
+        interrupted_after_s: e.interrupted_after_s,
         checkpoint_interval_s: e.checkpoint_interval_s,
         members_present: e.members_present.filter(|p| *p < e.members),
         interactive: e.interactive,
@@ -463,8 +494,26 @@ pub fn rfc3339_seconds(text: &str) -> Option<i64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "test code")]
 mod tests {
-    use super::rfc3339_seconds;
+    use super::{parse, rfc3339_seconds, MAX_INTERRUPTIONS};
+
+    #[test]
+    fn interrupted_runs_are_read_and_bounded() {
+        let line = |runs: &str| {
+            format!(
+                r#"{{"id": "a", "gpus_per_member": 1, "runtime_s": 60, "interrupted_after_s": {runs}}}"#
+            )
+        };
+        let jobs = parse("t.jsonl", &line("[30, 40]")).unwrap();
+        assert_eq!(jobs[0].interrupted_after_s, [30, 40]);
+        let zero = parse("t.jsonl", &line("[30, 0]")).unwrap_err();
+        assert_eq!(zero.field.as_deref(), Some("interrupted_after_s"));
+        assert!(zero.message.contains("remove the 0"), "{}", zero.message);
+        let many = format!("[{}]", vec!["1"; MAX_INTERRUPTIONS + 1].join(","));
+        let too_many = parse("t.jsonl", &line(&many)).unwrap_err();
+        assert!(too_many.message.contains("at most"), "{}", too_many.message);
+    }
 
     #[test]
     fn rfc3339_times_become_unix_seconds() {

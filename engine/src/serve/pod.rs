@@ -5,6 +5,7 @@
 //! differently.
 
 use crate::core::alloc::Request;
+use crate::core::declared::{duration_s, Runtime};
 use crate::core::fleet::MILLI;
 use crate::core::gang::JobShape;
 use crate::inventory::jobs_file::{Job, PlacedMember};
@@ -155,6 +156,8 @@ pub struct PodSpec {
     pub scheduling_gates: Option<Vec<serde_json::Value>>,
     /// Read for the pools required node affinity pins the pod to.
     pub affinity: Option<serde_json::Value>,
+    /// The kubelet ends the pod this long after it starts: its runtime limit.
+    pub active_deadline_seconds: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -190,6 +193,22 @@ impl Pod {
         from(&self.metadata.labels, &name).or_else(|| from(&self.metadata.annotations, &name))
     }
 
+    /// The runtime it declares: its `gantry.dev/runtime` estimate, bounded by its
+    /// `activeDeadlineSeconds` (`core::declared`).
+    pub fn runtime(&self) -> Result<Runtime, String> {
+        let estimate = match self.attribute("runtime") {
+            None => None,
+            Some(v) => Some(duration_s(v).ok_or_else(|| {
+                format!("`gantry.dev/runtime: {v}` is not a duration; write e.g. 2h or 90m")
+            })?),
+        };
+        let deadline = self
+            .spec
+            .active_deadline_seconds
+            .and_then(|s| u64::try_from(s).ok());
+        Ok(Runtime::declared(estimate, deadline))
+    }
+
     /// `namespace/name` (or the generate-name prefix for pods not named yet).
     pub fn id(&self, namespace: Option<&str>) -> String {
         let name = self
@@ -206,23 +225,6 @@ impl Pod {
 }
 
 /// A duration like `15m`, `900s`, `1h` or plain seconds.
-fn duration_s(raw: &str) -> Option<u64> {
-    let raw = raw.trim();
-    let (n, unit) = raw.split_at(
-        raw.find(|c: char| c.is_ascii_alphabetic())
-            .unwrap_or(raw.len()),
-    );
-    let n: u64 = n.trim().parse().ok()?;
-    let factor = match unit {
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        _ => return None,
-    };
-    n.checked_mul(factor)
-}
-
 /// Whole GPUs or MIG instances (count, profile) the pod asks for; `(0, None)` for none.
 fn gpus_asked(a: &super::resources::Asks) -> Result<(u32, Option<String>), String> {
     match &a.mig {
@@ -264,6 +266,7 @@ pub fn bound_job(pod: &Pod) -> Result<Option<Job>, String> {
         .as_deref()
         .or(pod.metadata.creation_timestamp.as_deref())
         .and_then(unix_seconds);
+    let runtime = pod.runtime().unwrap_or_default();
     Ok(Some(Job {
         id: pod.id(None),
         namespace: pod.metadata.namespace.clone(),
@@ -288,6 +291,9 @@ pub fn bound_job(pod: &Pod) -> Result<Option<Job>, String> {
             .as_deref()
             .and_then(unix_seconds),
         checkpoint_interval_s: pod.attribute("checkpoint-interval").and_then(duration_s),
+        // A running pod's estimate that does not read is no estimate (it was admitted).
+        runtime_s: runtime.estimate_s,
+        runtime_limit_s: runtime.limit_s,
         interactive: pod.attribute("interactive") == Some("true"),
         placement: vec![PlacedMember {
             node: node.to_string(),
@@ -322,6 +328,7 @@ pub fn job(pod: &Pod, namespace: Option<&str>, now: i64) -> Result<Option<Job>, 
             format!("`gantry.dev/checkpoint-interval: {v}` is not a duration; write e.g. 15m")
         })?),
     };
+    let runtime = pod.runtime()?;
     let members = match pod.attribute("gang-size") {
         None => 1,
         Some(v) => v
@@ -358,12 +365,19 @@ pub fn job(pod: &Pod, namespace: Option<&str>, now: i64) -> Result<Option<Job>, 
         },
         submitted_at: Some(now),
         checkpoint_interval_s: checkpoint,
+        runtime_s: runtime.estimate_s,
+        runtime_limit_s: runtime.limit_s,
         interactive: pod.attribute("interactive") == Some("true"),
         ..Job::default()
     }))
 }
 
 #[cfg(test)]
+#[allow(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "test code: a failed lookup should fail the test"
+)]
 mod tests {
     use super::*;
 
@@ -372,5 +386,44 @@ mod tests {
         assert_eq!(duration_s("15m"), Some(900));
         assert_eq!(duration_s("90"), Some(90));
         assert_eq!(duration_s("1w"), None);
+    }
+
+    fn gpu_pod(annotations: serde_json::Value, spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["containers"] = serde_json::json!([{"name": "main",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]);
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "annotations": annotations},
+            "spec": spec}))
+        .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_pods_runtime_is_its_estimate_bounded_by_its_deadline() {
+        let runtime = |a, s| {
+            job(&gpu_pod(a, s), None, 0)
+                .ok()
+                .flatten()
+                .map(|j| (j.runtime_s, j.runtime_limit_s))
+        };
+        let none = serde_json::json!({});
+        assert_eq!(runtime(none.clone(), none.clone()), Some((None, None)));
+        let est = serde_json::json!({"gantry.dev/runtime": "1h30m"});
+        assert_eq!(runtime(est.clone(), none.clone()), Some((Some(5400), None)));
+        let deadline = serde_json::json!({"activeDeadlineSeconds": 7200});
+        assert_eq!(runtime(none, deadline.clone()), Some((Some(7200), None)));
+        assert_eq!(
+            runtime(est, deadline.clone()),
+            Some((Some(5400), Some(7200)))
+        );
+        let long = serde_json::json!({"gantry.dev/runtime": "3h"});
+        assert_eq!(runtime(long, deadline), Some((Some(7200), None)));
+        // A runtime that does not read is a clear refusal, not a silent default.
+        let bad = gpu_pod(
+            serde_json::json!({"gantry.dev/runtime": "soon"}),
+            serde_json::json!({}),
+        );
+        let err = job(&bad, None, 0).unwrap_err();
+        assert!(err.contains("gantry.dev/runtime: soon"), "{err}");
     }
 }

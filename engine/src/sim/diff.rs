@@ -82,6 +82,10 @@ pub const METRICS: &[(&str, &str)] = &[
     ("completed", ""),
     ("denied", ""),
     ("waiting", ""),
+    ("mean_target_nodes", "warm"),
+    ("mean_idle_nodes", "warm"),
+    ("warm_starts", "warm"),
+    ("warm_ttfg_p50", "warm"),
 ];
 
 fn wait_rows(rows: &mut Vec<Row>, scope: &str, old: &Waits, new: &Waits) {
@@ -181,6 +185,20 @@ pub fn compare(old: &Metrics, new: &Metrics) -> Comparison {
             ("gpu_hours", pick(&|t| t.gpu_hours)),
             ("cost", pick(&|t| t.cost)),
             ("preemptions", pick(&|t| t.preempted as f64)),
+        ] {
+            rows.push(row(metric, &scope, x, y));
+        }
+    }
+    for pool in union(&old.warm, &new.warm) {
+        let (a, b) = (old.warm.get(pool), new.warm.get(pool));
+        let scope = format!("warm={pool}");
+        let pick =
+            |f: &dyn Fn(&super::metrics::WarmMetrics) -> f64| (a.map_or(0.0, f), b.map_or(0.0, f));
+        for (metric, (x, y)) in [
+            ("mean_target_nodes", pick(&|w| w.mean_target_nodes)),
+            ("mean_idle_nodes", pick(&|w| w.mean_idle_nodes)),
+            ("warm_starts", pick(&|w| w.warm_starts as f64)),
+            ("warm_ttfg_p50", pick(&|w| w.warm_time_to_first_gpu_s.p50)),
         ] {
             rows.push(row(metric, &scope, x, y));
         }

@@ -3,6 +3,7 @@
 //! outcome. Maps are ordered and nothing depends on the wall clock, so identical inputs
 //! give byte-identical JSON.
 
+use super::predict::Estimates;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -23,6 +24,11 @@ pub struct Metrics {
     pub cost: f64,
     /// Pools by name; nodes without a pool are under `-`.
     pub pools: BTreeMap<String, PoolMetrics>,
+    /// Per pool a warm pool keeps nodes in: its target against its idle nodes, and the
+    /// jobs that started on an idle node (the timeline has `warm.target.<pool>` and
+    /// `warm.idle.<pool>`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub warm: BTreeMap<String, WarmMetrics>,
     /// All jobs, then per tier and per team; jobs without one are under `-`.
     pub all: Waits,
     pub tiers: BTreeMap<String, Waits>,
@@ -34,6 +40,9 @@ pub struct Metrics {
     pub scale_events: Vec<ScaleEvent>,
     pub timeline: Timeline,
     pub job_outcomes: Vec<JobOutcome>,
+    /// What decisions planned runtimes with (shown only where not the given limits).
+    #[serde(skip_serializing_if = "Estimates::is_limits")]
+    pub estimates: Estimates,
     /// How far each started job's first ETA was from its start: which promises to trust.
     pub first_eta_error: EtaErrors,
     /// Trace events that could not apply (a node that was gone by then, ...).
@@ -74,6 +83,21 @@ impl EtaErrors {
         e.abs_error_s = Percentiles::of(&abs);
         e
     }
+}
+
+/// A warm pool over a replay.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct WarmMetrics {
+    /// The plans' target, nodes, averaged over the replay.
+    pub mean_target_nodes: f64,
+    /// Nodes of the pool up and holding nothing, averaged over the replay.
+    pub mean_idle_nodes: f64,
+    /// What standing idle cost, in node-hours.
+    pub idle_node_hours: f64,
+    /// Jobs whose first run started on an idle node of the pool, and their time from
+    /// submission to first GPU.
+    pub warm_starts: u64,
+    pub warm_time_to_first_gpu_s: Percentiles,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -166,6 +190,14 @@ pub struct Preemptions {
     pub lost_gpu_hours: f64,
     /// Jobs stopped by `node_down` events (their lost work is counted above).
     pub node_failures: u64,
+    /// Runs stopped as the trace recorded (`interrupted_after_s`: a node failure, a
+    /// preemption or a requeue in the source system), their lost work counted above.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub interrupted_runs: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -218,6 +250,13 @@ pub struct JobOutcome {
     /// being longer.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub timed_out: bool,
+    /// The runtime its decisions planned with where a prediction from history replaced
+    /// its limit (`simulate --estimates predicted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub predicted_runtime_s: Option<u64>,
+    /// The warm pool whose idle, ready node its first run started on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_warm: Option<String>,
 }
 
 impl JobOutcome {

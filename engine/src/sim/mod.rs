@@ -6,6 +6,7 @@ pub mod fill;
 pub mod import;
 pub mod metrics;
 pub mod openb;
+pub mod predict;
 pub mod replay;
 pub mod report;
 pub mod trace;

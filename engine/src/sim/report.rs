@@ -381,6 +381,39 @@ fn summary(out: &mut String, m: &Metrics) {
 }
 
 /// The report as one HTML document.
+/// Warm pools: target against idle nodes over time, and the warm starts.
+fn warm(out: &mut String, m: &Metrics) {
+    let t = &m.timeline;
+    let lines = series(t, "warm.");
+    if lines.is_empty() {
+        return;
+    }
+    time_chart(
+        out,
+        "Warm pools: the plans' target and the nodes standing idle",
+        t,
+        &lines,
+        "nodes",
+        false,
+    );
+    out.push_str("<table><tr><th>pool</th><th>mean target</th><th>mean idle</th><th>idle node-hours</th><th>warm starts</th><th>their time to first GPU p50</th><th>p95</th></tr>");
+    for (pool, w) in &m.warm {
+        let p = &w.warm_time_to_first_gpu_s;
+        let _ = write!(
+            out,
+            "<tr><td>{}</td><td>{:.2}</td><td>{:.2}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(pool),
+            w.mean_target_nodes,
+            w.mean_idle_nodes,
+            w.idle_node_hours,
+            w.warm_starts,
+            esc(&duration(p.p50)),
+            esc(&duration(p.p95))
+        );
+    }
+    out.push_str("</table>\n");
+}
+
 pub fn render(title: &str, m: &Metrics) -> String {
     let mut out = String::with_capacity(64 * 1024);
     let _ = write!(
@@ -445,6 +478,7 @@ pub fn render(title: &str, m: &Metrics) -> String {
         "nodes",
         true,
     );
+    warm(&mut out, m);
     time_chart(
         &mut out,
         "Spend per pool",

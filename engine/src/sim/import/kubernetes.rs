@@ -7,6 +7,7 @@
 //! `gantry.dev/tier`, else from the namespace and the priority class through the mapping.
 
 use super::{at, Imported, Mapping, TraceJob};
+use crate::core::declared::{duration_s, Runtime};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -25,8 +26,8 @@ struct Seen {
     created: i64,
     started: Option<i64>,
     finished: Option<i64>,
-    /// The runtime the pod declared: its `gantry.dev/runtime` annotation, else its
-    /// `activeDeadlineSeconds`.
+    /// The runtime the pod declared, as the controller reads it: its
+    /// `gantry.dev/runtime` estimate bounded by its `activeDeadlineSeconds`.
     limit: Option<u64>,
 }
 
@@ -124,6 +125,7 @@ fn job(out: &mut Imported, map: &Mapping, id: &str, pods: &[Seen]) {
         gpus_per_member: first.gpus,
         runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
         limit_s: first.limit,
+        interrupted_s: Vec::new(),
     });
 }
 
@@ -176,15 +178,16 @@ fn read(pod: &Value) -> Option<Seen> {
         });
     let namespace = text("/metadata/namespace")?.to_string();
     let priority_class = text("/spec/priorityClassName").map(str::to_string);
-    let limit = pod
-        .pointer("/metadata/annotations/gantry.dev~1runtime")
-        .and_then(Value::as_str)
-        .and_then(duration_s)
-        .or_else(|| {
-            pod.pointer("/spec/activeDeadlineSeconds")
-                .and_then(Value::as_u64)
-        })
-        .filter(|s| *s > 0);
+    // As the controller reads it (`core::declared`): the estimate, bounded by the
+    // deadline the kubelet enforces.
+    let limit = Runtime::declared(
+        pod.pointer("/metadata/annotations/gantry.dev~1runtime")
+            .and_then(Value::as_str)
+            .and_then(duration_s),
+        pod.pointer("/spec/activeDeadlineSeconds")
+            .and_then(Value::as_u64),
+    )
+    .estimate_s;
     Some(Seen {
         name: text("/metadata/name")?.to_string(),
         team: label("gantry.dev/team"),
@@ -201,47 +204,27 @@ fn read(pod: &Value) -> Option<Seen> {
     })
 }
 
-/// Seconds of `3600`, `90m`, `2h` or `1h30m` (units `s`, `m`, `h`, `d`).
-fn duration_s(text: &str) -> Option<u64> {
-    let text = text.trim();
-    if let Ok(seconds) = text.parse::<u64>() {
-        return Some(seconds);
-    }
-    let (mut total, mut number) = (0u64, None::<u64>);
-    for c in text.chars() {
-        if let Some(d) = c.to_digit(10) {
-            number = Some(
-                number
-                    .unwrap_or(0)
-                    .checked_mul(10)?
-                    .checked_add(u64::from(d))?,
-            );
-            continue;
-        }
-        let unit = match c {
-            's' => 1,
-            'm' => 60,
-            'h' => 3_600,
-            'd' => 86_400,
-            _ => return None,
-        };
-        total = total.checked_add(number.take()?.checked_mul(unit)?)?;
-    }
-    (number.is_none() && total > 0).then_some(total)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_pods_declared_runtime_reads_as_seconds() {
-        assert_eq!(duration_s("3600"), Some(3600));
-        assert_eq!(duration_s("90m"), Some(5400));
-        assert_eq!(duration_s("1h30m"), Some(5400));
-        assert_eq!(duration_s("2d"), Some(172_800));
-        assert_eq!(duration_s("1h30"), None);
-        assert_eq!(duration_s("soon"), None);
-        assert_eq!(duration_s(""), None);
+    fn a_pods_declared_runtime_is_read_as_the_controller_reads_it() {
+        let pod = |annotations: Value, deadline: Value| {
+            serde_json::json!({
+                "metadata": {"name": "p", "namespace": "ml", "annotations": annotations,
+                             "creationTimestamp": "2026-11-24T08:00:00Z"},
+                "spec": {"activeDeadlineSeconds": deadline, "containers": [
+                    {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+        };
+        let limit = |a, d| read(&pod(a, d)).and_then(|s| s.limit);
+        let est = serde_json::json!({"gantry.dev/runtime": "1h30m"});
+        assert_eq!(limit(est.clone(), Value::Null), Some(5400));
+        assert_eq!(limit(serde_json::json!({}), 600.into()), Some(600));
+        // Both: the shorter, as the controller plans it at the start.
+        assert_eq!(limit(est.clone(), 7200.into()), Some(5400));
+        assert_eq!(limit(est, 3600.into()), Some(3600));
+        let bad = serde_json::json!({"gantry.dev/runtime": "soon"});
+        assert_eq!(limit(bad, Value::Null), None);
     }
 }

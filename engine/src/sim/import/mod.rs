@@ -84,6 +84,8 @@ pub struct TraceJob {
     /// The time limit it was submitted with, when the source gives one: what a scheduler
     /// plans with.
     pub limit_s: Option<u64>,
+    /// Its earlier runs, stopped from outside and requeued (seconds each, in order).
+    pub interrupted_s: Vec<u64>,
 }
 
 impl TraceJob {
@@ -107,6 +109,9 @@ impl TraceJob {
             }
             if !self.pools.is_empty() {
                 o.insert("pools".into(), json!(self.pools));
+            }
+            if !self.interrupted_s.is_empty() {
+                o.insert("interrupted_after_s".into(), json!(self.interrupted_s));
             }
             // Decisions see the limit; the replay ends the job when it really ended.
             if self.limit_s.is_some() {

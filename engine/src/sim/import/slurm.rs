@@ -5,8 +5,10 @@
 //! that never started or had not ended, jobs without GPUs and jobs whose GPUs do not
 //! divide over their nodes are left out, and counted; a malformed line is skipped, named
 //! and counted, and only a file with many is refused. A job requeued and listed once per
-//! run (`--duplicates`) is one job, submitted when it first was, replayed as its last
-//! run. Times are read as UTC unless they carry an offset (Slurm prints the controller's
+//! run (`--duplicates`) is one job, submitted when it first was: its earlier runs (ended
+//! by NODE_FAIL, PREEMPTED, REQUEUED) are replayed as stopped after as long as they ran
+//! (`interrupted_after_s`), its last run as what ended it; a TIMEOUT is stopped at its
+//! limit. Times are read as UTC unless they carry an offset (Slurm prints the controller's
 //! local time without a zone; a replay only uses differences). A job's `Timelimit` is
 //! what the replay's decisions plan with (`runtime_s`), `End − Start` what it really ran
 //! (`actual_runtime_s`), as Slurm planned from limits and learned ends as they came.
@@ -45,32 +47,56 @@ pub fn import_files(files: &[(String, String)], map: &Mapping) -> Result<Importe
         read_file(file, text, map, &mut out, &mut runs)?;
     }
     let mut stopped: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut requeued, mut timeouts) = (0usize, 0usize);
     for (_, mut job_runs) in runs {
         // `sacct --duplicates` lists a requeued job once per run: one job, submitted
-        // when it first was, replayed as its last run (the same run listed twice is one).
+        // when it first was, whose earlier runs were each stopped after as long as they
+        // ran (a node failure, a preemption, a requeue) and whose last run ended it (the
+        // same run listed twice is one).
         job_runs.sort_by_key(|r| r.start);
         job_runs.dedup_by(|a, b| a.start == b.start);
         let first_submit = job_runs.iter().map(|r| r.job.submitted_at).min();
-        let earlier = job_runs.len().saturating_sub(1);
         let Some(last) = job_runs.pop() else {
             continue;
         };
-        out.skip_n(
-            "earlier runs of requeued jobs (the job is replayed once)",
-            earlier,
-        );
+        let interrupted: Vec<u64> = job_runs
+            .iter()
+            .take(crate::inventory::jobs_file::MAX_INTERRUPTIONS)
+            .map(|r| r.job.runtime_s)
+            .collect();
+        if !interrupted.is_empty() {
+            requeued += 1;
+        }
         if !matches!(last.state.as_str(), "COMPLETED" | "") {
-            *stopped.entry(last.state).or_insert(0) += 1;
+            *stopped.entry(last.state.clone()).or_insert(0) += 1;
         }
         let mut job = last.job;
         job.submitted_at = first_submit.unwrap_or(job.submitted_at);
+        job.interrupted_s = interrupted;
+        // A TIMEOUT would have run on past its limit: the replay stops it there.
+        if last.state == "TIMEOUT" {
+            if let Some(limit) = job.limit_s {
+                job.runtime_s = job.runtime_s.max(limit.saturating_add(1));
+                timeouts += 1;
+            }
+        }
         out.admit(job);
+    }
+    if requeued > 0 {
+        out.notes.push(format!(
+            "{requeued} jobs ran more than once (requeued): each earlier run is replayed as stopped after as long as it ran, its work lost but for checkpoints, then queued again"
+        ));
     }
     if !stopped.is_empty() {
         let states: Vec<String> = stopped.iter().map(|(s, n)| format!("{n} {s}")).collect();
         out.notes.push(format!(
-            "jobs that did not complete are replayed as running until they stopped ({})",
-            states.join(", ")
+            "jobs that did not complete are replayed as running until they stopped ({}){}",
+            states.join(", "),
+            if timeouts > 0 {
+                "; a TIMEOUT is stopped at its limit"
+            } else {
+                ""
+            }
         ));
     }
     Ok(out)
@@ -225,6 +251,7 @@ fn read_line(
             gpus_per_member: u32::try_from(gpus / u64::from(members)).unwrap_or(u32::MAX),
             runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
             limit_s: limit(get("Timelimit")),
+            interrupted_s: Vec::new(),
         },
     })))
 }
@@ -490,7 +517,8 @@ mod tests {
             1,
         );
         export += "33|u|acct|gpu\n";
-        // Requeued after a node failure (sacct --duplicates): one job, its last run.
+        // Requeued after a node failure (sacct --duplicates): one job, its first run
+        // replayed as stopped after the minute it ran, its last run as what ended it.
         export += &row(
             "40",
             &t("00:00"),
@@ -520,6 +548,7 @@ mod tests {
         assert_eq!(job("30").runtime_s, 1800);
         assert_eq!(job("40").submitted_at, job("2").submitted_at);
         assert_eq!(job("40").runtime_s, 20 * 60);
+        assert_eq!(job("40").interrupted_s, [60]);
         let skipped = |why: &str| got.skipped.get(why).copied().unwrap_or(0);
         assert_eq!(
             skipped("GPUs that do not divide evenly over their nodes"),
@@ -527,9 +556,12 @@ mod tests {
         );
         assert_eq!(skipped("ended before it started"), 1);
         assert_eq!(skipped("malformed lines"), 1);
-        assert_eq!(
-            skipped("earlier runs of requeued jobs (the job is replayed once)"),
-            1
+        assert!(
+            got.notes
+                .iter()
+                .any(|n| n.starts_with("1 jobs ran more than once (requeued)")),
+            "{:?}",
+            got.notes
         );
         assert!(
             got.notes
@@ -575,7 +607,8 @@ mod tests {
             )
         };
         assert_eq!(pair(0), (600.into(), 180.into()));
-        assert_eq!(pair(1), (300.into(), 300.into()));
+        // A TIMEOUT would have run on: the replay stops it at its limit.
+        assert_eq!(pair(1), (300.into(), 301.into()));
         assert_eq!(pair(2), (120.into(), serde_json::Value::Null));
     }
 
@@ -595,10 +628,7 @@ mod tests {
         let ids: Vec<&str> = got.jobs.iter().map(|j| j.id.as_str()).collect();
         assert_eq!(ids, ["1", "2"]);
         assert_eq!(got.jobs[1].runtime_s, 3600);
-        assert_eq!(
-            got.skipped
-                .get("earlier runs of requeued jobs (the job is replayed once)"),
-            Some(&1)
-        );
+        // The run in a.txt ended by NODE_FAIL after 10 minutes.
+        assert_eq!(got.jobs[1].interrupted_s, [600]);
     }
 }

@@ -41,6 +41,15 @@ pub(super) struct SimJob {
     timed_out: bool,
     /// The first ETA a decision gave it.
     first_eta: Option<i64>,
+    /// Its limit, where decisions plan with a shorter prediction (`sim::predict`) held
+    /// in `job.runtime_s`; taken back into `job.runtime_s` once a run outlives it.
+    limit_s: Option<u64>,
+    /// The prediction it was planned with at arrival, for its outcome.
+    predicted_s: Option<u64>,
+    /// The warm pool whose idle node its first run started on.
+    pub started_warm: Option<String>,
+    /// The trace's interrupted runs still to come, seconds each (`interrupted_after_s`).
+    interruptions: std::collections::VecDeque<u64>,
     /// Work saved by checkpoints (or done by earlier runs that ended in a checkpoint).
     saved_s: i64,
     pub phase: Phase,
@@ -180,7 +189,8 @@ impl std::ops::Deref for Slots {
 }
 
 impl SimJob {
-    fn new(job: Job, member_milli: u64) -> SimJob {
+    fn new(mut job: Job, member_milli: u64) -> SimJob {
+        let interruptions = std::mem::take(&mut job.interrupted_after_s).into();
         // Decisions plan with `runtime_s`; the job runs for its actual runtime, stopped
         // at `runtime_s` when that is shorter (a time limit, as Slurm's TIMEOUT).
         let (work, timed_out) = match (job.runtime_s, job.actual_runtime_s) {
@@ -195,6 +205,10 @@ impl SimJob {
             work_s,
             timed_out,
             first_eta: None,
+            limit_s: None,
+            predicted_s: None,
+            started_warm: None,
+            interruptions,
             saved_s: 0,
             phase: Phase::Future,
             queued_since: 0,
@@ -223,6 +237,79 @@ impl SimJob {
         self.revision += 1;
         self.phase = Phase::Pending;
         self.queued_since = t;
+    }
+
+    /// It has not run yet.
+    pub fn never_started(&self) -> bool {
+        self.first_start.is_none()
+    }
+
+    /// Decisions plan with `predicted` seconds instead of its limit, where that is
+    /// shorter.
+    pub fn plan_with(&mut self, predicted: u64) {
+        let Some(limit) = self.job.runtime_s else {
+            return;
+        };
+        if predicted < limit {
+            self.limit_s = Some(limit);
+            self.predicted_s = Some(predicted);
+            self.job.runtime_s = Some(predicted);
+            self.revision += 1;
+        }
+    }
+
+    /// What the job's runtime is bounded by, and what it ran: for the predictions of
+    /// later jobs, once it is done (`None` without a limit).
+    pub fn ran(&self) -> Option<(u64, u64)> {
+        let limit = self.limit_s.or(self.job.runtime_s)?;
+        Some((limit, u64::try_from(self.work_s).unwrap_or(0).min(limit)))
+    }
+
+    /// When the current run, ending at `ends`, outlives the runtime decisions plan it
+    /// with (a prediction shorter than what it really runs).
+    pub fn outlives_prediction(&self, ends: i64) -> Option<i64> {
+        let (Phase::Running(run), Some(_), Some(planned)) =
+            (&self.phase, self.limit_s, self.job.runtime_s)
+        else {
+            return None;
+        };
+        let at = run.work_from + i64::try_from(planned).unwrap_or(i64::MAX / 4);
+        (at < ends).then_some(at)
+    }
+
+    /// The run of `generation` has outlived its prediction: decisions plan with its
+    /// limit from now on (true when that changed the job).
+    pub fn prediction_outlived(&mut self, generation: u64) -> bool {
+        if generation != self.generation || !matches!(self.phase, Phase::Running(_)) {
+            return false;
+        }
+        let Some(limit) = self.limit_s.take() else {
+            return false;
+        };
+        self.job.runtime_s = Some(limit);
+        self.revision += 1;
+        true
+    }
+
+    /// When the current run, ending at `ends`, is stopped as the trace recorded: its
+    /// next interrupted run's length after the run's work began.
+    pub fn interrupted_at(&self, ends: i64) -> Option<i64> {
+        let Phase::Running(run) = &self.phase else {
+            return None;
+        };
+        let ran = *self.interruptions.front()?;
+        let at = run.work_from + i64::try_from(ran).unwrap_or(i64::MAX / 4);
+        (at < ends).then_some(at)
+    }
+
+    /// Whether the run of `generation` is current; its recorded interruption is used up
+    /// if so.
+    pub fn take_interruption(&mut self, generation: u64) -> bool {
+        let current = generation == self.generation && matches!(self.phase, Phase::Running(_));
+        if current {
+            self.interruptions.pop_front();
+        }
+        current
     }
 
     /// GPUs over all members (MIG instances by their share of compute slices).
@@ -483,6 +570,8 @@ impl SimJob {
             main_wait: self.main_wait(end),
             timed_out: self.timed_out && self.phase == Phase::Done,
             first_eta: self.first_eta,
+            predicted_runtime_s: self.predicted_s,
+            started_warm: self.started_warm.clone(),
         }
     }
 }

@@ -9,7 +9,11 @@
 //!
 //! Work model: a job needs `runtime_s` seconds of running; with `checkpoint_interval_s` it
 //! saves progress every interval of running time, and a stop loses what ran since the
-//! last save (the plan's `lost_gpu_s`).
+//! last save (the plan's `lost_gpu_s`). A job may also give `actual_runtime_s`: it then
+//! runs that long (stopped at `runtime_s`, its limit, if longer), while decisions plan
+//! with `runtime_s`, or with a prediction from the jobs that finished before it arrived
+//! (`Estimates::Predicted`); a run that outlives its prediction is planned with its
+//! limit from then on.
 
 mod jobs;
 mod nodes;
@@ -17,8 +21,10 @@ mod record;
 mod running_use;
 mod states;
 mod summary;
+mod warm;
 
 use super::metrics::{Metrics, Preemptions, ScaleEvent};
+use super::predict::{Estimates, Predictor};
 use super::trace::{NodeEvent, NodeEventKind, Trace};
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
@@ -46,6 +52,9 @@ pub struct Config {
     /// Team usage before the trace, for fair share.
     pub usage: Vec<UsageRecord>,
     pub policy_revision: String,
+    /// What decisions plan runtimes with: the trace's `runtime_s`, or predictions from
+    /// the jobs that finished before (`sim::predict`).
+    pub estimates: Estimates,
 }
 
 impl Default for Config {
@@ -56,6 +65,7 @@ impl Default for Config {
             history: Vec::new(),
             usage: Vec::new(),
             policy_revision: String::new(),
+            estimates: Estimates::Limits,
         }
     }
 }
@@ -85,9 +95,27 @@ const TICK_HORIZON_S: i64 = 30 * 86_400;
 /// events before ticks), then insertion.
 #[derive(Debug, Clone)]
 enum Internal {
-    NodesReady { pool: String, count: u64 },
-    NodeGone { node: usize },
-    Finish { job: usize, generation: u64 },
+    NodesReady {
+        pool: String,
+        count: u64,
+    },
+    NodeGone {
+        node: usize,
+    },
+    Finish {
+        job: usize,
+        generation: u64,
+    },
+    /// A run has lasted the prediction it was planned with and still runs.
+    PredictionOutlived {
+        job: usize,
+        generation: u64,
+    },
+    /// A run is stopped as the trace recorded (`interrupted_after_s`).
+    Interrupted {
+        job: usize,
+        generation: u64,
+    },
     Tick,
     Redecide,
 }
@@ -96,7 +124,8 @@ impl Internal {
     fn class(&self) -> u8 {
         match self {
             Internal::NodesReady { .. } | Internal::NodeGone { .. } => 0,
-            Internal::Finish { .. } => 1,
+            Internal::Finish { .. } | Internal::Interrupted { .. } => 1,
+            Internal::PredictionOutlived { .. } => 2,
             Internal::Tick | Internal::Redecide => 4,
         }
     }
@@ -166,6 +195,10 @@ struct Sim<'p> {
     fair_share: bool,
     accounted_to: Option<i64>,
     running_use: running_use::RunningUse,
+    /// Under `Estimates::Predicted`: what the finished jobs ran against their limits.
+    predictor: Option<Predictor>,
+    /// Warm pools' targets, idle nodes and warm starts, for the figures.
+    warm: warm::WarmTrack,
     changed: bool,
     autoscales: bool,
     preemptions: Preemptions,
@@ -300,6 +333,8 @@ impl<'p> Sim<'p> {
                 .any(|c| c.fair_share == lang::ir::FairShare::Drf),
             accounted_to: None,
             running_use: running_use::RunningUse::default(),
+            predictor: (config.estimates == Estimates::Predicted).then(Predictor::default),
+            warm: warm::WarmTrack::new(program),
             changed: false,
             autoscales: !program.autoscale.is_empty() || !program.warm.is_empty(),
             preemptions: Preemptions::default(),
@@ -333,6 +368,8 @@ impl<'p> Sim<'p> {
         let total = self.jobs.len();
         let step = (total / 100).max(1);
         let mut rounds = 0;
+        // The warm pools' nodes stand idle from the start.
+        self.record_warm_idle();
         while let Some(t) = self.next_time() {
             if self.config.until.is_some_and(|u| t > u) {
                 break;
@@ -346,6 +383,9 @@ impl<'p> Sim<'p> {
             let decide = happened && (waiting || self.autoscales || !self.interrupted.is_empty());
             if decide && rounds < MAX_ROUNDS_PER_INSTANT {
                 self.decide();
+            }
+            if happened {
+                self.record_warm_idle();
             }
             self.update_counts();
             self.schedule_tick();
@@ -378,6 +418,21 @@ impl<'p> Sim<'p> {
                 Internal::NodesReady { pool, count } => self.nodes_ready(&pool, count),
                 Internal::NodeGone { node } => self.node_gone(node),
                 Internal::Finish { job, generation } => self.finish(job, generation),
+                Internal::Interrupted { job, generation } => {
+                    let current = self
+                        .jobs
+                        .get_mut(job)
+                        .and_then(Slot::live_mut)
+                        .is_some_and(|j| j.take_interruption(generation));
+                    if current && self.stop_from_outside(job) {
+                        self.preemptions.interrupted_runs += 1;
+                    }
+                }
+                Internal::PredictionOutlived { job, generation } => {
+                    if let Some(j) = self.jobs.get_mut(job).and_then(Slot::live_mut) {
+                        j.prediction_outlived(generation);
+                    }
+                }
                 Internal::Tick => self.tick_pending = false,
                 Internal::Redecide => {
                     self.wakes.remove(&t);
@@ -401,6 +456,12 @@ impl<'p> Sim<'p> {
             self.next_arrival += 1;
             any = true;
             if let Some(job) = self.jobs.get_mut(index).and_then(|s| s.arrive(t)) {
+                if let (Some(p), Some(limit)) = (&self.predictor, job.job.runtime_s) {
+                    let (user, team) = (job.job.user.as_deref(), job.job.team.as_deref());
+                    if let Some(predicted) = p.predict(user, team, limit) {
+                        job.plan_with(predicted);
+                    }
+                }
                 self.counts.moved(Counts::default(), Counts::of(&job.phase));
                 self.active.insert(index);
             }
@@ -554,8 +615,10 @@ impl<'p> Sim<'p> {
             scale,
             state,
             next_decision_at,
+            warm,
             ..
         } = plan;
+        self.warm.targets(&warm, &mut self.rec);
         // As the controller does: decide again when a protection ends, though nothing
         // arrives then.
         if let Some(at) = next_decision_at.filter(|at| *at > self.now) {
@@ -620,11 +683,17 @@ impl<'p> Sim<'p> {
                     })
                     .collect();
                 let warm = !self.program.warm.is_empty();
+                let names: Vec<String> = d.placement.iter().map(|a| a.node.clone()).collect();
+                let warm_pool = self.warm_start(&names);
                 let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) else {
                     return;
                 };
                 let before = Counts::of(&job.phase);
+                let first = job.never_started();
                 let started = job.start(d, free_at, &prices, &mut self.rec);
+                if let (true, Some(_), Some(pool)) = (first, started, warm_pool) {
+                    job.started_warm = Some(pool);
+                }
                 self.counts.moved(before, Counts::of(&job.phase));
                 if started.is_some() {
                     self.running_use.started(job);
@@ -633,6 +702,8 @@ impl<'p> Sim<'p> {
                     return;
                 };
                 let generation = job.generation;
+                let outlives = job.outlives_prediction(ends);
+                let interrupted = job.interrupted_at(ends);
                 if warm {
                     self.snapshot.starts.push(Start {
                         at: free_at,
@@ -649,6 +720,20 @@ impl<'p> Sim<'p> {
                         generation,
                     },
                 );
+                if let Some(at) = outlives {
+                    let event = Internal::PredictionOutlived {
+                        job: index,
+                        generation,
+                    };
+                    self.schedule(at, event);
+                }
+                if let Some(at) = interrupted {
+                    let event = Internal::Interrupted {
+                        job: index,
+                        generation,
+                    };
+                    self.schedule(at, event);
+                }
             }
             Action::Deny => {
                 if let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) {
@@ -718,6 +803,9 @@ impl<'p> Sim<'p> {
             self.counts.moved(before, Counts::of(&job.phase));
             if finished {
                 self.running_use.stopped(used);
+                if let (Some(p), Some((limit, ran))) = (&mut self.predictor, job.ran()) {
+                    p.observe(job.job.user.as_deref(), job.job.team.as_deref(), limit, ran);
+                }
             }
             if finished {
                 self.active.remove(&index);
@@ -788,27 +876,42 @@ impl<'p> Sim<'p> {
         let Some(name) = self.nodes.get(n).map(|x| x.node.name.clone()) else {
             return;
         };
-        let now = self.now;
-        for &j in &self.active {
-            let Some(job) = self.jobs.get_mut(j).and_then(Slot::live_mut) else {
-                continue;
-            };
-            if !job.runs_on(&name) {
-                continue;
-            }
-            let lost = job.lost_gpu_s(now);
-            let before = Counts::of(&job.phase);
-            let used = RunningUse::of(job);
-            let stopped = job.stop(now, lost, &mut self.rec).is_some();
-            self.counts.moved(before, Counts::of(&job.phase));
-            if stopped {
-                self.running_use.stopped(used);
-            }
-            if stopped {
+        let on: Vec<usize> = self
+            .active
+            .iter()
+            .copied()
+            .filter(|&j| {
+                self.jobs
+                    .get(j)
+                    .and_then(Slot::live)
+                    .is_some_and(|x| x.runs_on(&name))
+            })
+            .collect();
+        for j in on {
+            if self.stop_from_outside(j) {
                 self.preemptions.node_failures += 1;
-                self.preemptions.lost_gpu_hours += lost / 3600.0;
             }
         }
+    }
+
+    /// Stops running job `j` from outside (its node failed, or the trace recorded the
+    /// run stopped), losing its work since its last checkpoint; it waits again. True
+    /// when it was running.
+    fn stop_from_outside(&mut self, j: usize) -> bool {
+        let now = self.now;
+        let Some(job) = self.jobs.get_mut(j).and_then(Slot::live_mut) else {
+            return false;
+        };
+        let lost = job.lost_gpu_s(now);
+        let before = Counts::of(&job.phase);
+        let used = RunningUse::of(job);
+        let stopped = job.stop(now, lost, &mut self.rec).is_some();
+        self.counts.moved(before, Counts::of(&job.phase));
+        if stopped {
+            self.running_use.stopped(used);
+            self.preemptions.lost_gpu_hours += lost / 3600.0;
+        }
+        stopped
     }
 
     fn node_gone(&mut self, n: usize) {
@@ -876,28 +979,14 @@ impl<'p> Sim<'p> {
             self.schedule(at, Internal::NodesReady { pool, count });
             return;
         }
-        let running_on: BTreeSet<String> = self
-            .active
-            .iter()
-            .filter_map(|&j| self.jobs.get(j).and_then(Slot::live))
-            .flat_map(|j| j.nodes())
-            .collect();
         let idle_since = &self.snapshot.scale_state.idle_since;
         let mut idle: Vec<(i64, String, usize)> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| n.up && n.pool == pool && !running_on.contains(&n.node.name))
-            .filter(|(i, n)| {
-                n.node.gpus.iter().all(|g| {
-                    self.busy_until
-                        .get(&(*i, g.index))
-                        .is_none_or(|&u| u <= self.now)
-                })
-            })
-            .map(|(i, n)| {
+            .idle_nodes(&|p| p == pool.as_str())
+            .into_iter()
+            .filter_map(|i| {
+                let n = self.nodes.get(i)?;
                 let since = idle_since.get(&n.node.name).copied().unwrap_or(self.now);
-                (since, n.node.name.clone(), i)
+                Some((since, n.node.name.clone(), i))
             })
             .collect();
         idle.sort();

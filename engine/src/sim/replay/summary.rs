@@ -4,6 +4,7 @@ use super::Sim;
 use crate::core::fleet::MILLI;
 use crate::sim::metrics::{
     EtaErrors, JobCounts, JobOutcome, Metrics, Percentiles, PoolMetrics, TeamMetrics, Waits,
+    WarmMetrics,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -129,6 +130,31 @@ impl Sim<'_> {
                 (p, m)
             })
             .collect();
+        let warm: BTreeMap<String, WarmMetrics> = self
+            .program
+            .warm
+            .iter()
+            .map(|w| w.pool.clone())
+            .collect::<BTreeSet<String>>()
+            .into_iter()
+            .map(|pool| {
+                let ttfg: Vec<f64> = submitted
+                    .iter()
+                    .filter(|o| o.started_warm.as_deref() == Some(pool.as_str()))
+                    .filter_map(|o| o.time_to_first_gpu())
+                    .map(|t| t as f64)
+                    .collect();
+                let idle = self.rec.integral(&format!("warm.idle.{pool}"));
+                let m = WarmMetrics {
+                    mean_target_nodes: self.rec.integral(&format!("warm.target.{pool}")) / span,
+                    mean_idle_nodes: idle / span,
+                    idle_node_hours: idle / 3600.0,
+                    warm_starts: ttfg.len() as u64,
+                    warm_time_to_first_gpu_s: Percentiles::of(&ttfg),
+                };
+                (pool, m)
+            })
+            .collect();
         let gpu_hours: f64 = pools.values().map(|p| p.gpu_hours).sum();
         let available: f64 = pools.values().map(|p| p.gpu_hours_available).sum();
         Metrics {
@@ -146,6 +172,7 @@ impl Sim<'_> {
             gpu_hours_available: available,
             cost: pools.values().map(|p| p.cost).sum(),
             pools,
+            warm,
             all: waits(submitted.iter().copied()),
             tiers,
             teams,
@@ -154,6 +181,7 @@ impl Sim<'_> {
             waiting_by_reason,
             scale_events: self.scale_events,
             timeline: self.rec.timeline(end),
+            estimates: self.config.estimates,
             first_eta_error: EtaErrors::of(submitted.iter().copied()),
             job_outcomes: outcomes,
             notes: self.notes,
