@@ -462,6 +462,18 @@ fn a_team_at_its_burst_books_its_quota_for_its_reserved_jobs() {
 }
 
 #[test]
+fn a_guarantee_named_by_the_fleets_one_pool_is_booked_like_an_overall_one() {
+    let p = plan("guarantee_in_the_one_pool_is_booked");
+    let eta = |job: &str| decision(&p, job)["reason"]["eta_s"].as_i64().unwrap() + 840;
+    assert_eq!(code(&p, "j1"), "reserved");
+    assert_eq!(decision(&p, "j1")["reason"]["eta_kind"], "reservation");
+    assert_eq!(eta("j1"), 1200);
+    // j3 would hold beta's quota past j1's start: it waits until j1 is done.
+    assert_eq!(action(&p, "j3"), "queue");
+    assert_eq!(eta("j3"), 3300);
+}
+
+#[test]
 fn under_easy_a_team_at_its_burst_holds_its_quota_beside_another_teams_reservation() {
     let p = plan("quota_reservation_easy");
     let eta = |job: &str| decision(&p, job)["reason"]["eta_s"].as_i64().unwrap() + 100;

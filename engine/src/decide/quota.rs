@@ -709,6 +709,11 @@ impl Ledger {
         self.book(team).is_some_and(|b| b.per_pool)
     }
 
+    /// The pools a team's guarantee names, in name order (empty for an overall one).
+    pub fn named_pools(&self, team: Option<TeamIx>) -> &[PoolIx] {
+        self.book(team).map_or(&[], |b| b.named_pools.as_slice())
+    }
+
     /// A team's burst limit in milli-GPUs, if the policy sets one.
     pub fn burst(&self, team: Option<TeamIx>) -> Option<u64> {
         self.book(team).and_then(|b| b.burst)

@@ -127,14 +127,20 @@ impl QuotaBookings {
 impl Cycle<'_> {
     /// The team's own limit a reservation of `js` must stay under (milli-GPUs): its
     /// burst, or, for a tier that runs only inside the guarantee, that guarantee when it
-    /// is one total (per-pool guarantees are judged per pool, and not booked).
+    /// is one total: an overall guarantee, or one in the only pool the fleet has (other
+    /// per-pool guarantees are judged per pool, and not booked).
     pub(super) fn own_limit_of(&self, js: &JobState) -> Option<u64> {
         let team = self.job_team(js);
         if !self.ledger.has_team(team) {
             return None;
         }
         let burst = self.ledger.burst(team);
-        if self.inside_guarantee_only(js) && !self.ledger.is_per_pool(team) {
+        let one_total = !self.ledger.is_per_pool(team)
+            || matches!(
+                (self.fleet_pools.as_slice(), self.ledger.named_pools(team)),
+                ([Some(fleet)], [named]) if fleet == named
+            );
+        if self.inside_guarantee_only(js) && one_total {
             let guaranteed = self.ledger.usage(team).map_or(0, |(_, g)| g);
             return Some(burst.map_or(guaranteed, |b| b.min(guaranteed)));
         }
