@@ -39,6 +39,10 @@ pub fn duration_s(text: &str) -> Option<u64> {
 /// enforces a time limit). The shorter of the two, and the limit behind it where the
 /// estimate is shorter: an estimate is a claim nobody enforces, so once a pod has run
 /// past it the limit is what it is planned with ([`Runtime::after`]).
+/// The longest runtime a pod may declare, seconds (a year): longer claims are planned as
+/// this long, so no sum of times a decision makes from a claim can overflow.
+pub const MAX_DECLARED_S: u64 = 366 * 86_400;
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Runtime {
     pub estimate_s: Option<u64>,
@@ -48,7 +52,8 @@ pub struct Runtime {
 
 impl Runtime {
     pub fn declared(estimate_s: Option<u64>, deadline_s: Option<u64>) -> Runtime {
-        let (estimate, deadline) = (estimate_s.filter(|s| *s > 0), deadline_s.filter(|s| *s > 0));
+        let read = |s: Option<u64>| s.filter(|s| *s > 0).map(|s| s.min(MAX_DECLARED_S));
+        let (estimate, deadline) = (read(estimate_s), read(deadline_s));
         match (estimate, deadline) {
             (Some(e), Some(d)) if e < d => Runtime {
                 estimate_s: Some(e),
@@ -102,7 +107,9 @@ mod tests {
         assert_eq!(r.after(600), Some(3600));
         assert_eq!(r.after(3600), None);
         assert_eq!(Runtime::declared(Some(600), None).after(601), None);
-        // Zero declares nothing.
+        // Zero declares nothing; a claim past a year is planned as a year.
         assert_eq!(Runtime::declared(Some(0), Some(0)), Runtime::default());
+        let huge = Runtime::declared(Some(u64::MAX), Some(i64::MAX as u64));
+        assert_eq!(huge.after(0), Some(MAX_DECLARED_S));
     }
 }

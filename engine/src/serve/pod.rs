@@ -224,7 +224,6 @@ impl Pod {
     }
 }
 
-/// A duration like `15m`, `900s`, `1h` or plain seconds.
 /// Whole GPUs or MIG instances (count, profile) the pod asks for; `(0, None)` for none.
 fn gpus_asked(a: &super::resources::Asks) -> Result<(u32, Option<String>), String> {
     match &a.mig {

@@ -109,6 +109,7 @@ impl<'a> Cycle<'a> {
             .runtime_s
             .or_else(|| team_ix.and_then(|t| self.program.teams.get(t)?.default_runtime_s))
             .or_else(|| tier?.default_runtime_s)
-            .map(|r| r as i64)
+            // Capped, so a start plus a runtime (plus a grace) never overflows.
+            .map(|r| i64::try_from(r).map_or(i64::MAX / 4, |r| r.min(i64::MAX / 4)))
     }
 }

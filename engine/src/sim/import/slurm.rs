@@ -59,11 +59,16 @@ pub fn import_files(files: &[(String, String)], map: &Mapping) -> Result<Importe
         let Some(last) = job_runs.pop() else {
             continue;
         };
+        let most = crate::inventory::jobs_file::MAX_INTERRUPTIONS;
         let interrupted: Vec<u64> = job_runs
             .iter()
-            .take(crate::inventory::jobs_file::MAX_INTERRUPTIONS)
+            .take(most)
             .map(|r| r.job.runtime_s)
             .collect();
+        out.skip_n(
+            &format!("runs of a requeued job past its first {most} (simulate's limit)"),
+            job_runs.len().saturating_sub(most),
+        );
         if !interrupted.is_empty() {
             requeued += 1;
         }
