@@ -732,12 +732,7 @@ pub async fn run(q: Queue) {
                 errors.push(e.clone());
             }
             done += changed;
-            let pools: std::collections::BTreeMap<String, String> = view
-                .fleet
-                .nodes
-                .iter()
-                .filter_map(|n| Some((n.name.clone(), n.pool.clone()?)))
-                .collect();
+            let pools = memory::node_pools(&view.fleet);
             memory.arrived(memory.arrivals(&view.fleet, now));
             memory.remember(&plan, &pools);
             memory.account(&view.jobs, now);

@@ -22,9 +22,7 @@ pub const CONFIG_MAP: &str = "gantry-state";
 pub const KEY: &str = "memory.json";
 #[cfg(test)]
 use engine::decide::usage::DAY;
-use engine::decide::usage::{self, HORIZON};
-/// Starts kept at most (the warm-pool histories read recent ones).
-const MAX_STARTS: usize = 20_000;
+use engine::decide::usage;
 /// The most one accounting step charges, seconds.
 const MAX_STEP: i64 = 300;
 
@@ -63,6 +61,15 @@ pub struct Arrivals {
     pub state: ScaleState,
     pub pool_nodes: BTreeMap<String, u64>,
     pub late: Vec<(String, i64)>,
+}
+
+/// Each node's pool, by node name: what [`Memory::remember`] files starts under.
+pub fn node_pools(fleet: &Fleet) -> BTreeMap<String, String> {
+    fleet
+        .nodes
+        .iter()
+        .filter_map(|n| Some((n.name.clone(), n.pool.clone()?)))
+        .collect()
 }
 
 /// GPU nodes per pool.
@@ -149,10 +156,8 @@ impl Memory {
             now,
             Some(MAX_STEP),
         );
-        // Starts go with the usage of their time.
-        self.starts.retain(|s| now - s.at <= HORIZON);
-        let over = self.starts.len().saturating_sub(MAX_STARTS);
-        self.starts.drain(..over);
+        // Starts go with the usage of their time, as in a replay.
+        engine::scale::state::forget_starts(&mut self.starts, now);
     }
 
     /// After a cycle: the autoscaler's next state, and a start for each job placed.
@@ -175,13 +180,8 @@ impl Memory {
                 .first()
                 .and_then(|a| pools.get(&a.node))
                 .cloned();
-            self.starts.push(Start {
-                at: plan.now,
-                pool,
-                team: d.team.clone(),
-                tier: d.tier.clone(),
-                gpus: d.gpus,
-            });
+            let start = Start::of(d, plan.now, pool);
+            engine::scale::state::remember_start(&mut self.starts, start, plan.now);
         }
     }
 }

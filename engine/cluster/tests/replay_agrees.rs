@@ -167,8 +167,11 @@ async fn through_the_controller(h: &mut Harness, jobs: &[Planned]) -> Seen {
         h.memory.account(&running, t);
         for round in 0..8 {
             h.settle().await;
-            let (_, plan, actions) =
+            let (view, plan, actions) =
                 controller::cycle_with(&h.live.stores(), &h.policy, &h.memory, t).unwrap();
+            // As the controller's loop keeps it: the bookings passed on, the starts.
+            h.memory
+                .remember(&plan, &cluster::memory::node_pools(&view.fleet));
             if round == 0 {
                 for d in &plan.decisions {
                     let eta = d.reason.as_ref().and_then(|r| r.eta_s).map(|e| t + e);

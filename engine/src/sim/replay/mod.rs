@@ -705,13 +705,13 @@ impl<'p> Sim<'p> {
                 let outlives = job.outlives_prediction(ends);
                 let interrupted = job.interrupted_at(ends);
                 if warm {
-                    self.snapshot.starts.push(Start {
-                        at: free_at,
-                        pool: prices.first().map(|(p, _)| p.clone()),
-                        team: job.job.team.clone(),
-                        tier: job.job.tier.clone(),
-                        gpus: job.gpus(),
-                    });
+                    // Through the controller's own history keeping (`scale::state`).
+                    let start = Start::of(d, free_at, prices.first().map(|(p, _)| p.clone()));
+                    crate::scale::state::remember_start(
+                        &mut self.snapshot.starts,
+                        start,
+                        self.now,
+                    );
                 }
                 self.schedule(
                     ends,
