@@ -20,9 +20,9 @@ use std::collections::BTreeMap;
 
 pub const CONFIG_MAP: &str = "gantry-state";
 pub const KEY: &str = "memory.json";
+use engine::decide::usage;
 #[cfg(test)]
 use engine::decide::usage::DAY;
-use engine::decide::usage;
 /// The most one accounting step charges, seconds.
 const MAX_STEP: i64 = 300;
 

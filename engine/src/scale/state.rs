@@ -123,12 +123,20 @@ mod tests {
         }
         assert_eq!(starts.len(), MAX_STARTS + STARTS_SLACK);
         remember_start(&mut starts, start(1_000_000), 1_000_000);
-        assert_eq!(starts.len(), MAX_STARTS, "the oldest beyond the cap go at once");
+        assert_eq!(
+            starts.len(),
+            MAX_STARTS,
+            "the oldest beyond the cap go at once"
+        );
         assert_eq!(starts.last().map(|s| s.at), Some(1_000_000));
         // Past the horizon (and its hour of slack) the old ones go with their usage.
         let oldest = starts.first().map_or(0, |s| s.at);
         forget_starts(&mut starts, oldest + HORIZON + EXPIRY_SLACK_S);
-        assert_eq!(starts.len(), MAX_STARTS, "within the slack nothing is swept");
+        assert_eq!(
+            starts.len(),
+            MAX_STARTS,
+            "within the slack nothing is swept"
+        );
         forget_starts(&mut starts, 1_000_000 + HORIZON);
         assert_eq!(starts.iter().map(|s| s.at).collect::<Vec<_>>(), [1_000_000]);
     }

@@ -707,11 +707,7 @@ impl<'p> Sim<'p> {
                 if warm {
                     // Through the controller's own history keeping (`scale::state`).
                     let start = Start::of(d, free_at, prices.first().map(|(p, _)| p.clone()));
-                    crate::scale::state::remember_start(
-                        &mut self.snapshot.starts,
-                        start,
-                        self.now,
-                    );
+                    crate::scale::state::remember_start(&mut self.snapshot.starts, start, self.now);
                 }
                 self.schedule(
                     ends,
