@@ -140,6 +140,7 @@ pub const TEAM_WITHOUT_SUBMITTERS: &str = "W0421";
 pub const OVERLAPPING_BINDINGS: &str = "W0422";
 pub const OPEN_TEAM_BESIDE_BOUND: &str = "W0423";
 pub const TEAM_CAN_RUN_NOTHING: &str = "W0424";
+pub const BURST_NEVER_REACHED: &str = "W0425";
 
 pub const CODES: &[CodeInfo] = &[
     CodeInfo {
@@ -642,7 +643,19 @@ could never take the GPUs back. This team is guaranteed nothing and every tier i
 preempted (and none says `borrow = true`), so every job it submits waits for ever as `never_fits`. \
 Give the team a guarantee, let it use a tier that may be preempted, or set `borrow = true` on the tier.",
         example: "tier critical { priority = 1000; preempt = never }\nteam ml { burst = 16 gpu; tiers = [critical] }\n",
-        fix: "tier critical { priority = 1000; preempt = never }\nteam ml { guaranteed = 8 gpu; burst = 16 gpu; tiers = [critical] }\n",
+        fix: "tier critical { priority = 1000; preempt = never }\nteam ml { guaranteed = 8 gpu; tiers = [critical] }\n",
+        illustration: "",
+    },
+    CodeInfo {
+        code: BURST_NEVER_REACHED,
+        title: "a burst the team can never use",
+        explanation: "A tier with `preempt = never` runs only inside its team's guarantee, since a lender \
+could never take the GPUs back. Every tier this team may use is never preempted (and none says \
+`borrow = true`), so its jobs never run past its guarantee and its `burst` above the guarantee is \
+never reached: a job that needs more waits, however idle the cluster. Lower `burst` to the \
+guarantee, let the team use a tier that may be preempted, or set `borrow = true` on the tier.",
+        example: "tier critical { priority = 1000; preempt = never }\nteam ml { guaranteed = 8 gpu; burst = 16 gpu; tiers = [critical] }\n",
+        fix: "tier critical { priority = 1000; preempt = never }\ntier batch { priority = 100; preempt = immediately }\nteam ml { guaranteed = 8 gpu; burst = 16 gpu; tiers = [critical, batch] }\n",
         illustration: "",
     },
 ];

@@ -71,7 +71,7 @@ fn rule_span(c: &Checker<'_>, name: &str) -> Option<Span> {
     })
 }
 
-fn gpus(milli: u64) -> String {
+pub(super) fn gpus(milli: u64) -> String {
     if milli.is_multiple_of(1000) {
         format!("{} gpu", milli / 1000)
     } else {

@@ -1,7 +1,8 @@
 //! Analyses of who may submit as each team (`crate::tenancy`): a team no one can submit
 //! as (W0421), two teams (other than the default) bound to namespaces that overlap, so
 //! pods there must name their team (W0422), and an open team beside bound ones, which any
-//! pod may name (W0423); and a team that can never run a job (W0424).
+//! pod may name (W0423); a team that can never run a job (W0424), and one whose burst
+//! is never reached (W0425).
 
 use super::Checker;
 use crate::codes;
@@ -15,6 +16,7 @@ pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
     overlapping(c, p);
     open_beside_bound(c, p);
     runs_nothing(c, p);
+    burst_never_reached(c, p);
 }
 
 /// W0424: a team guaranteed nothing whose every tier is never preempted (and may not
@@ -26,11 +28,7 @@ fn runs_nothing(c: &mut Checker<'_>, p: &Program) {
         if t.guaranteed.effective_total_milli() > 0 || c.unlowered_guarantees.contains(&t.name) {
             continue;
         }
-        let tiers: Vec<&crate::ir::Tier> = p
-            .tiers
-            .iter()
-            .filter(|tier| t.tiers.as_ref().is_none_or(|ts| ts.contains(&tier.name)))
-            .collect();
+        let tiers = tiers_of(p, t);
         let stuck = !tiers.is_empty()
             && tiers
                 .iter()
@@ -168,6 +166,67 @@ fn open_beside_bound(c: &mut Checker<'_>, p: &Program) {
             .with_label(at, "any pod may name this team")
             .with_help(format!(
                 "bind `{}` with `namespaces = [...]`, `users = [...]` or `groups = [...]`",
+                t.name
+            )),
+        );
+    }
+}
+
+/// The tiers `t` may use.
+fn tiers_of<'p>(p: &'p Program, t: &crate::ir::Team) -> Vec<&'p crate::ir::Tier> {
+    p.tiers
+        .iter()
+        .filter(|tier| t.tiers.as_ref().is_none_or(|ts| ts.contains(&tier.name)))
+        .collect()
+}
+
+/// W0425: a team with a guarantee and a burst above it whose every tier is never
+/// preempted and may not borrow: its jobs run only inside the guarantee, so the burst
+/// promises GPUs the team can never use.
+fn burst_never_reached(c: &mut Checker<'_>, p: &Program) {
+    use crate::ir::PreemptMode;
+    for t in &p.teams {
+        let guaranteed = t.guaranteed.effective_total_milli();
+        let Some(burst) = t
+            .burst
+            .as_ref()
+            .map(crate::ir::Quota::effective_total_milli)
+        else {
+            continue;
+        };
+        // Guaranteed nothing is W0424's; a guarantee that did not lower is not known.
+        if guaranteed == 0 || burst <= guaranteed || c.unlowered_guarantees.contains(&t.name) {
+            continue;
+        }
+        let tiers = tiers_of(p, t);
+        let inside_only = !tiers.is_empty()
+            && tiers
+                .iter()
+                .all(|tier| tier.preempt == PreemptMode::Never && !tier.borrow);
+        if !inside_only {
+            continue;
+        }
+        let Some(at) = c.spans.get(&format!("team/{}", t.name)).copied() else {
+            continue;
+        };
+        let names: Vec<&str> = tiers.iter().map(|tier| tier.name.as_str()).collect();
+        let gpus = super::analysis::gpus;
+        c.error(
+            Diagnostic::new(
+                codes::BURST_NEVER_REACHED,
+                format!("team `{}` never uses its burst", t.name),
+            )
+            .with_label(
+                at,
+                format!(
+                    "its tiers ({}) are never preempted, so its jobs run only inside its guarantee ({}); the burst ({}) is never reached",
+                    names.join(", "),
+                    gpus(guaranteed),
+                    gpus(burst)
+                ),
+            )
+            .with_help(format!(
+                "lower `burst` to the guarantee, let `{}` use a tier that may be preempted, or set `borrow = true` on the tier",
                 t.name
             )),
         );
