@@ -847,3 +847,63 @@ fn a_gangs_quota_wait_counts_room_node_by_node() {
     let message = reason["message"].as_str().unwrap();
     assert!(message.contains("b-1 of team b on n-0"), "{message}");
 }
+
+#[test]
+fn a_job_starting_at_its_booked_time_lands_where_it_was_booked() {
+    let case = "booking_stays_where_it_was_made";
+    let nodes = |p: &Value, job: &str| -> Vec<String> {
+        decision(p, job)["placement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["node"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let p = plan(case);
+    for (job, node) in [("a", "n-0"), ("b", "n-1"), ("c", "n-0")] {
+        assert_eq!(action(&p, job), "place", "{job}");
+        assert_eq!(nodes(&p, job), [node], "{job}");
+    }
+    // Without the last plan's bookings best fit moves a and b, and c waits until 4200 s.
+    let dir = root().join(case);
+    let jobs: String = std::fs::read_to_string(dir.join("jobs.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let mut v: Value = serde_json::from_str(l).unwrap();
+            v.as_object_mut().unwrap().remove("booked");
+            format!("{v}\n")
+        })
+        .collect();
+    let tmp = std::env::temp_dir().join(format!("gantry-booked-{}.jsonl", std::process::id()));
+    std::fs::write(&tmp, jobs).unwrap();
+    let path = |f: &str| dir.join(f).display().to_string();
+    let args: Vec<String> = [
+        "gantry",
+        "plan",
+        "--policy",
+        &path("policy.gantry"),
+        "--fleet",
+        &path("fleet.toml"),
+        "--jobs",
+        &tmp.display().to_string(),
+        "--now",
+        "600",
+        "--format",
+        "json",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = {
+        let mut io = engine::cli::Io::captured(&mut out, &mut err);
+        engine::cli::run(args, &mut io)
+    };
+    std::fs::remove_file(&tmp).ok();
+    assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));
+    let fresh: Value = serde_json::from_slice(&out).unwrap();
+    assert_eq!(nodes(&fresh, "a"), ["n-1"]);
+    assert_eq!(action(&fresh, "c"), "queue");
+    assert_eq!(decision(&fresh, "c")["reason"]["eta_s"], 3600);
+}

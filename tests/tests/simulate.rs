@@ -208,6 +208,22 @@ fn a_booking_behind_a_job_it_may_not_preempt_stays_put() {
 }
 
 #[test]
+fn jobs_starting_at_their_booked_time_keep_the_bookings_behind_them() {
+    // Every job that waits starts at the first ETA it was told, j11 included (placed by
+    // best fit at their booked time, j2, j4 and j6 took its GPU: it started at 25189).
+    let m = simulate("booking_kept_where_the_quota_binds");
+    let mut waited = 0;
+    for o in m["job_outcomes"].as_array().unwrap() {
+        if !o["first_eta"].is_null() {
+            assert_eq!(o["first_start"], o["first_eta"], "{}", o["id"]);
+            waited += 1;
+        }
+    }
+    assert_eq!(waited, 9);
+    assert_eq!(outcome(&m, "j11")["first_start"], 18305);
+}
+
+#[test]
 fn a_gang_booked_beside_a_booking_by_preempting_starts_then() {
     // Conservative backfill: a's booking at 1000 takes 2 of the node's 8 GPUs, so g is
     // booked beside it at 1000 (not at 1200, when a ends), and s after g, at 1060. Every

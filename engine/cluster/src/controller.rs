@@ -95,6 +95,9 @@ pub fn cycle_kept(
     snapshot.usage = memory.usage.clone();
     snapshot.scale_state = memory.arrivals(&view.fleet, now).state;
     snapshot.starts = memory.starts.clone();
+    for js in snapshot.jobs.iter_mut().filter(|js| js.running.is_none()) {
+        js.job.booked = memory.booked.0.get(&js.job.id).cloned();
+    }
     let plan = decider.decide(&policy.program, &snapshot, now);
     let actions = enact::actions(&view, &stores.pods.objects, &plan, now);
     Ok((view, plan, actions))

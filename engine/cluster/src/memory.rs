@@ -46,6 +46,22 @@ pub struct Memory {
     /// a Secret (`crate::seal_secret`); one found here is moved there and dropped.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seal_key: Option<String>,
+    /// Each waiting job's booking in the last plan, passed back as its `booked` so a
+    /// job placed at its booked start lands where it was booked. Kept by the running
+    /// leader only: a new leader books afresh.
+    #[serde(skip)]
+    pub booked: Unsaved<BTreeMap<String, engine::inventory::jobs_file::PriorBooking>>,
+}
+
+/// What the memory keeps between cycles but never writes: equal whatever it holds, so a
+/// change to it alone writes nothing.
+#[derive(Debug, Clone, Default)]
+pub struct Unsaved<T>(pub T);
+
+impl<T> PartialEq for Unsaved<T> {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Where a memory that did not parse is kept.
@@ -165,6 +181,7 @@ impl Memory {
         if let Some(s) = &plan.state {
             self.scale = s.clone();
         }
+        self.booked = Unsaved(plan.bookings_made());
         // A pool that asked for its first nodes in this cycle has none yet (the counts
         // kept by `arrived` list every pool with nodes).
         for pool in self.scale.pools.keys() {
@@ -264,6 +281,42 @@ mod tests {
         j.shape.member.num_gpu = gpus;
         j.shape.member.gpu_milli = 1000;
         j
+    }
+
+    #[test]
+    fn the_last_plans_bookings_are_kept_but_never_written() {
+        use engine::decide::plan::{Booked, BookedNode, Plan};
+        let plan = Plan {
+            policy_revision: String::new(),
+            now: 100,
+            decisions: Vec::new(),
+            preemptions: Vec::new(),
+            reservation: None,
+            reservations: vec![Booked {
+                job: "ml/a".into(),
+                start_at: 600,
+                end_at: Some(4200),
+                nodes: vec![BookedNode {
+                    node: "n-0".into(),
+                    gpus: Some(2),
+                }],
+            }],
+            scale: Vec::new(),
+            warm: Vec::new(),
+            state: None,
+            next_decision_at: None,
+        };
+        let saved = Memory::default();
+        let mut m = saved.clone();
+        m.remember(&plan, &BTreeMap::new());
+        let booked = &m.booked.0["ml/a"];
+        assert_eq!(
+            (booked.start_at, booked.nodes.clone()),
+            (600, vec!["n-0".into()])
+        );
+        // Bookings alone are no reason to write the ConfigMap, and are not in it.
+        assert_eq!(m, saved);
+        assert!(!serde_json::to_string(&m).unwrap().contains("n-0"));
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! preemption per evicted running job, and the scale and warm entries (filled by the
 //! autoscaler). Every job that is not placed carries a reason.
 
+use crate::inventory::jobs_file::PriorBooking;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -48,6 +49,35 @@ pub struct Assignment {
     pub mig_starts: Vec<u32>,
 }
 
+impl Plan {
+    /// Each reserved job's booking: what the next cycle passes back as its `booked`, so
+    /// its booking stays where it was made (the controller, `simulate` and the tests'
+    /// replays all pass it so).
+    pub fn bookings_made(&self) -> BTreeMap<String, PriorBooking> {
+        let mut out: BTreeMap<String, PriorBooking> = self
+            .reservations
+            .iter()
+            .map(|b| {
+                let nodes = b.nodes.iter().map(|n| n.node.clone()).collect();
+                (
+                    b.job.clone(),
+                    PriorBooking {
+                        start_at: b.start_at,
+                        nodes,
+                    },
+                )
+            })
+            .collect();
+        if let Some(r) = &self.reservation {
+            out.entry(r.job.clone()).or_insert_with(|| PriorBooking {
+                start_at: r.start_at,
+                nodes: r.nodes.clone(),
+            });
+        }
+        out
+    }
+}
+
 impl Decision {
     /// `job` as running where this decision placed it, from `at`: the jobs-file form a
     /// next cycle (or a simulation) reads back. `None` unless the decision places it.
@@ -71,6 +101,7 @@ impl Decision {
             })
             .collect();
         running.started_at = Some(at);
+        running.booked = None;
         Some(running)
     }
 }

@@ -68,6 +68,19 @@ pub struct Job {
     pub placement: Vec<PlacedMember>,
     pub started_at: Option<i64>,
     pub last_checkpoint_at: Option<i64>,
+    /// For a pending job: its reservation in the last plan (`reservations` there). Placed
+    /// at that start, it lands on those nodes where they still hold it, so the bookings
+    /// after it keep the room they were promised while other jobs come and go.
+    pub booked: Option<PriorBooking>,
+}
+
+/// A reservation as the last plan made it: when it starts, on which nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriorBooking {
+    pub start_at: i64,
+    #[serde(default)]
+    pub nodes: Vec<String>,
 }
 
 /// Where one member of a running job is: a node by name and GPU indices on it.
@@ -137,6 +150,7 @@ struct Entry {
     placement: Vec<PlacedMember>,
     started_at: Option<Time>,
     last_checkpoint_at: Option<Time>,
+    booked: Option<PriorBooking>,
     /// Free-form labels and annotations: accepted, not read.
     #[serde(default, rename = "labels")]
     _labels: IgnoredAny,
@@ -385,6 +399,24 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
             "a run that was interrupted ran at least a second; remove the 0".into(),
         ));
     }
+    if let Some(b) = &e.booked {
+        if b.nodes.len() > e.members as usize {
+            return Err(err(
+                "booked",
+                format!(
+                    "{} nodes for {} members; a reservation holds at most one node per member",
+                    b.nodes.len(),
+                    e.members
+                ),
+            ));
+        }
+        if !e.placement.is_empty() {
+            return Err(err(
+                "booked",
+                "a running job holds no reservation; remove `booked` or `placement`".into(),
+            ));
+        }
+    }
     let submitted_at = time("submitted_at", &e.submitted_at)?;
     let started_at = time("started_at", &e.started_at)?;
     let last_checkpoint_at = time("last_checkpoint_at", &e.last_checkpoint_at)?;
@@ -415,6 +447,7 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
         placement: e.placement,
         started_at,
         last_checkpoint_at,
+        booked: e.booked,
         shape: JobShape {
             members: e.members,
             member: Request {
@@ -513,6 +546,41 @@ mod tests {
         let many = format!("[{}]", vec!["1"; MAX_INTERRUPTIONS + 1].join(","));
         let too_many = parse("t.jsonl", &line(&many)).unwrap_err();
         assert!(too_many.message.contains("at most"), "{}", too_many.message);
+    }
+
+    #[test]
+    fn booked_nodes_are_read_for_pending_jobs_only() {
+        let jobs = parse(
+            "t.jsonl",
+            r#"{"id": "a", "members": 2, "gpus_per_member": 8, "booked": {"start_at": 600, "nodes": ["n-0", "n-1"]}}"#,
+        )
+        .unwrap();
+        let booked = jobs[0].booked.as_ref().unwrap();
+        assert_eq!(
+            (booked.start_at, booked.nodes.clone()),
+            (600, vec!["n-0".to_string(), "n-1".to_string()])
+        );
+        let many = parse(
+            "t.jsonl",
+            r#"{"id": "a", "gpus_per_member": 8, "booked": {"start_at": 600, "nodes": ["n-0", "n-1"]}}"#,
+        )
+        .unwrap_err();
+        assert_eq!(many.field.as_deref(), Some("booked"));
+        assert!(
+            many.message.contains("one node per member"),
+            "{}",
+            many.message
+        );
+        let running = parse(
+            "t.jsonl",
+            r#"{"id": "a", "gpus_per_member": 1, "booked": {"start_at": 600, "nodes": ["n-0"]}, "started_at": 0, "placement": [{"node": "n-0"}]}"#,
+        )
+        .unwrap_err();
+        assert!(
+            running.message.contains("no reservation"),
+            "{}",
+            running.message
+        );
     }
 
     #[test]

@@ -284,6 +284,12 @@ fn replay_with(
                 pending.remove(k);
             }
         }
+        // Each waiting job is booked where this plan booked it, as the controller and
+        // `simulate` pass it on.
+        let booked = plan.bookings_made();
+        for j in &mut pending {
+            j.booked = booked.get(&j.id).cloned();
+        }
         let next_end = running
             .iter()
             .map(|j| j.started_at.unwrap_or(0) + j.runtime_s.unwrap_or(0) as i64)

@@ -651,7 +651,7 @@ impl Cycle<'_> {
         self.eta_estimates += 1;
         // Room now means something other than capacity holds the job: no estimate.
         let eta = self
-            .earliest_start(shape, runtime, self.now)
+            .earliest_start(shape, runtime, self.now, &[])
             .map(|(t, _)| t - self.now)
             .filter(|eta| *eta > 0);
         self.eta_memo.insert(shape_no, key, eta);

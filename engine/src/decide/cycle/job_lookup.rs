@@ -113,3 +113,33 @@ impl<'a> Cycle<'a> {
             .map(|r| i64::try_from(r).map_or(i64::MAX / 4, |r| r.min(i64::MAX / 4)))
     }
 }
+
+impl<'a> Cycle<'a> {
+    /// Where `js` starts now as the last plan booked it (`booked`, its start now): the
+    /// nodes, as indexes, sorted (names the fleet does not have are passed over). Empty
+    /// when it was booked for another time: conditions changed, and it lands by best fit.
+    pub(super) fn booked_for_now(&mut self, js: &JobState) -> Vec<usize> {
+        let booked = js.job.booked.as_ref();
+        let Some(booked) = booked.filter(|b| b.start_at == self.now && !b.nodes.is_empty()) else {
+            return Vec::new();
+        };
+        let snapshot: &'a crate::decide::snapshot::Snapshot = self.snapshot;
+        let names = self.node_names.get_or_insert_with(|| {
+            snapshot
+                .fleet
+                .nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.as_str(), i))
+                .collect()
+        });
+        let mut nodes: Vec<usize> = booked
+            .nodes
+            .iter()
+            .filter_map(|n| names.get(n.as_str()).copied())
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+}

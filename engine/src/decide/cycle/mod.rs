@@ -226,6 +226,8 @@ struct Cycle<'a> {
     carry: Option<running_carry::RunningCarry>,
     /// The running members for the placer (a buffer kept with the others in [`Carried`]).
     running: Vec<crate::core::placer::RunningMember<'a>>,
+    /// Nodes by name, for the nodes jobs were booked on (built on first use).
+    node_names: Option<HashMap<&'a str, usize>>,
 }
 
 /// A policy team's usage as the victim rules read it (a copy of the ledger's, so the hot
@@ -471,6 +473,7 @@ fn decide_cycle(
         placing: None,
         carry: None,
         running: buffers::recycle(running),
+        node_names: None,
     };
     cycle.carry = carry.map(|(mut carry, names_kept)| {
         // Teams whose charges go to one bucket (guarantees not per pool) are carried.

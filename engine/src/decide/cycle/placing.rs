@@ -189,7 +189,8 @@ impl<'a> Cycle<'a> {
         runtime: Option<i64>,
         within: &dyn Fn(usize) -> bool,
     ) -> Option<(Vec<Choice>, bool)> {
-        let landing = self.landing_now(shape, runtime)?;
+        let prefer = self.booked_for_now(js);
+        let landing = self.landing_now(shape, runtime, &prefer)?;
         let (choices, fits) = self.take_landing(&landing, shape, within);
         let borrowing = if fits {
             self.quota_allows(js, &choices).ok()

@@ -290,13 +290,13 @@ impl Cycle<'_> {
         let limit = match self.own_limit_of(js) {
             Some(l) => l,
             None if self.quota_bookings.has_limited(team) => u64::MAX,
-            None => return self.earliest_start(shape, runtime, self.now),
+            None => return self.earliest_start(shape, runtime, self.now, &[]),
         };
         let need = js.gpu_milli();
         let mut from = self.now;
         for _ in 0..JOINT_ROUNDS {
             let quota_at = self.quota_start(team, need, limit, from, runtime)?;
-            let (start, landing) = self.earliest_start(shape, runtime, quota_at)?;
+            let (start, landing) = self.earliest_start(shape, runtime, quota_at, &[])?;
             if start == quota_at
                 || self.quota_fits(team, need, limit, start, runtime.map(|r| start + r))
             {

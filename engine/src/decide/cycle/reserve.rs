@@ -67,6 +67,8 @@ struct WalkFor<'w> {
     only: Only<'w>,
     /// The earliest start it may take (a time its quota frees; now for most walks).
     from: i64,
+    /// The nodes it was booked on in the last plan (sorted): its landing's first choice.
+    prefer: &'w [usize],
 }
 
 /// Where an earliest start puts members: how many on the node, and its whole free GPUs
@@ -335,12 +337,13 @@ impl Cycle<'_> {
         &mut self,
         shape: &JobShape,
         runtime: Option<i64>,
+        prefer: &[usize],
     ) -> Option<Vec<Landing>> {
         let placement = &self.program.placement;
         if !placement.backfill || placement.reservation_depth <= 1 {
             return None;
         }
-        let (start, landing) = self.earliest_start(shape, runtime, self.now)?;
+        let (start, landing) = self.earliest_start(shape, runtime, self.now, prefer)?;
         (start == self.now).then_some(landing)
     }
 
@@ -350,12 +353,14 @@ impl Cycle<'_> {
     /// Room per node is exact for identical members (whole GPUs, shares and MIG profiles
     /// alike), as in gang placement; bookings (reservations) leave what they spare. No
     /// start before `from`. Quotas are not considered here ([`Cycle::joint_start`] adds
-    /// them).
+    /// them). The landing takes the nodes of `prefer` (sorted) first, where they have
+    /// room then.
     pub(super) fn earliest_start(
         &mut self,
         shape: &JobShape,
         runtime: Option<i64>,
         from: i64,
+        prefer: &[usize],
     ) -> Option<(i64, Vec<Landing>)> {
         // Without bookings, room only grows along a walk (jobs end), so the start from a later time is the start from now or that time, on
         // the same nodes: the kept walk from now answers. Conservative backfill's first
@@ -364,7 +369,7 @@ impl Cycle<'_> {
             && self.bookings.is_empty()
             && self.program.placement.reservation_depth <= 1
         {
-            let (start, landing) = self.earliest_start(shape, runtime, self.now)?;
+            let (start, landing) = self.earliest_start(shape, runtime, self.now, prefer)?;
             return Some((start.max(from), landing));
         }
         self.index_ends();
@@ -379,7 +384,9 @@ impl Cycle<'_> {
                 self.bookings.runtime_seen(self.now, runtime),
             )
         });
-        let walk_key: Option<WalkKey> = (from <= self.now).then_some((members, booked));
+        // A walk with nodes preferred lands apart from the others: not kept.
+        let walk_key: Option<WalkKey> =
+            (from <= self.now && prefer.is_empty()).then_some((members, booked));
         let reuse = match walk_key.as_ref().map(|k| index.memo.reuse(k)) {
             Some(Reuse::Changed(_)) if booked.is_some() => Reuse::Afresh,
             Some(reuse) => reuse,
@@ -391,6 +398,7 @@ impl Cycle<'_> {
             runtime,
             only: None,
             from,
+            prefer,
         };
         let walked = match reuse {
             Reuse::Afresh => self.walk(&index, all),
@@ -643,6 +651,7 @@ impl Cycle<'_> {
             runtime,
             only,
             from,
+            prefer,
         } = ask;
         let from = from.max(self.now);
         self.snapshot.fleet.nodes.first()?;
@@ -823,31 +832,51 @@ impl Cycle<'_> {
             .filter(|(s, _)| *s > 0)
             .collect();
         nodes.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-        // Best fit: what is left goes on the tightest node that holds all of it, else
-        // the roomiest takes its share. A booking then leaves the nodes with more room
-        // (or room sooner) to the jobs after it, as Slurm's best fit does, and a later
-        // cycle that sees the same room books the same nodes.
         let mut need = members;
         let mut chosen = Vec::new();
-        while need > 0 && !nodes.is_empty() {
-            let tightest = nodes.iter().map(|(s, _)| *s).filter(|s| *s >= need).min();
-            let at = nodes
-                .iter()
-                .position(|(s, _)| Some(*s) == tightest)
-                .unwrap_or(0);
-            let (s, n) = nodes.remove(at);
-            chosen.push(Landing {
-                node: n,
-                members: s.min(need),
-                whole_free: free.whole_free(n),
-            });
-            need = need.saturating_sub(s);
+        // A job booked in the last plan lands where it was booked, where those nodes
+        // hold it at this start: jobs placed since beside the bookings (on room they
+        // left spare) may have made other nodes a tighter fit, and moving this booking
+        // there would take the room the bookings after it were promised.
+        if !prefer.is_empty() {
+            let (mut booked, others): (Vec<_>, Vec<_>) = nodes
+                .into_iter()
+                .partition(|(_, n)| prefer.binary_search(n).is_ok());
+            best_fit(&mut booked, &mut need, &mut chosen, free);
+            nodes = others;
         }
+        best_fit(&mut nodes, &mut need, &mut chosen, free);
         Some(Walked {
             start,
             landing: chosen,
             group: g,
             key,
         })
+    }
+}
+
+/// Best fit: what is left of `need` goes on the tightest of `nodes` (member slots, node;
+/// roomiest first) that holds all of it, else the roomiest takes its share. A booking
+/// then leaves the nodes with more room (or room sooner) to the jobs after it, as
+/// Slurm's best fit does, and a later cycle that sees the same room books the same nodes.
+fn best_fit<F: WalkFree>(
+    nodes: &mut Vec<(u64, usize)>,
+    need: &mut u64,
+    chosen: &mut Vec<Landing>,
+    free: &F,
+) {
+    while *need > 0 && !nodes.is_empty() {
+        let tightest = nodes.iter().map(|(s, _)| *s).filter(|s| *s >= *need).min();
+        let at = nodes
+            .iter()
+            .position(|(s, _)| Some(*s) == tightest)
+            .unwrap_or(0);
+        let (s, n) = nodes.remove(at);
+        chosen.push(Landing {
+            node: n,
+            members: s.min(*need),
+            whole_free: free.whole_free(n),
+        });
+        *need = need.saturating_sub(s);
     }
 }

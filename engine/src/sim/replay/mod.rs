@@ -31,6 +31,7 @@ use crate::core::mig::MigTable;
 use crate::decide::plan::{Action, Decision, Plan, Preemption};
 use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::catalog;
+use crate::inventory::jobs_file::PriorBooking;
 use crate::scale::state::Start;
 use jobs::{Counts, Slot, Slots};
 use lang::ir::Program;
@@ -170,6 +171,8 @@ struct Sim<'p> {
     /// The slots touched since the last cycle (a buffer kept between cycles).
     touched: Vec<usize>,
     job_by_id: HashMap<String, usize>,
+    /// Pending jobs the last plan booked (their `booked` is set), by slot.
+    booked: BTreeSet<usize>,
     /// Jobs pending or running, in arrival order.
     active: BTreeSet<usize>,
     /// How many of `active` are pending and running, kept at each change of phase (read
@@ -313,6 +316,7 @@ impl<'p> Sim<'p> {
             jobs: Slots::new(jobs),
             touched: Vec::new(),
             job_by_id,
+            booked: BTreeSet::new(),
             active: BTreeSet::new(),
             counts: Counts::default(),
             events: BTreeMap::new(),
@@ -609,6 +613,7 @@ impl<'p> Sim<'p> {
     }
 
     fn apply(&mut self, plan: Plan) {
+        self.pass_bookings_on(plan.bookings_made());
         let Plan {
             decisions,
             preemptions,
@@ -647,6 +652,29 @@ impl<'p> Sim<'p> {
         if requeued {
             self.schedule(self.now, Internal::Redecide);
         }
+    }
+
+    /// Each waiting job is booked as the plan booked it, as the controller passes it on
+    /// (`booked`): placed at that start, it lands where it was booked.
+    fn pass_bookings_on(&mut self, mut booked: BTreeMap<String, PriorBooking>) {
+        let now: BTreeSet<usize> = booked
+            .keys()
+            .filter_map(|id| self.job_by_id.get(id).copied())
+            .collect();
+        for &index in self.booked.union(&now) {
+            let Some(job) = self.jobs.get(index).and_then(Slot::live) else {
+                continue;
+            };
+            let made = booked.remove(&job.job.id);
+            if job.job.booked == made {
+                continue;
+            }
+            if let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) {
+                job.job.booked = made;
+                job.revision += 1;
+            }
+        }
+        self.booked = now;
     }
 
     fn decision(&mut self, d: &Decision) {
