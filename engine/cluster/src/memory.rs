@@ -284,6 +284,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "test code")]
     fn the_last_plans_bookings_are_kept_but_never_written() {
         use engine::decide::plan::{Booked, BookedNode, Plan};
         let plan = Plan {
