@@ -50,31 +50,22 @@ pub struct Assignment {
 }
 
 impl Plan {
-    /// Each reserved job's booking: what the next cycle passes back as its `booked`, so
-    /// its booking stays where it was made (the controller, `simulate` and the tests'
-    /// replays all pass it so).
+    /// Each booked job's booking (`reservations`): what the next cycle passes back as its
+    /// `booked`, so a job placed at its booked start lands where it was booked (the
+    /// controller, `simulate` and the tests' replays all pass it so). EASY's head is not
+    /// among them: under EASY a job placed now is placed by the packing strategy.
     pub fn bookings_made(&self) -> BTreeMap<String, PriorBooking> {
-        let mut out: BTreeMap<String, PriorBooking> = self
-            .reservations
+        self.reservations
             .iter()
             .map(|b| {
                 let nodes = b.nodes.iter().map(|n| n.node.clone()).collect();
-                (
-                    b.job.clone(),
-                    PriorBooking {
-                        start_at: b.start_at,
-                        nodes,
-                    },
-                )
+                let booked = PriorBooking {
+                    start_at: b.start_at,
+                    nodes,
+                };
+                (b.job.clone(), booked)
             })
-            .collect();
-        if let Some(r) = &self.reservation {
-            out.entry(r.job.clone()).or_insert_with(|| PriorBooking {
-                start_at: r.start_at,
-                nodes: r.nodes.clone(),
-            });
-        }
-        out
+            .collect()
     }
 }
 

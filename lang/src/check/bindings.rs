@@ -22,20 +22,14 @@ pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
 /// W0424: a team guaranteed nothing whose every tier is never preempted (and may not
 /// borrow): each of its jobs is `never_fits`.
 fn runs_nothing(c: &mut Checker<'_>, p: &Program) {
-    use crate::ir::PreemptMode;
     for t in &p.teams {
         // A guarantee that did not lower is not known to be 0.
         if t.guaranteed.effective_total_milli() > 0 || c.unlowered_guarantees.contains(&t.name) {
             continue;
         }
-        let tiers = tiers_of(p, t);
-        let stuck = !tiers.is_empty()
-            && tiers
-                .iter()
-                .all(|tier| tier.preempt == PreemptMode::Never && !tier.borrow);
-        if !stuck {
+        let Some(tiers) = inside_guarantee_only(p, t) else {
             continue;
-        }
+        };
         let Some(at) = c.spans.get(&format!("team/{}", t.name)).copied() else {
             continue;
         };
@@ -172,19 +166,28 @@ fn open_beside_bound(c: &mut Checker<'_>, p: &Program) {
     }
 }
 
-/// The tiers `t` may use.
-fn tiers_of<'p>(p: &'p Program, t: &crate::ir::Team) -> Vec<&'p crate::ir::Tier> {
-    p.tiers
+/// The tiers `t` may use, when every one of them runs only inside its team's guarantee
+/// (never preempted, and may not borrow).
+fn inside_guarantee_only<'p>(
+    p: &'p Program,
+    t: &crate::ir::Team,
+) -> Option<Vec<&'p crate::ir::Tier>> {
+    use crate::ir::PreemptMode;
+    let tiers: Vec<&crate::ir::Tier> = p
+        .tiers
         .iter()
         .filter(|tier| t.tiers.as_ref().is_none_or(|ts| ts.contains(&tier.name)))
-        .collect()
+        .collect();
+    let inside = tiers
+        .iter()
+        .all(|tier| tier.preempt == PreemptMode::Never && !tier.borrow);
+    (!tiers.is_empty() && inside).then_some(tiers)
 }
 
 /// W0425: a team with a guarantee and a burst above it whose every tier is never
 /// preempted and may not borrow: its jobs run only inside the guarantee, so the burst
 /// promises GPUs the team can never use.
 fn burst_never_reached(c: &mut Checker<'_>, p: &Program) {
-    use crate::ir::PreemptMode;
     for t in &p.teams {
         let guaranteed = t.guaranteed.effective_total_milli();
         let Some(burst) = t
@@ -198,14 +201,9 @@ fn burst_never_reached(c: &mut Checker<'_>, p: &Program) {
         if guaranteed == 0 || burst <= guaranteed || c.unlowered_guarantees.contains(&t.name) {
             continue;
         }
-        let tiers = tiers_of(p, t);
-        let inside_only = !tiers.is_empty()
-            && tiers
-                .iter()
-                .all(|tier| tier.preempt == PreemptMode::Never && !tier.borrow);
-        if !inside_only {
+        let Some(tiers) = inside_guarantee_only(p, t) else {
             continue;
-        }
+        };
         let Some(at) = c.spans.get(&format!("team/{}", t.name)).copied() else {
             continue;
         };
