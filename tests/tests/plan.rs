@@ -473,6 +473,49 @@ fn a_guarantee_named_by_the_fleets_one_pool_is_booked_like_an_overall_one() {
     assert_eq!(eta("j3"), 3300);
 }
 
+/// Each reservation's (start, nodes) by job.
+fn booked(p: &Value) -> std::collections::BTreeMap<String, (i64, Vec<String>)> {
+    p["reservations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let nodes = r["nodes"].as_array().unwrap();
+            let names = nodes
+                .iter()
+                .map(|n| n["node"].as_str().unwrap().to_string());
+            (
+                r["job"].as_str().unwrap().to_string(),
+                (r["start_at"].as_i64().unwrap(), names.collect()),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_job_waiting_inside_its_own_guarantee_is_ranked_as_an_owner() {
+    let p = plan("owner_past_its_guarantee_is_not_a_borrower");
+    let b = booked(&p);
+    // j4 keeps n-1 from when beta's own j0 ends; j5, later, waits for alpha's j2.
+    assert_eq!(b["j4"], (900, vec!["n-1".to_string()]));
+    assert_eq!(action(&p, "j5"), "queue");
+    assert_eq!(b["j5"], (600, vec!["n-0".to_string()]));
+}
+
+#[test]
+fn a_job_booked_again_for_the_same_start_keeps_its_nodes() {
+    let p = plan("rebooked_for_the_same_start_keeps_its_nodes");
+    let b = booked(&p);
+    for (job, start, node) in [
+        ("j2", 2400, "n-0"),
+        ("j6", 2400, "n-0"),
+        ("j8", 2520, "n-1"),
+        ("j9", 2400, "n-0"),
+    ] {
+        assert_eq!(b[job], (start, vec![node.to_string()]), "{job}");
+    }
+}
+
 #[test]
 fn under_easy_a_team_at_its_burst_holds_its_quota_beside_another_teams_reservation() {
     let p = plan("quota_reservation_easy");

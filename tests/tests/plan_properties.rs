@@ -572,6 +572,79 @@ fn check_quota_promises(
     Ok(stats)
 }
 
+/// (nodes, the first team's guarantee in GPUs, guarantees named by the pool, arrivals:
+/// (gap in 2-minute steps, of the first team, members, GPUs each, runtime in 5-minute
+/// steps)).
+type GuaranteeCase = (u32, u32, bool, Vec<(i64, bool, u32, u32, u64)>);
+
+fn guarantee_case_strategy() -> impl Strategy<Value = GuaranteeCase> {
+    let arrival = (
+        0..4i64,
+        any::<bool>(),
+        prop_oneof![4 => Just(1u32), 1 => 2u32..4],
+        prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
+        1..8u64,
+    );
+    (
+        1u32..4,
+        1u32..8,
+        any::<bool>(),
+        prop::collection::vec(arrival, 1..24),
+    )
+        .prop_map(|(nodes, eighths, per_pool, arrivals)| {
+            (nodes, nodes * eighths, per_pool, arrivals)
+        })
+}
+
+/// Two teams in one cohort whose guarantees split the fleet, a tier never preempted (so
+/// each team runs only inside its guarantee, and the quota binds whenever a team has
+/// more work than it is guaranteed), gangs, arrivals over time, exact runtimes,
+/// conservative backfill: every job that waits starts at exactly the first ETA it was
+/// told, whether its team's quota or the GPUs made it wait. Fair share is off: with it,
+/// a later job of the team with the lower share rightly goes first and may take a
+/// booking's room, as a higher priority does in Slurm.
+fn check_guarantee_promises(case: &GuaranteeCase) -> Result<ReplayStats, TestCaseError> {
+    let (nodes, first, per_pool, arrivals) = case;
+    let fleet_gpus = nodes * 8;
+    let team = |guaranteed: u32| TeamSpec {
+        guaranteed,
+        burst: Some(fleet_gpus),
+        lend: Some(guaranteed),
+        cohort: true,
+        per_pool: *per_pool,
+    };
+    let teams = [team(*first), team(fleet_gpus - first)];
+    let text = policy_with(
+        &teams,
+        *nodes,
+        "conservative(depth = all); backfill_window = 1d",
+    )
+    .replace("fair_share = drf", "fair_share = off");
+    let program = lang::check(&[("p.gantry".to_string(), text.clone())])
+        .program
+        .unwrap_or_else(|| panic!("the policy checks:\n{text}"));
+    let mut at = 0;
+    let jobs: Vec<Job> = arrivals
+        .iter()
+        .enumerate()
+        .map(|(i, (gap, first_team, members, gpus, steps))| {
+            at += gap * 120;
+            let spec = JobSpec {
+                team: usize::from(!first_team),
+                tier: 0,
+                members: *members,
+                gpus: *gpus,
+                milli: 1000,
+                runtime: Some(steps * 300),
+            };
+            let mut j = job(i, "j", &spec, at);
+            j.submitted_at = Some(at);
+            j
+        })
+        .collect();
+    replay(&program, *nodes, jobs, Promises::FirstEta)
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: tests::cases(48), ..ProptestConfig::default() })]
 
@@ -580,6 +653,11 @@ proptest! {
         check_quota_promises(&case, "on", Promises::Strict)?;
         // Conservative backfill: every job that waits starts at the first ETA it is told.
         check_quota_promises(&case, "conservative(depth = all)", Promises::FirstEta)?;
+    }
+
+    #[test]
+    fn first_etas_hold_where_guarantees_bind(case in guarantee_case_strategy()) {
+        check_guarantee_promises(&case)?;
     }
 
     #[test]

@@ -119,10 +119,16 @@ impl<'a> Cycle<'a> {
     /// nodes, as indexes, sorted (names the fleet does not have are passed over). Empty
     /// when it was booked for another time: conditions changed, and it lands by best fit.
     pub(super) fn booked_for_now(&mut self, js: &JobState) -> Vec<usize> {
-        let booked = js.job.booked.as_ref();
-        let Some(booked) = booked.filter(|b| b.start_at == self.now && !b.nodes.is_empty()) else {
-            return Vec::new();
-        };
+        match self.last_booking(js) {
+            Some((at, nodes)) if at == self.now => nodes,
+            _ => Vec::new(),
+        }
+    }
+
+    /// The last plan's booking of `js`: its start and its nodes as indexes, sorted
+    /// (names the fleet does not have are passed over); `None` without one.
+    pub(super) fn last_booking(&mut self, js: &JobState) -> Option<(i64, Vec<usize>)> {
+        let booked = js.job.booked.as_ref().filter(|b| !b.nodes.is_empty())?;
         let snapshot: &'a crate::decide::snapshot::Snapshot = self.snapshot;
         let names = self.node_names.get_or_insert_with(|| {
             snapshot
@@ -140,6 +146,6 @@ impl<'a> Cycle<'a> {
             .collect();
         nodes.sort_unstable();
         nodes.dedup();
-        nodes
+        Some((booked.start_at, nodes))
     }
 }

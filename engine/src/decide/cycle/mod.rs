@@ -614,7 +614,7 @@ impl<'a> Cycle<'a> {
                 admission: (admission != Admission::default()).then(|| Box::new(admission)),
                 shape,
                 resolved,
-                key: queue_order::OrderKey::of(js, priority),
+                key: queue_order::OrderKey::of(js, priority, self.inside_guarantee_only(js)),
             });
         }
         let order = self.order(&queue);

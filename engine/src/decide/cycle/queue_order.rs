@@ -40,6 +40,9 @@ pub(super) struct OrderKey<'a> {
     holds: Resources,
     /// Its milli-GPUs (whether it borrows).
     gpu_milli: u64,
+    /// Its tier never borrows: past its team's guarantee it waits for its own team's
+    /// jobs to end, as an owner, and is never ranked as a borrower.
+    owner_only: bool,
 }
 
 /// The shapes of the queue's jobs as placed, each once: most jobs share their shape with
@@ -92,7 +95,7 @@ impl<'a> QueueShapes<'a> {
 }
 
 impl<'a> OrderKey<'a> {
-    pub fn of(js: &'a JobState, priority: i64) -> OrderKey<'a> {
+    pub fn of(js: &'a JobState, priority: i64, owner_only: bool) -> OrderKey<'a> {
         OrderKey {
             priority,
             submitted_at: js.job.submitted_at.unwrap_or(i64::MIN),
@@ -103,6 +106,7 @@ impl<'a> OrderKey<'a> {
                 js.job.shape.members as usize,
             ),
             gpu_milli: js.gpu_milli(),
+            owner_only,
         }
     }
 }
@@ -112,7 +116,10 @@ impl<'a> Cycle<'a> {
     /// team's guarantee before jobs that borrow, then the team with the lowest fair share,
     /// with its oldest job; ties by submit time and id. Whether a job borrows counts the
     /// team's running jobs and its jobs ordered ahead of it, against the team's whole
-    /// guarantee (by pool, the quota check decides; the order only ranks).
+    /// guarantee (by pool, the quota check decides; the order only ranks). A job whose
+    /// tier never borrows never borrows: past the guarantee it waits for its own team,
+    /// and ranked as a borrower, a later job of another team took the room it was booked
+    /// on.
     pub(super) fn order(&mut self, queue: &[Queued<'a>]) -> Vec<usize> {
         // Teams by index, which is one per name: a job naming a team the policy does not
         // define is refused at intake and never queued.
@@ -134,6 +141,7 @@ impl<'a> Cycle<'a> {
             .collect();
         let holds: Vec<Resources> = queue.iter().map(|e| e.key.holds).collect();
         let need: Vec<u64> = queue.iter().map(|e| e.key.gpu_milli).collect();
+        let owner_only: Vec<bool> = queue.iter().map(|e| e.key.owner_only).collect();
         // Each team's milli-GPUs used and guaranteed, plus what its jobs ordered so far
         // would hold.
         let mut standing: FxHashMap<usize, (u64, u64)> = FxHashMap::default();
@@ -169,7 +177,8 @@ impl<'a> Cycle<'a> {
                 let s = standing
                     .entry(ix)
                     .or_insert_with(|| ledger.usage(Some(ix)).unwrap_or((0, 0)));
-                let over = s.0.saturating_add(n) > s.1;
+                let over =
+                    s.0.saturating_add(n) > s.1 && !owner_only.get(q).copied().unwrap_or(false);
                 if take {
                     s.0 = s.0.saturating_add(n);
                 }

@@ -285,18 +285,42 @@ impl Cycle<'_> {
         shape: &JobShape,
         runtime: Option<i64>,
     ) -> Option<(i64, Vec<Landing>)> {
+        // Booked again for the start the last plan gave it, it keeps the nodes it was
+        // booked on where they still hold it: moved to a node best fit now prefers
+        // (others have started beside the bookings since), it took room the bookings after
+        // it were promised. Booked for another time, conditions changed: best fit. The
+        // start does not depend on the nodes preferred, only the landing does.
+        let last = self.last_booking(js);
+        let prefer = last.as_ref().map_or(&[][..], |(_, nodes)| nodes.as_slice());
+        let found = self.joint_start_preferring(js, shape, runtime, prefer)?;
+        match &last {
+            Some((at, nodes)) if !nodes.is_empty() && *at != found.0 => {
+                self.joint_start_preferring(js, shape, runtime, &[])
+            }
+            _ => Some(found),
+        }
+    }
+
+    /// [`Cycle::joint_start`], its landing taking the nodes of `prefer` first.
+    fn joint_start_preferring(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+        runtime: Option<i64>,
+        prefer: &[usize],
+    ) -> Option<(i64, Vec<Landing>)> {
         let team = self.job_team(js);
         // Without a limit of its own, only its team's bookings under theirs bind it.
         let limit = match self.own_limit_of(js) {
             Some(l) => l,
             None if self.quota_bookings.has_limited(team) => u64::MAX,
-            None => return self.earliest_start(shape, runtime, self.now, &[]),
+            None => return self.earliest_start(shape, runtime, self.now, prefer),
         };
         let need = js.gpu_milli();
         let mut from = self.now;
         for _ in 0..JOINT_ROUNDS {
             let quota_at = self.quota_start(team, need, limit, from, runtime)?;
-            let (start, landing) = self.earliest_start(shape, runtime, quota_at, &[])?;
+            let (start, landing) = self.earliest_start(shape, runtime, quota_at, prefer)?;
             if start == quota_at
                 || self.quota_fits(team, need, limit, start, runtime.map(|r| start + r))
             {
