@@ -517,6 +517,22 @@ fn a_job_booked_again_for_the_same_start_keeps_its_nodes() {
 }
 
 #[test]
+fn a_guarantee_split_over_pools_is_booked_in_the_pool_a_job_runs_in() {
+    let p = plan("guarantee_split_over_pools_is_booked");
+    let b = booked(&p);
+    assert_eq!(code(&p, "j1"), "reserved");
+    assert_eq!(decision(&p, "j1")["reason"]["eta_kind"], "reservation");
+    assert_eq!(b["j1"].0, 1200);
+    // j3 would hold beta's training quota past j1's start: it waits until j1 is done.
+    assert_eq!(action(&p, "j3"), "queue");
+    assert_eq!(b["j3"].0, 3300);
+    // The serving guarantee is apart.
+    assert_eq!(action(&p, "j4"), "place");
+    let message = decision(&p, "j1")["reason"]["message"].as_str().unwrap();
+    assert!(message.contains("1 gpu of 8 gpu in training"), "{message}");
+}
+
+#[test]
 fn under_easy_a_team_at_its_burst_holds_its_quota_beside_another_teams_reservation() {
     let p = plan("quota_reservation_easy");
     let eta = |job: &str| decision(&p, job)["reason"]["eta_s"].as_i64().unwrap() + 100;

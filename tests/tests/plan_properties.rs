@@ -596,6 +596,28 @@ fn guarantee_case_strategy() -> impl Strategy<Value = GuaranteeCase> {
         })
 }
 
+/// Job `i` of tier critical, submitted at `at`, of team t0 or t1: `(members, GPUs
+/// each)`, running `steps` × 5 minutes.
+fn critical_job(
+    i: usize,
+    at: i64,
+    first_team: bool,
+    (members, gpus): (u32, u32),
+    steps: u64,
+) -> Job {
+    let spec = JobSpec {
+        team: usize::from(!first_team),
+        tier: 0,
+        members,
+        gpus,
+        milli: 1000,
+        runtime: Some(steps * 300),
+    };
+    let mut j = job(i, "j", &spec, at);
+    j.submitted_at = Some(at);
+    j
+}
+
 /// Two teams in one cohort whose guarantees split the fleet, a tier never preempted (so
 /// each team runs only inside its guarantee, and the quota binds whenever a team has
 /// more work than it is guaranteed), gangs, arrivals over time, exact runtimes,
@@ -629,20 +651,68 @@ fn check_guarantee_promises(case: &GuaranteeCase) -> Result<ReplayStats, TestCas
         .enumerate()
         .map(|(i, (gap, first_team, members, gpus, steps))| {
             at += gap * 120;
-            let spec = JobSpec {
-                team: usize::from(!first_team),
-                tier: 0,
-                members: *members,
-                gpus: *gpus,
-                milli: 1000,
-                runtime: Some(steps * 300),
-            };
-            let mut j = job(i, "j", &spec, at);
-            j.submitted_at = Some(at);
-            j
+            critical_job(i, at, *first_team, (*members, *gpus), *steps)
         })
         .collect();
     replay(&program, *nodes, jobs, Promises::FirstEta)
+}
+
+/// (the first team's guarantee in each pool, in GPUs, arrivals: (gap in 2-minute steps,
+/// of the first team, in the second pool, members, GPUs each, runtime in 5-minute steps)).
+type SplitCase = ([u32; 2], Vec<(i64, bool, bool, u32, u32, u64)>);
+
+fn split_case_strategy() -> impl Strategy<Value = SplitCase> {
+    let arrival = (
+        0..4i64,
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![4 => Just(1u32), 1 => 2u32..4],
+        prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
+        1..8u64,
+    );
+    ([1u32..16, 1u32..8], prop::collection::vec(arrival, 1..24))
+}
+
+/// [`check_guarantee_promises`] with each team's guarantee split over two pools (`train`
+/// of two nodes, `serve` of one), every job naming the pool it runs in: a job waits for
+/// its own team's jobs in that pool only, is booked there, and starts at exactly the
+/// first ETA it was told; a job of the team in the other pool is not held back by it.
+fn check_split_guarantee_promises(case: &SplitCase) -> Result<ReplayStats, TestCaseError> {
+    let ([train, serve], arrivals) = case;
+    let text = format!(
+        "use std.nodes.{{dgx_h100}}\nuse std.tiers\n\
+         pool train {{ capacity = reserved; node = dgx_h100; nodes = 2 }}\n\
+         pool serve {{ capacity = reserved; node = dgx_h100; nodes = 1 }}\n\
+         placement {{ backfill = conservative(depth = all); backfill_window = 1d }}\n\
+         cohort c {{\n fair_share = off\n\
+         team t0 {{ guaranteed = [{train} gpu in train, {serve} gpu in serve]; burst = {} gpu }}\n\
+         team t1 {{ guaranteed = [{} gpu in train, {} gpu in serve]; burst = {} gpu }}\n}}\n",
+        train + serve,
+        16 - train,
+        8 - serve,
+        24 - train - serve
+    );
+    let program = lang::check(&[("p.gantry".to_string(), text.clone())])
+        .program
+        .unwrap_or_else(|| panic!("the policy checks:\n{text}"));
+    let mut fleet = fleet(3);
+    for (i, n) in fleet.nodes.iter_mut().enumerate() {
+        n.pool = Some(if i < 2 { "train" } else { "serve" }.into());
+    }
+    let mut at = 0;
+    let jobs: Vec<Job> = arrivals
+        .iter()
+        .enumerate()
+        .map(
+            |(i, (gap, first_team, second_pool, members, gpus, steps))| {
+                at += gap * 120;
+                let mut j = critical_job(i, at, *first_team, (*members, *gpus), *steps);
+                j.shape.pools = vec![if *second_pool { "serve" } else { "train" }.into()];
+                j
+            },
+        )
+        .collect();
+    replay_on(&program, &fleet, jobs, Promises::FirstEta)
 }
 
 proptest! {
@@ -658,6 +728,11 @@ proptest! {
     #[test]
     fn first_etas_hold_where_guarantees_bind(case in guarantee_case_strategy()) {
         check_guarantee_promises(&case)?;
+    }
+
+    #[test]
+    fn first_etas_hold_where_guarantees_split_over_pools_bind(case in split_case_strategy()) {
+        check_split_guarantee_promises(&case)?;
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl Cycle<'_> {
                 };
                 // Its own team's running jobs hold it: it may hold the team's quota,
                 // where that is one limit (not a guarantee per pool).
-                if own_limit && self.own_limit_of(js).is_some() {
+                if own_limit && self.own_limit_of(js, shape).is_some() {
                     let held = self.hold_reservation(js, shape, &r.message, team_head);
                     if let Some(mut reserved) = held {
                         reserved.held_by_quota = true;
@@ -431,7 +431,7 @@ impl Cycle<'_> {
                 .quota_bookings
                 .held_during(self.job_team(js), wait.ready, until)
         } else {
-            self.quota_fits_at(js, wait.ready, runtime)
+            self.quota_fits_at(js, shape, wait.ready, runtime)
         };
         if !quota_holds {
             return r;

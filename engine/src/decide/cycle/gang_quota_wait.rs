@@ -25,7 +25,11 @@ impl Cycle<'_> {
         before: i64,
     ) -> Option<ProtectedWait> {
         let team = asker.team;
-        let limit = self.own_limit_of(js)?;
+        // Counted against the team's whole use: for a limit in one pool, its burst.
+        let limit = match self.own_limit_of(js, shape)? {
+            (None, limit) => limit,
+            (Some(_), _) => self.ledger.burst(team)?,
+        };
         let used = self.ledger.usage(team).map_or(0, |(u, _)| u);
         let need = js.gpu_milli();
         let to_free = (used + need).checked_sub(limit).filter(|f| *f > 0)?;

@@ -66,8 +66,15 @@ use reserve::Reserved;
 use rustc_hash::FxHashMap as HashMap;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// (team, tier, used, guaranteed, need) milli-GPUs.
-type GuaranteeBlockKey<'a> = (Option<usize>, Option<&'a str>, u64, u64, u64);
+/// (team, tier, used, guaranteed, need) milli-GPUs, and the pool they are in (`None`: all).
+type GuaranteeBlockKey<'a> = (
+    Option<usize>,
+    Option<&'a str>,
+    u64,
+    u64,
+    u64,
+    Option<crate::decide::quota::PoolIx>,
+);
 
 /// Positions in the change logs: allocations (`Cycle::changed`) and standing
 /// (`TeamReach::log`).

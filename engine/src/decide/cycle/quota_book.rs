@@ -12,6 +12,7 @@
 use super::reserve::Landing;
 use super::{Cycle, Reserved};
 use crate::core::gang::JobShape;
+use crate::decide::quota::PoolIx;
 use crate::decide::snapshot::JobState;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -30,6 +31,11 @@ pub(super) struct QuotaBooking {
     pub milli: u64,
     /// The team's limit it was booked under (milli-GPUs).
     pub limit: u64,
+    /// The pool that limit is for (a guarantee split over pools); `None`: the team's
+    /// whole use.
+    pub pool: Option<PoolIx>,
+    /// The pool its nodes are in, where they are all in one.
+    pub lands_in: Option<PoolIx>,
     /// The GPUs its reservation holds too, if any (conservative backfill's booking).
     pub nodes: BTreeSet<usize>,
 }
@@ -38,16 +44,27 @@ impl QuotaBooking {
     fn active_at(&self, t: i64) -> bool {
         self.start_at <= t && self.ends_at.is_none_or(|e| t < e)
     }
+
+    /// Whether it counts in its team's use in `pool` (`None`: the team's whole use).
+    fn counts_in(&self, pool: Option<PoolIx>) -> bool {
+        pool.is_none_or(|p| self.pool == Some(p) || self.lands_in == Some(p))
+    }
 }
+
+/// What a job's quota is held to: a pool (`None`: the team's whole use) and the limit
+/// there (milli-GPUs; `u64::MAX` where only the team's bookings there bind it).
+pub(super) type Account = (Option<PoolIx>, u64);
 
 #[derive(Debug, Default)]
 pub(super) struct QuotaBookings {
     list: Vec<QuotaBooking>,
-    /// Per team, its bookings made under a limit (the others only count as use).
-    limited: BTreeMap<Option<usize>, usize>,
-    /// What a team's running jobs have freed by a time, while no holder has come or
-    /// gone (holders, evictions) since: every job of a team with a booking asks it.
-    freed: HashMap<(Option<usize>, i64), u64>,
+    /// Per team and pool (`None`: the team's whole use), its bookings made under a
+    /// limit (the others only count as use).
+    limited: BTreeMap<(Option<usize>, Option<PoolIx>), usize>,
+    /// What a team's running jobs (in a pool) have freed by a time, while no holder has
+    /// come or gone (holders, evictions) since: every job of a team with a booking asks
+    /// it.
+    freed: HashMap<(Option<usize>, Option<PoolIx>, i64), u64>,
     freed_at: (usize, u64),
     /// Teams one of whose jobs has waited this cycle (the first is the team's head).
     waited: BTreeSet<Option<usize>>,
@@ -56,7 +73,10 @@ pub(super) struct QuotaBookings {
 impl QuotaBookings {
     pub fn push(&mut self, booking: QuotaBooking) {
         if booking.limit != u64::MAX {
-            *self.limited.entry(booking.team).or_default() += 1;
+            *self
+                .limited
+                .entry((booking.team, booking.pool))
+                .or_default() += 1;
         }
         self.list.push(booking);
     }
@@ -75,7 +95,14 @@ impl QuotaBookings {
 
     /// Whether one of `team`'s bookings was made under a limit.
     pub fn has_limited(&self, team: Option<usize>) -> bool {
-        self.limited.contains_key(&team)
+        self.limited_pools(team).next().is_some()
+    }
+
+    /// The pools (`None`: the team's whole use) `team` has bookings under a limit in.
+    fn limited_pools(&self, team: Option<usize>) -> impl Iterator<Item = Option<PoolIx>> + '_ {
+        self.limited
+            .range((team, None)..=(team, Some(PoolIx::MAX)))
+            .map(|((_, pool), _)| *pool)
     }
 
     /// The jobs of `team`'s bookings under a limit, at most `most` named.
@@ -111,53 +138,138 @@ impl QuotaBookings {
         self.list.iter().filter(move |b| b.team == team)
     }
 
-    /// What `team`'s bookings hold at `t`, and the least limit among them.
-    fn at(&self, team: Option<usize>, t: i64) -> (u64, Option<u64>) {
+    /// What `team`'s bookings hold at `t` in `pool` (`None`: in all), and the least
+    /// limit among those booked under a limit there.
+    fn at(&self, team: Option<usize>, pool: Option<PoolIx>, t: i64) -> (u64, Option<u64>) {
         self.of_team(team)
-            .filter(|b| b.active_at(t))
+            .filter(|b| b.active_at(t) && b.counts_in(pool))
             .fold((0, None), |(sum, limit), b| {
+                let own = (b.pool == pool).then_some(b.limit);
                 (
                     sum + b.milli,
-                    Some(limit.map_or(b.limit, |l: u64| l.min(b.limit))),
+                    own.map_or(limit, |o| Some(limit.map_or(o, |l: u64| l.min(o)))),
                 )
             })
     }
 }
 
 impl Cycle<'_> {
-    /// The team's own limit a reservation of `js` must stay under (milli-GPUs): its
-    /// burst, or, for a tier that runs only inside the guarantee, that guarantee when it
-    /// is one total: an overall guarantee, or one in the only pool the fleet has (other
-    /// per-pool guarantees are judged per pool, and not booked).
-    pub(super) fn own_limit_of(&self, js: &JobState) -> Option<u64> {
+    /// The team's own limit a reservation of `js` (of `shape`) must stay under: its
+    /// burst (the team's whole use), or, for a tier that runs only inside the guarantee,
+    /// that guarantee: one total (an overall guarantee, or one in the only pool the fleet
+    /// has), or, for a guarantee split over pools, the guarantee in the one pool the job
+    /// can run in (the one its shape names, or the only pool its team is guaranteed
+    /// GPUs in). A job that may run in several guaranteed pools is judged per pool where
+    /// it lands, and not booked.
+    pub(super) fn own_limit_of(&self, js: &JobState, shape: &JobShape) -> Option<Account> {
         let team = self.job_team(js);
         if !self.ledger.has_team(team) {
             return None;
         }
         let burst = self.ledger.burst(team);
-        let one_total = !self.ledger.is_per_pool(team)
-            || matches!(
-                (self.fleet_pools.as_slice(), self.ledger.named_pools(team)),
-                ([Some(fleet)], [named]) if fleet == named
-            );
-        if self.inside_guarantee_only(js) && one_total {
-            let guaranteed = self.ledger.usage(team).map_or(0, |(_, g)| g);
-            return Some(burst.map_or(guaranteed, |b| b.min(guaranteed)));
+        if self.inside_guarantee_only(js) {
+            let below_burst = |g: u64| burst.map_or(g, |b| b.min(g));
+            let named = self.ledger.named_pools(team);
+            let one_total = !self.ledger.is_per_pool(team)
+                || matches!(
+                    (self.fleet_pools.as_slice(), named),
+                    ([Some(fleet)], [named]) if fleet == named
+                );
+            if one_total {
+                let guaranteed = self.ledger.usage(team).map_or(0, |(_, g)| g);
+                return Some((None, below_burst(guaranteed)));
+            }
+            let pool = match shape.pools.as_slice() {
+                [one] => Some(self.ledger.pool_ix(one)),
+                [] => {
+                    let mut guaranteed = named
+                        .iter()
+                        .copied()
+                        .filter(|p| self.pool_guarantee(team, *p).1 > 0);
+                    match (guaranteed.next(), guaranteed.next()) {
+                        (Some(p), None) => Some(p),
+                        _ => None,
+                    }
+                }
+                _ => None,
+            };
+            if let Some(p) = pool {
+                return Some((Some(p), below_burst(self.pool_guarantee(team, p).1)));
+            }
         }
-        burst
+        burst.map(|b| (None, b))
     }
 
-    /// Milli-GPUs `team`'s running jobs hold at `t` by their estimates.
-    fn team_used_at(&mut self, team: Option<usize>, t: i64) -> u64 {
+    /// `team`'s (used, guaranteed) milli-GPUs in `pool`, for a guarantee split over pools.
+    pub(super) fn pool_guarantee(&self, team: Option<usize>, pool: PoolIx) -> (u64, u64) {
+        self.ledger
+            .guaranteed_bucket_of(team, Some(pool))
+            .and_then(|k| self.ledger.guaranteed_buckets(team).nth(k))
+            .unwrap_or((0, 0))
+    }
+
+    /// What `js` is held to: its own limit, and every other pool (or the team's whole
+    /// use) where its team's bookings made under a limit bind a job that may land
+    /// there. Empty: nothing binds it.
+    fn accounts_of(&self, js: &JobState, shape: &JobShape) -> Vec<Account> {
+        let team = self.job_team(js);
+        let own = self.own_limit_of(js, shape);
+        let mut accounts: Vec<Account> = own.into_iter().collect();
+        for pool in self.quota_bookings.limited_pools(team) {
+            if own.is_some_and(|(p, _)| p == pool) || !self.may_land_in(shape, pool) {
+                continue;
+            }
+            accounts.push((pool, u64::MAX));
+        }
+        accounts
+    }
+
+    /// Whether `shape` may land in `pool` (`None`: anywhere).
+    fn may_land_in(&self, shape: &JobShape, pool: Option<PoolIx>) -> bool {
+        match pool {
+            None => true,
+            Some(p) => {
+                shape.pools.is_empty() || shape.pools.iter().any(|n| self.ledger.pool_ix(n) == p)
+            }
+        }
+    }
+
+    /// Milli-GPUs a holder holds in `pool` (`None`: everywhere).
+    fn held_in(&self, h: usize, pool: Option<PoolIx>) -> u64 {
+        let Some(x) = self.holders.get(h).filter(|x| !x.evicted) else {
+            return 0;
+        };
+        let on = match pool {
+            None => x.choices.len(),
+            Some(p) => x
+                .choices
+                .iter()
+                .filter(|c| self.node_pools.get(c.node).copied().flatten() == Some(p))
+                .count(),
+        };
+        x.member_milli() * on as u64
+    }
+
+    /// Milli-GPUs `team` holds now in `pool` (`None`: everywhere).
+    fn team_holds(&self, team: Option<usize>, pool: Option<PoolIx>) -> u64 {
+        match pool {
+            None => self.ledger.usage(team).map_or(0, |(u, _)| u),
+            Some(p) => self.pool_guarantee(team, p).0,
+        }
+    }
+
+    /// Milli-GPUs `team`'s running jobs hold at `t` in `pool` (`None`: everywhere) by
+    /// their estimates.
+    fn team_used_at(&mut self, team: Option<usize>, pool: Option<PoolIx>, t: i64) -> u64 {
         self.index_ends();
-        let used = self.ledger.usage(team).map_or(0, |(u, _)| u);
+        let used = self.team_holds(team, pool);
         let version = (self.holders.len(), self.released);
         let memo = &mut self.quota_bookings;
         if memo.freed_at != version {
             memo.freed.clear();
             memo.freed_at = version;
         }
-        if let Some(freed) = memo.freed.get(&(team, t)) {
+        if let Some(freed) = memo.freed.get(&(team, pool, t)) {
             return used.saturating_sub(*freed);
         }
         let Some(ends) = self.team_ends.get(&team) else {
@@ -165,10 +277,9 @@ impl Cycle<'_> {
         };
         let freed: u64 = ends
             .range(..(t.saturating_add(1), 0))
-            .filter_map(|(_, h)| self.holders.get(*h).filter(|x| !x.evicted))
-            .map(|x| x.member_milli() * x.choices.len() as u64)
+            .map(|(_, h)| self.held_in(*h, pool))
             .sum();
-        self.quota_bookings.freed.insert((team, t), freed);
+        self.quota_bookings.freed.insert((team, pool, t), freed);
         used.saturating_sub(freed)
     }
 
@@ -177,72 +288,68 @@ impl Cycle<'_> {
     pub(super) fn quota_fits_at(
         &mut self,
         js: &JobState,
+        shape: &JobShape,
         start: i64,
         runtime: Option<i64>,
     ) -> bool {
         let team = self.job_team(js);
-        let limit = match self.own_limit_of(js) {
-            Some(l) => l,
-            None if self.quota_bookings.has_limited(team) => u64::MAX,
-            None => return true,
-        };
-        self.quota_fits(
-            team,
-            js.gpu_milli(),
-            limit,
-            start,
-            runtime.map(|r| start + r),
-        )
+        let need = js.gpu_milli();
+        let end = runtime.map(|r| start + r);
+        self.accounts_of(js, shape)
+            .into_iter()
+            .all(|acc| self.quota_fits(team, acc, need, start, end))
     }
 
-    /// Whether `need` more for `team` stays under `limit` (and under the limit of each
-    /// of the team's bookings it overlaps) from `start` to `end`: checked at `start` and
-    /// at each booking's start within, the only times the team's use can grow.
+    /// Whether `need` more for `team` stays under the account's limit (and under the
+    /// limit of each of the team's bookings there it overlaps) from `start` to `end`:
+    /// checked at `start` and at each booking's start within, the only times the team's
+    /// use can grow.
     fn quota_fits(
         &mut self,
         team: Option<usize>,
+        (pool, limit): Account,
         need: u64,
-        limit: u64,
         start: i64,
         end: Option<i64>,
     ) -> bool {
         let mut points: Vec<i64> = self
             .quota_bookings
             .of_team(team)
+            .filter(|b| b.counts_in(pool))
             .map(|b| b.start_at)
             .filter(|s| *s > start && end.is_none_or(|e| *s < e))
             .collect();
         points.push(start);
         points.into_iter().all(|p| {
-            let (booked, held) = self.quota_bookings.at(team, p);
+            let (booked, held) = self.quota_bookings.at(team, pool, p);
             let limit = held.map_or(limit, |h| h.min(limit));
-            self.team_used_at(team, p) + booked + need <= limit
+            self.team_used_at(team, pool, p) + booked + need <= limit
         })
     }
 
-    /// The first time from `from` at which `need` more for `team` fits under `limit`
-    /// for `runtime`, by the running jobs' estimated ends and the team's bookings.
-    /// `None` when it never does by the estimates (a job with no runtime holds on).
+    /// The first time from `from` at which `need` more for `team` fits under the
+    /// account's limit for `runtime`, by the running jobs' estimated ends and the team's
+    /// bookings. `None` when it never does by the estimates (a job with no runtime holds
+    /// on).
     fn quota_start(
         &mut self,
         team: Option<usize>,
+        account: Account,
         need: u64,
-        limit: u64,
         from: i64,
         runtime: Option<i64>,
     ) -> Option<i64> {
+        let (pool, limit) = account;
         self.index_ends();
-        // The team's running jobs by expected end, with what each frees.
+        // The team's running jobs by expected end, with what each frees there.
         let ends: Vec<(i64, u64)> = self
             .team_ends
             .get(&team)
             .into_iter()
             .flatten()
             .filter(|(at, _)| *at < i64::MAX)
-            .filter_map(|(at, h)| {
-                let x = self.holders.get(*h).filter(|x| !x.evicted)?;
-                Some((*at, x.member_milli() * x.choices.len() as u64))
-            })
+            .map(|(at, h)| (*at, self.held_in(*h, pool)))
+            .filter(|(_, milli)| *milli > 0)
             .collect();
         let mut times: Vec<i64> = ends
             .iter()
@@ -251,6 +358,7 @@ impl Cycle<'_> {
             .chain(
                 self.quota_bookings
                     .of_team(team)
+                    .filter(|b| b.counts_in(pool))
                     .filter_map(|b| b.ends_at)
                     .filter(|e| *e > from),
             )
@@ -260,7 +368,7 @@ impl Cycle<'_> {
         times.dedup();
         // One pass over the ends: a time where the running jobs alone leave too little
         // is passed over without reading the bookings.
-        let used_now = self.ledger.usage(team).map_or(0, |(u, _)| u);
+        let used_now = self.team_holds(team, pool);
         let (mut freed, mut k) = (0u64, 0usize);
         for t in times {
             while let Some((_, milli)) = ends.get(k).filter(|(at, _)| *at <= t) {
@@ -270,7 +378,7 @@ impl Cycle<'_> {
             if used_now.saturating_sub(freed) + need > limit {
                 continue;
             }
-            if self.quota_fits(team, need, limit, t, runtime.map(|r| t + r)) {
+            if self.quota_fits(team, account, need, t, runtime.map(|r| t + r)) {
                 return Some(t);
             }
         }
@@ -311,22 +419,49 @@ impl Cycle<'_> {
     ) -> Option<(i64, Vec<Landing>)> {
         let team = self.job_team(js);
         // Without a limit of its own, only its team's bookings under theirs bind it.
-        let limit = match self.own_limit_of(js) {
-            Some(l) => l,
-            None if self.quota_bookings.has_limited(team) => u64::MAX,
-            None => return self.earliest_start(shape, runtime, self.now, prefer),
-        };
+        let accounts = self.accounts_of(js, shape);
+        if accounts.is_empty() {
+            return self.earliest_start(shape, runtime, self.now, prefer);
+        }
         let need = js.gpu_milli();
         let mut from = self.now;
         for _ in 0..JOINT_ROUNDS {
-            let quota_at = self.quota_start(team, need, limit, from, runtime)?;
+            let quota_at = self.quota_start_in_all(team, &accounts, need, from, runtime)?;
             let (start, landing) = self.earliest_start(shape, runtime, quota_at, prefer)?;
+            let end = runtime.map(|r| start + r);
             if start == quota_at
-                || self.quota_fits(team, need, limit, start, runtime.map(|r| start + r))
+                || accounts
+                    .iter()
+                    .all(|acc| self.quota_fits(team, *acc, need, start, end))
             {
                 return Some((start, landing));
             }
             from = start;
+        }
+        None
+    }
+
+    /// The first time from `from` at which every account lets `need` more in for
+    /// `runtime`: each account's first time from the latest so far, until none moves it.
+    fn quota_start_in_all(
+        &mut self,
+        team: Option<usize>,
+        accounts: &[Account],
+        need: u64,
+        from: i64,
+        runtime: Option<i64>,
+    ) -> Option<i64> {
+        let mut at = from;
+        for _ in 0..JOINT_ROUNDS {
+            let mut moved = false;
+            for acc in accounts {
+                let t = self.quota_start(team, *acc, need, at, runtime)?;
+                moved |= t != at;
+                at = t;
+            }
+            if !moved {
+                return Some(at);
+            }
         }
         None
     }
@@ -345,13 +480,14 @@ impl Cycle<'_> {
             .filter(|eta| *eta > 0)
     }
 
-    /// Books `need` of the team's quota for `js` from `start`, with `nodes`, the GPUs
-    /// its reservation holds: under its own limit if it has one; else as use only, which
-    /// the team's other reservations under a limit count (a team outside the quotas
-    /// books nothing).
+    /// Books `need` of the team's quota for `js` (of `shape`) from `start`, with
+    /// `nodes`, the GPUs its reservation holds: under its own limit if it has one; else
+    /// as use only, which the team's other reservations under a limit count (a team
+    /// outside the quotas books nothing).
     pub(super) fn book_quota(
         &mut self,
         js: &JobState,
+        shape: &JobShape,
         start: i64,
         ends_at: Option<i64>,
         nodes: BTreeSet<usize>,
@@ -360,7 +496,14 @@ impl Cycle<'_> {
         if !self.ledger.has_team(team) {
             return;
         }
-        let limit = self.own_limit_of(js).unwrap_or(u64::MAX);
+        let (pool, limit) = self.own_limit_of(js, shape).unwrap_or((None, u64::MAX));
+        let mut pools = nodes
+            .iter()
+            .map(|n| self.node_pools.get(*n).copied().flatten());
+        let lands_in = match pools.next() {
+            Some(first) if pools.all(|p| p == first) => first,
+            _ => None,
+        };
         self.quota_bookings.push(QuotaBooking {
             team,
             job: js.id().to_string(),
@@ -368,44 +511,59 @@ impl Cycle<'_> {
             ends_at,
             milli: js.gpu_milli(),
             limit,
+            pool,
+            lands_in,
             nodes,
         });
     }
 
-    /// The reservation `js` would break by starting now: one of its team's bookings
-    /// whose quota it would still hold when that booking starts (or when another of the
-    /// team's bookings starts while that one holds).
-    pub(super) fn quota_promised_to_another(&mut self, js: &JobState) -> Option<Reserved> {
+    /// The reservation `js` (of `shape`) would break by starting now: one of its team's
+    /// bookings, in a pool the job may land in, whose quota it would still hold when that
+    /// booking starts (or when another of the team's bookings there starts while that
+    /// one holds).
+    pub(super) fn quota_promised_to_another(
+        &mut self,
+        js: &JobState,
+        shape: &JobShape,
+    ) -> Option<Reserved> {
         let team = self.job_team(js);
         if !self.quota_bookings.has_limited(team) {
             return None;
         }
         let need = js.gpu_milli();
         let end = self.runtime(js).map(|r| self.now + r);
-        let overlapping: Vec<(i64, String)> = self
+        let pools: Vec<Option<PoolIx>> = self
             .quota_bookings
-            .of_team(team)
-            .filter(|b| b.start_at > self.now && end.is_none_or(|e| b.start_at < e))
-            .map(|b| (b.start_at, b.job.clone()))
+            .limited_pools(team)
+            .filter(|p| self.may_land_in(shape, *p))
             .collect();
-        for (at, _) in overlapping {
-            let (booked, Some(limit)) = self.quota_bookings.at(team, at) else {
-                continue;
-            };
-            if self.team_used_at(team, at) + booked + need > limit {
-                // The booking that set the least limit then is the one it would break.
-                let b = self
-                    .quota_bookings
-                    .of_team(team)
-                    .filter(|b| b.active_at(at))
-                    .min_by_key(|b| (b.limit, b.start_at))?;
-                return Some(Reserved {
-                    job: b.job.clone(),
-                    start_at: b.start_at,
-                    ends_at: b.ends_at,
-                    nodes: b.nodes.clone(),
-                    quota_of: Some(self.ledger.name(team).to_string()),
-                });
+        for pool in pools {
+            let overlapping: Vec<i64> = self
+                .quota_bookings
+                .of_team(team)
+                .filter(|b| b.counts_in(pool))
+                .filter(|b| b.start_at > self.now && end.is_none_or(|e| b.start_at < e))
+                .map(|b| b.start_at)
+                .collect();
+            for at in overlapping {
+                let (booked, Some(limit)) = self.quota_bookings.at(team, pool, at) else {
+                    continue;
+                };
+                if self.team_used_at(team, pool, at) + booked + need > limit {
+                    // The booking that set the least limit then is the one it would break.
+                    let b = self
+                        .quota_bookings
+                        .of_team(team)
+                        .filter(|b| b.active_at(at) && b.pool == pool)
+                        .min_by_key(|b| (b.limit, b.start_at))?;
+                    return Some(Reserved {
+                        job: b.job.clone(),
+                        start_at: b.start_at,
+                        ends_at: b.ends_at,
+                        nodes: b.nodes.clone(),
+                        quota_of: Some(self.ledger.name(team).to_string()),
+                    });
+                }
             }
         }
         None

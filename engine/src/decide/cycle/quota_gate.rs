@@ -27,7 +27,7 @@ impl<'a> Cycle<'a> {
         let need = js.gpu_milli();
         match self.own_limits(js, shape) {
             // It must also keep its team's quota for the jobs that reserved it.
-            Limits::Pass => match self.quota_promised_to_another(js) {
+            Limits::Pass => match self.quota_promised_to_another(js, shape) {
                 Some(res) => Err(Gate::Later(Blocked::Reservation(res))),
                 None => Ok(()),
             },
@@ -66,9 +66,9 @@ impl<'a> Cycle<'a> {
                 Some(q) => Err(Gate::Later(Blocked::Quota(q))),
                 None => Ok(()),
             },
-            Limits::OutsideGuaranteeNow => {
-                Err(Gate::Later(Blocked::Quota(self.guarantee_block(js, need))))
-            }
+            Limits::OutsideGuaranteeNow => Err(Gate::Later(Blocked::Quota(
+                self.guarantee_block(js, shape, need),
+            ))),
         }
     }
 
@@ -130,7 +130,8 @@ impl<'a> Cycle<'a> {
         let team = self.job_team(js);
         let within = self.ledger.within_guarantee(team, charges);
         if !within && self.inside_guarantee_only(js) {
-            return Err(self.guarantee_block(js, charges.iter().map(|c| c.1).sum()));
+            let need = charges.iter().map(|c| c.1).sum();
+            return Err(self.guarantee_block(js, &js.job.shape, need));
         }
         if self.placer.quiet {
             // A trial nobody explains: the verdict without its reason.
@@ -146,20 +147,28 @@ impl<'a> Cycle<'a> {
     /// Why a job of a never-preempted tier needing `need` waits for its own team;
     /// memoised, since every such job of a team at its guarantee asks with the same
     /// numbers until the team's usage changes.
-    fn guarantee_block(&mut self, js: &JobState, need: u64) -> QuotaBlock {
+    /// Why `js` (of `shape`) waits outside its team's guarantee: the team's whole use
+    /// against its whole guarantee, or, where the job runs in one pool of a guarantee
+    /// split over pools, its use there against the guarantee there.
+    fn guarantee_block(&mut self, js: &JobState, shape: &JobShape, need: u64) -> QuotaBlock {
         let ix = self.job_team(js);
-        let (used, guaranteed) = self.ledger.usage(ix).unwrap_or((0, 0));
+        let pool = self.own_limit_of(js, shape).and_then(|(pool, _)| pool);
+        let (used, guaranteed) = match pool {
+            Some(p) => self.pool_guarantee(ix, p),
+            None => self.ledger.usage(ix).unwrap_or((0, 0)),
+        };
         let key = (
             ix,
             self.tier(js).map(|t| t.name.as_str()),
             used,
             guaranteed,
             need,
+            pool,
         );
         if let Some(q) = self.guarantee_blocks.get(&key) {
             return q.clone();
         }
-        let q = self.format_guarantee_block(js, ix, used, guaranteed, need);
+        let q = self.format_guarantee_block(js, ix, (used, guaranteed, pool), need);
         self.guarantee_blocks.insert(key, q.clone());
         q
     }
@@ -168,13 +177,16 @@ impl<'a> Cycle<'a> {
         &self,
         js: &JobState,
         ix: Option<usize>,
-        used: u64,
-        guaranteed: u64,
+        (used, guaranteed, pool): (u64, u64, Option<PoolIx>),
         need: u64,
     ) -> QuotaBlock {
         let name = self.ledger.name(ix);
+        let in_pool = pool
+            .and_then(|p| self.ledger.pool_name(p))
+            .map(|p| format!(" in {p}"))
+            .unwrap_or_default();
         let message = format!(
-            "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {} and this job needs {}",
+            "tier {} is never preempted, so it runs only inside team {name}'s guarantee: {name} uses {} of {}{in_pool} and this job needs {}",
             js.job.tier.as_deref().unwrap_or("-"),
             gpus(used),
             gpus(guaranteed),

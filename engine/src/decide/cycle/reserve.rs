@@ -173,7 +173,13 @@ impl Cycle<'_> {
             if start == self.now || start - self.now > window {
                 return None;
             }
-            self.book_quota(js, start, runtime.map(|r| start + r), BTreeSet::new());
+            self.book_quota(
+                js,
+                shape,
+                start,
+                runtime.map(|r| start + r),
+                BTreeSet::new(),
+            );
             return Some((start, false, None));
         }
         let within_depth = if conservative {
@@ -194,7 +200,7 @@ impl Cycle<'_> {
         } else {
             self.reserving_protected_wait(js, shape, start)
                 .filter(|w| w.ready < start)
-                .filter(|w| self.quota_fits_at(js, w.ready, runtime))
+                .filter(|w| self.quota_fits_at(js, shape, w.ready, runtime))
         };
         let (start, mut landing) = match &preempting {
             Some(w) => (w.ready, w.nodes.clone()),
@@ -222,7 +228,7 @@ impl Cycle<'_> {
             self.free_for_bookings(victims, Some(*ready));
         }
         let nodes: BTreeSet<usize> = landing.iter().map(|l| l.node).collect();
-        self.book_quota(js, start, ends_at, nodes.clone());
+        self.book_quota(js, shape, start, ends_at, nodes.clone());
         // Every reservation books the GPUs it needs per node (EASY's one as conservative
         // backfill's): a job that runs past its start may take what it leaves spare.
         {
