@@ -533,6 +533,21 @@ fn a_guarantee_split_over_pools_is_booked_in_the_pool_a_job_runs_in() {
 }
 
 #[test]
+fn a_split_guarantee_too_small_in_the_pools_a_job_may_use_never_fits() {
+    let p = plan("split_guarantee_too_small_in_its_pool");
+    for (job, words) in [
+        ("alpha-serve", "(0 gpu in serving)"),
+        ("beta-train-16", "(8 gpu in training)"),
+        ("gamma-6", "(4 gpu in one pool)"),
+    ] {
+        assert_eq!(code(&p, job), "never_fits", "{job}");
+        let message = decision(&p, job)["reason"]["message"].as_str().unwrap();
+        assert!(message.contains(words), "{job}: {message}");
+    }
+    assert_eq!(action(&p, "beta-train-4"), "place");
+}
+
+#[test]
 fn under_easy_a_team_at_its_burst_holds_its_quota_beside_another_teams_reservation() {
     let p = plan("quota_reservation_easy");
     let eta = |job: &str| decision(&p, job)["reason"]["eta_s"].as_i64().unwrap() + 100;

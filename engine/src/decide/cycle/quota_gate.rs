@@ -47,17 +47,29 @@ impl<'a> Cycle<'a> {
             )),
             Limits::OverGuaranteeEver(guaranteed) => {
                 let tier = js.job.tier.as_deref().unwrap_or("-");
+                // Where the guarantee is split over pools: the pools the job is held to,
+                // or for one member, the most one pool holds.
+                let split = self.ledger.is_per_pool(ix);
+                let (guaranteed, in_pools) = if split && !shape.pools.is_empty() {
+                    (guaranteed, format!(" in {}", shape.pools.join(", ")))
+                } else if split && shape.members == 1 {
+                    let most = self.ledger.named_pools(ix).iter();
+                    let most = most.map(|p| self.pool_guarantee(ix, *p).1).max();
+                    (most.unwrap_or(0), " in one pool".to_string())
+                } else {
+                    (guaranteed, String::new())
+                };
                 Err(Gate::Never(
                     Reason::new(
                         ReasonCode::NeverFits,
                         format!(
-                            "tier {tier} is never preempted, so it runs only inside team {team}'s guarantee ({}); it needs {}",
+                            "tier {tier} is never preempted, so it runs only inside team {team}'s guarantee ({}{in_pools}); it needs {}",
                             gpus(guaranteed),
                             gpus(need)
                         ),
                     )
                     .unblock(format!(
-                        "raise {team}'s guarantee to {} or split the job",
+                        "raise {team}'s guarantee{in_pools} to {} or split the job",
                         gpus(need)
                     )),
                 ))
@@ -84,8 +96,14 @@ impl<'a> Cycle<'a> {
             return Limits::OverBurstEver(burst);
         }
         let guarantee_only = self.inside_guarantee_only(js);
-        if guarantee_only {
-            let guaranteed = self.ledger.usage(ix).map_or(0, |(_, g)| g);
+        // A guarantee split over pools holds a member in one pool: members count per pool.
+        let split = guarantee_only && self.ledger.is_per_pool(ix);
+        let members = u64::from(shape.members);
+        if split && self.members_within_guarantee(ix, shape, js.member_milli, false) < members {
+            return Limits::OverGuaranteeEver(self.guarantee_within_reach(ix, shape));
+        }
+        if guarantee_only && !split {
+            let guaranteed = self.guarantee_within_reach(ix, shape);
             if need > guaranteed {
                 return Limits::OverGuaranteeEver(guaranteed);
             }
@@ -95,7 +113,11 @@ impl<'a> Cycle<'a> {
         if self.ledger.is_over_burst(ix, need) {
             return Limits::OverBurstNow;
         }
-        if guarantee_only {
+        if split {
+            if self.members_within_guarantee(ix, shape, js.member_milli, true) < members {
+                return Limits::OutsideGuaranteeNow;
+            }
+        } else if guarantee_only {
             let within = |pool: Option<PoolIx>| self.ledger.within_guarantee(ix, &[(pool, need)]);
             let fits = if shape.pools.is_empty() {
                 self.fleet_pools.iter().copied().any(within)
@@ -110,6 +132,56 @@ impl<'a> Cycle<'a> {
             }
         }
         Limits::Pass
+    }
+
+    /// The most of its team's guarantee a job of `shape` can ever use: the whole of it,
+    /// or, for a guarantee split over pools, what it has in the pools the shape names.
+    fn guarantee_within_reach(&self, team: Option<usize>, shape: &JobShape) -> u64 {
+        if !self.ledger.is_per_pool(team) || shape.pools.is_empty() {
+            return self.ledger.usage(team).map_or(0, |(_, g)| g);
+        }
+        let mut pools: Vec<PoolIx> = shape.pools.iter().map(|p| self.ledger.pool_ix(p)).collect();
+        pools.sort_unstable();
+        pools.dedup();
+        pools
+            .into_iter()
+            .map(|p| self.pool_guarantee(team, p).1)
+            .sum()
+    }
+
+    /// How many members of `member_milli` its team's guarantee split over pools holds in
+    /// the pools `shape` may use (all the guarantee's pools where it names none), a
+    /// member in one pool: in the whole guarantee, or with `free`, in what the team does
+    /// not use now.
+    fn members_within_guarantee(
+        &self,
+        team: Option<usize>,
+        shape: &JobShape,
+        member_milli: u64,
+        free: bool,
+    ) -> u64 {
+        if member_milli == 0 {
+            return u64::MAX;
+        }
+        let mut pools: Vec<PoolIx> = if shape.pools.is_empty() {
+            self.ledger.named_pools(team).to_vec()
+        } else {
+            shape.pools.iter().map(|p| self.ledger.pool_ix(p)).collect()
+        };
+        pools.sort_unstable();
+        pools.dedup();
+        pools
+            .into_iter()
+            .map(|p| {
+                let (used, guaranteed) = self.pool_guarantee(team, p);
+                let room = if free {
+                    guaranteed.saturating_sub(used)
+                } else {
+                    guaranteed
+                };
+                room / member_milli
+            })
+            .sum()
     }
 
     /// Whether `js` may only use its team's guarantee: its tier is never preempted and
