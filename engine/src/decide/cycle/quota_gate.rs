@@ -99,7 +99,7 @@ impl<'a> Cycle<'a> {
         // A guarantee split over pools holds a member in one pool: members count per pool.
         let split = guarantee_only && self.ledger.is_per_pool(ix);
         let members = u64::from(shape.members);
-        if split && self.members_within_guarantee(ix, shape, js.member_milli, false) < members {
+        if split && self.members_within_guarantee(ix, shape, js.member_milli) < members {
             return Limits::OverGuaranteeEver(self.guarantee_within_reach(ix, shape));
         }
         if guarantee_only && !split {
@@ -113,11 +113,7 @@ impl<'a> Cycle<'a> {
         if self.ledger.is_over_burst(ix, need) {
             return Limits::OverBurstNow;
         }
-        if split {
-            if self.members_within_guarantee(ix, shape, js.member_milli, true) < members {
-                return Limits::OutsideGuaranteeNow;
-            }
-        } else if guarantee_only {
+        if guarantee_only {
             let within = |pool: Option<PoolIx>| self.ledger.within_guarantee(ix, &[(pool, need)]);
             let fits = if shape.pools.is_empty() {
                 self.fleet_pools.iter().copied().any(within)
@@ -149,16 +145,14 @@ impl<'a> Cycle<'a> {
             .sum()
     }
 
-    /// How many members of `member_milli` its team's guarantee split over pools holds in
-    /// the pools `shape` may use (all the guarantee's pools where it names none), a
-    /// member in one pool: in the whole guarantee, or with `free`, in what the team does
-    /// not use now.
+    /// How many members of `member_milli` its team's guarantee split over pools could
+    /// ever hold in the pools `shape` may use (all the guarantee's pools where it names
+    /// none), a member in one pool. Guarantees only, not use: the same whenever asked.
     fn members_within_guarantee(
         &self,
         team: Option<usize>,
         shape: &JobShape,
         member_milli: u64,
-        free: bool,
     ) -> u64 {
         if member_milli == 0 {
             return u64::MAX;
@@ -172,15 +166,7 @@ impl<'a> Cycle<'a> {
         pools.dedup();
         pools
             .into_iter()
-            .map(|p| {
-                let (used, guaranteed) = self.pool_guarantee(team, p);
-                let room = if free {
-                    guaranteed.saturating_sub(used)
-                } else {
-                    guaranteed
-                };
-                room / member_milli
-            })
+            .map(|p| self.pool_guarantee(team, p).1 / member_milli)
             .sum()
     }
 
