@@ -180,7 +180,8 @@ impl Cycle<'_> {
                     None => unblock,
                 };
                 // Its own team's running jobs hold it: it may hold the team's quota,
-                // where that is one limit (not a guarantee per pool).
+                // where that is one limit (its whole use, or its use in the one pool of a
+                // guarantee split over pools it runs in).
                 if own_limit && self.own_limit_of(js, shape).is_some() {
                     let held = self.hold_reservation(js, shape, &r.message, team_head);
                     if let Some(mut reserved) = held {

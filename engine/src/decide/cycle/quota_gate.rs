@@ -53,8 +53,8 @@ impl<'a> Cycle<'a> {
                 let (guaranteed, in_pools) = if split && !shape.pools.is_empty() {
                     (guaranteed, format!(" in {}", shape.pools.join(", ")))
                 } else if split && shape.members == 1 {
-                    let most = self.ledger.named_pools(ix).iter();
-                    let most = most.map(|p| self.pool_guarantee(ix, *p).1).max();
+                    let most = self.reachable_pools(ix, shape).into_iter();
+                    let most = most.map(|p| self.pool_guarantee(ix, p).1).max();
                     (most.unwrap_or(0), " in one pool".to_string())
                 } else {
                     (guaranteed, String::new())
@@ -136,13 +136,23 @@ impl<'a> Cycle<'a> {
         if !self.ledger.is_per_pool(team) || shape.pools.is_empty() {
             return self.ledger.usage(team).map_or(0, |(_, g)| g);
         }
-        let mut pools: Vec<PoolIx> = shape.pools.iter().map(|p| self.ledger.pool_ix(p)).collect();
-        pools.sort_unstable();
-        pools.dedup();
-        pools
+        self.reachable_pools(team, shape)
             .into_iter()
             .map(|p| self.pool_guarantee(team, p).1)
             .sum()
+    }
+
+    /// The pools of its team's guarantee split over pools a job of `shape` may run in:
+    /// those it names, or where it names none, every pool the guarantee names; each once.
+    fn reachable_pools(&self, team: Option<usize>, shape: &JobShape) -> Vec<PoolIx> {
+        let mut pools: Vec<PoolIx> = if shape.pools.is_empty() {
+            self.ledger.named_pools(team).to_vec()
+        } else {
+            shape.pools.iter().map(|p| self.ledger.pool_ix(p)).collect()
+        };
+        pools.sort_unstable();
+        pools.dedup();
+        pools
     }
 
     /// How many members of `member_milli` its team's guarantee split over pools could
@@ -157,14 +167,7 @@ impl<'a> Cycle<'a> {
         if member_milli == 0 {
             return u64::MAX;
         }
-        let mut pools: Vec<PoolIx> = if shape.pools.is_empty() {
-            self.ledger.named_pools(team).to_vec()
-        } else {
-            shape.pools.iter().map(|p| self.ledger.pool_ix(p)).collect()
-        };
-        pools.sort_unstable();
-        pools.dedup();
-        pools
+        self.reachable_pools(team, shape)
             .into_iter()
             .map(|p| self.pool_guarantee(team, p).1 / member_milli)
             .sum()
