@@ -533,6 +533,24 @@ fn a_guarantee_split_over_pools_is_booked_in_the_pool_a_job_runs_in() {
 }
 
 #[test]
+fn a_gang_of_a_split_guarantee_is_charged_to_one_pool() {
+    let p = plan("gang_of_a_split_guarantee_in_one_pool");
+    assert_eq!(code(&p, "beta-gang"), "never_fits");
+    let message = decision(&p, "beta-gang")["reason"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(message.contains("(8 gpu in one pool)"), "{message}");
+    assert_eq!(action(&p, "delta-gang"), "place");
+    for member in decision(&p, "delta-gang")["placement"].as_array().unwrap() {
+        let node = member["node"].as_str().unwrap();
+        assert!(
+            node.starts_with("t-"),
+            "a member of delta-gang in serving: {node}"
+        );
+    }
+}
+
+#[test]
 fn a_split_guarantee_too_small_in_the_pools_a_job_may_use_never_fits() {
     let p = plan("split_guarantee_too_small_in_its_pool");
     for (job, words) in [

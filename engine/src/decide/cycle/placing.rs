@@ -254,9 +254,11 @@ impl<'a> Cycle<'a> {
         keep: bool,
     ) -> Result<(Vec<Choice>, bool), Blocked> {
         let team = self.job_team(js);
-        // The team's guaranteed pools it is still inside first, when the job names none.
+        // The team's guaranteed pools it is still inside first: of those the job names,
+        // or where it names none, all of them.
         let mut guaranteed_first = None;
-        if shape.pools.is_empty() {
+        let named_first = !shape.pools.is_empty() && self.ledger.is_per_pool(team);
+        if shape.pools.is_empty() || named_first {
             let pools: Vec<String> = self
                 .ledger
                 .guarantee_pools(team)
@@ -266,8 +268,11 @@ impl<'a> Cycle<'a> {
                         .within_guarantee(team, &[(Some(**p), js.gpu_milli())])
                 })
                 .filter_map(|p| self.ledger.pool_name(*p).map(str::to_string))
+                .filter(|p| !named_first || shape.pools.contains(p))
                 .collect();
-            if !pools.is_empty() {
+            // Named pools all still inside: the job's own shape is the same trial.
+            let narrower = !named_first || pools.len() < shape.pools.len();
+            if !pools.is_empty() && narrower {
                 guaranteed_first = Some(JobShape {
                     pools,
                     ..shape.clone()

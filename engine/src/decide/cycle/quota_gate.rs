@@ -47,17 +47,11 @@ impl<'a> Cycle<'a> {
             )),
             Limits::OverGuaranteeEver(guaranteed) => {
                 let tier = js.job.tier.as_deref().unwrap_or("-");
-                // Where the guarantee is split over pools: the pools the job is held to,
-                // or for one member, the most one pool holds.
-                let split = self.ledger.is_per_pool(ix);
-                let (guaranteed, in_pools) = if split && !shape.pools.is_empty() {
-                    (guaranteed, format!(" in {}", shape.pools.join(", ")))
-                } else if split && shape.members == 1 {
-                    let most = self.reachable_pools(ix, shape).into_iter();
-                    let most = most.map(|p| self.pool_guarantee(ix, p).1).max();
-                    (most.unwrap_or(0), " in one pool".to_string())
-                } else {
-                    (guaranteed, String::new())
+                // Where the guarantee is split over pools, the job runs inside one pool's.
+                let in_pools = match (self.ledger.is_per_pool(ix), shape.pools.as_slice()) {
+                    (false, _) => String::new(),
+                    (true, [pool]) => format!(" in {pool}"),
+                    (true, _) => " in one pool".to_string(),
                 };
                 Err(Gate::Never(
                     Reason::new(
@@ -96,13 +90,7 @@ impl<'a> Cycle<'a> {
             return Limits::OverBurstEver(burst);
         }
         let guarantee_only = self.inside_guarantee_only(js);
-        // A guarantee split over pools holds a member in one pool: members count per pool.
-        let split = guarantee_only && self.ledger.is_per_pool(ix);
-        let members = u64::from(shape.members);
-        if split && self.members_within_guarantee(ix, shape, js.member_milli) < members {
-            return Limits::OverGuaranteeEver(self.guarantee_within_reach(ix, shape));
-        }
-        if guarantee_only && !split {
+        if guarantee_only {
             let guaranteed = self.guarantee_within_reach(ix, shape);
             if need > guaranteed {
                 return Limits::OverGuaranteeEver(guaranteed);
@@ -131,15 +119,18 @@ impl<'a> Cycle<'a> {
     }
 
     /// The most of its team's guarantee a job of `shape` can ever use: the whole of it,
-    /// or, for a guarantee split over pools, what it has in the pools the shape names.
+    /// or, for a guarantee split over pools, the most one pool it may use has. A job is
+    /// charged to one pool there, gang and all, as Kueue assigns a pod set one flavor: a
+    /// gang split over pools would need a placement that counts each pool's guarantee.
     fn guarantee_within_reach(&self, team: Option<usize>, shape: &JobShape) -> u64 {
-        if !self.ledger.is_per_pool(team) || shape.pools.is_empty() {
+        if !self.ledger.is_per_pool(team) {
             return self.ledger.usage(team).map_or(0, |(_, g)| g);
         }
         self.reachable_pools(team, shape)
             .into_iter()
             .map(|p| self.pool_guarantee(team, p).1)
-            .sum()
+            .max()
+            .unwrap_or(0)
     }
 
     /// The pools of its team's guarantee split over pools a job of `shape` may run in:
@@ -153,24 +144,6 @@ impl<'a> Cycle<'a> {
         pools.sort_unstable();
         pools.dedup();
         pools
-    }
-
-    /// How many members of `member_milli` its team's guarantee split over pools could
-    /// ever hold in the pools `shape` may use (all the guarantee's pools where it names
-    /// none), a member in one pool. Guarantees only, not use: the same whenever asked.
-    fn members_within_guarantee(
-        &self,
-        team: Option<usize>,
-        shape: &JobShape,
-        member_milli: u64,
-    ) -> u64 {
-        if member_milli == 0 {
-            return u64::MAX;
-        }
-        self.reachable_pools(team, shape)
-            .into_iter()
-            .map(|p| self.pool_guarantee(team, p).1 / member_milli)
-            .sum()
     }
 
     /// Whether `js` may only use its team's guarantee: its tier is never preempted and
@@ -192,7 +165,18 @@ impl<'a> Cycle<'a> {
         let within = self.ledger.within_guarantee(team, charges);
         if !within && self.inside_guarantee_only(js) {
             let need = charges.iter().map(|c| c.1).sum();
-            return Err(self.guarantee_block(js, &js.job.shape, need));
+            // Where a split guarantee's job landed in one pool, that pool's use is why.
+            let landed = charges.first().and_then(|c| c.0);
+            let one_pool = self.ledger.is_per_pool(team)
+                && landed.is_some()
+                && charges.iter().all(|c| c.0 == landed);
+            let pool = if one_pool {
+                landed
+            } else {
+                self.own_limit_of(js, &js.job.shape)
+                    .and_then(|(pool, _)| pool)
+            };
+            return Err(self.guarantee_block_in(js, pool, need));
         }
         if self.placer.quiet {
             // A trial nobody explains: the verdict without its reason.
@@ -205,15 +189,19 @@ impl<'a> Cycle<'a> {
         Ok(!within && self.ledger.has_team(team))
     }
 
-    /// Why a job of a never-preempted tier needing `need` waits for its own team;
-    /// memoised, since every such job of a team at its guarantee asks with the same
-    /// numbers until the team's usage changes.
     /// Why `js` (of `shape`) waits outside its team's guarantee: the team's whole use
     /// against its whole guarantee, or, where the job runs in one pool of a guarantee
     /// split over pools, its use there against the guarantee there.
     fn guarantee_block(&mut self, js: &JobState, shape: &JobShape, need: u64) -> QuotaBlock {
-        let ix = self.job_team(js);
         let pool = self.own_limit_of(js, shape).and_then(|(pool, _)| pool);
+        self.guarantee_block_in(js, pool, need)
+    }
+
+    /// [`Cycle::guarantee_block`] for a job held to `pool`'s guarantee (`None`: the
+    /// team's whole guarantee); memoised, since every such job of a team at its
+    /// guarantee asks with the same numbers until the team's usage changes.
+    fn guarantee_block_in(&mut self, js: &JobState, pool: Option<PoolIx>, need: u64) -> QuotaBlock {
+        let ix = self.job_team(js);
         let (used, guaranteed) = match pool {
             Some(p) => self.pool_guarantee(ix, p),
             None => self.ledger.usage(ix).unwrap_or((0, 0)),
