@@ -387,10 +387,11 @@ fn runtimes_predicted_from_history_backfill_and_are_corrected_when_outlived() {
 fn runs_the_trace_recorded_as_interrupted_are_stopped_and_queued_again() {
     let m = simulate("interrupted_runs");
     let start = |id: &str| outcome(&m, id)["first_start"].as_i64();
-    // req is stopped at 200 s and goes again at once, ahead of other.
+    // req is stopped at 200 s and queued again from then, as its replacement pods would
+    // be: other (waiting since 10 s) goes first, req after it, at 300 s.
     assert_eq!(start("req"), Some(0));
-    assert_eq!(start("other"), Some(500));
-    assert_eq!(outcome(&m, "req")["queue_wait_s"], 0);
+    assert_eq!(start("other"), Some(200));
+    assert_eq!(outcome(&m, "req")["queue_wait_s"], 100);
     assert!(close(&outcome(&m, "req")["lost_gpu_s"], 8.0 * 200.0));
     // ck keeps its two checkpoints (200 s) and loses 50 s on 4 GPUs.
     assert!(close(&outcome(&m, "ck")["lost_gpu_s"], 4.0 * 50.0));
@@ -401,8 +402,10 @@ fn runs_the_trace_recorded_as_interrupted_are_stopped_and_queued_again() {
     assert!(close(&m["preemptions"]["lost_gpu_hours"], 0.5));
     assert_eq!(m["jobs"]["completed"], 5);
     assert_eq!(m["end"], 2050);
-    // ck's last run starts at 1250 s with 200 s left: after (8 GPUs) starts when it ends.
-    assert_eq!(start("after"), Some(1450));
+    // ck, stopped at 1250 s, queues behind after (8 GPUs, waiting since 1010 s): after
+    // starts then, and ck's last run (200 s left) after it.
+    assert_eq!(start("after"), Some(1250));
+    assert_eq!(outcome(&m, "ck")["queue_wait_s"], 100);
 }
 
 #[test]
@@ -622,7 +625,7 @@ fn diff_markdown_snapshot_and_fail_if() {
     let (code, out, err) = autoscale_diff("markdown", &["--max-jobs", "10"]);
     assert_eq!(code, 0, "{err}");
     assert!(
-        out.contains("| `cost` | $27149.58 | $17838.69 | -34.3% |"),
+        out.contains("| `cost` | $26661.51 | $18500.71 | -30.6% |"),
         "{out}"
     );
     insta::assert_snapshot!("diff_autoscale_markdown", relative(&out));

@@ -117,7 +117,7 @@ pub(crate) fn apply(
     let mut found: BTreeMap<&str, Found> = BTreeMap::new();
     let mut kept = Vec::with_capacity(out.jobs.len());
     for mut j in std::mem::take(&mut out.jobs) {
-        if let Some((id, (nodes, _))) = standing.get_key_value(&j.id) {
+        if let Some((id, (nodes, until))) = standing.get_key_value(&j.id) {
             found.entry(id.as_str()).or_default().2 = Some(j.clone());
             j.placement = nodes
                 .iter()
@@ -128,7 +128,15 @@ pub(crate) fn apply(
                     mig_starts: Vec::new(),
                 })
                 .collect();
+            // Shown running from now (what protects it, and what it would lose, count from
+            // now), it starts once its victims are gone, by their grace, which the
+            // nomination's expiry is past by SLACK_S: it is expected to end that much
+            // later (as the replay starts a preemptor).
             j.started_at = Some(now);
+            let wait = until.saturating_sub(SLACK_S).saturating_sub(now).max(0);
+            j.runtime_s = j
+                .runtime_s
+                .map(|r| r.saturating_add(u64::try_from(wait).unwrap_or(0)));
             kept.push(j);
             continue;
         }
@@ -157,7 +165,9 @@ pub(crate) fn apply(
         }
         // Its members on the nominated nodes: their GPUs are the preemptor's now. Those
         // elsewhere keep what they hold, charged to no team.
-        let on = standing.get(id).map_or(&[][..], |(n, _)| n.as_slice());
+        let (on, until) = standing
+            .get(id)
+            .map_or((&[][..], now), |(n, u)| (n.as_slice(), *u));
         entry.1.push(j.clone());
         let elsewhere: Vec<PlacedMember> = j
             .placement
@@ -170,6 +180,11 @@ pub(crate) fn apply(
             j.placement = elsewhere;
             j.team = Some(FOREIGN.into());
             j.tier = Some(FOREIGN.into());
+            // They hold it until they are gone, by their grace: not to the job's own end.
+            if let Some(started) = j.started_at {
+                let gone = until.saturating_sub(SLACK_S).max(now);
+                j.runtime_s = Some(u64::try_from(gone.saturating_sub(started)).unwrap_or(0));
+            }
             kept.push(j);
         }
     }

@@ -54,6 +54,9 @@ pub(super) struct SimJob {
     saved_s: i64,
     pub phase: Phase,
     queued_since: i64,
+    /// It was stopped and queued again: it queues from then, not from its submission, as
+    /// its replacement pods do in a cluster (Kueue's `Eviction` requeue timestamp).
+    requeued: bool,
     queue_wait_s: i64,
     first_start: Option<i64>,
     lost_gpu_s: f64,
@@ -212,6 +215,7 @@ impl SimJob {
             saved_s: 0,
             phase: Phase::Future,
             queued_since: 0,
+            requeued: false,
             queue_wait_s: 0,
             first_start: None,
             lost_gpu_s: 0.0,
@@ -341,6 +345,9 @@ impl SimJob {
             _ => return None,
         };
         let mut job = Box::new(self.job.clone());
+        if self.requeued {
+            job.submitted_at = Some(self.queued_since);
+        }
         if let Phase::Running(run) = &self.phase {
             job.placement.clone_from(&run.members);
             job.started_at = Some(run.work_from);
@@ -435,6 +442,19 @@ impl SimJob {
         Some(free_at + (self.work_s - self.saved_s).max(0))
     }
 
+    /// When its run started, while it runs.
+    pub fn run_started(&self) -> Option<i64> {
+        match &self.phase {
+            Phase::Running(run) => Some(run.work_from),
+            _ => None,
+        }
+    }
+
+    /// What one member counts for, in milli-GPUs.
+    pub fn member_milli(&self) -> u64 {
+        self.member_milli
+    }
+
     /// Stops the running job now, keeping the progress of its last checkpoint; it waits
     /// again. Returns where it ran.
     pub fn stop(
@@ -454,6 +474,7 @@ impl SimJob {
         }
         self.lost_gpu_s += lost_gpu_s;
         self.queued_since = now;
+        self.requeued = true;
         self.generation += 1;
         self.revision += 1;
         Some(run.members)
@@ -576,7 +597,11 @@ impl SimJob {
     }
 }
 
-fn choice(fleet: &Fleet, index: &HashMap<String, usize>, p: &PlacedMember) -> Option<Choice> {
+pub(super) fn choice(
+    fleet: &Fleet,
+    index: &HashMap<String, usize>,
+    p: &PlacedMember,
+) -> Option<Choice> {
     let n = *index.get(&p.node)?;
     let node = fleet.nodes.get(n)?;
     let gpus = p

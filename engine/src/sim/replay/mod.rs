@@ -20,6 +20,7 @@ mod nodes;
 mod record;
 mod running_use;
 mod states;
+mod stopping;
 mod summary;
 mod warm;
 
@@ -39,6 +40,7 @@ use nodes::SimNode;
 use record::Recorder;
 use running_use::RunningUse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use stopping::Stopping;
 
 /// How a replay runs besides the policy, fleet and trace.
 #[derive(Debug, Clone)]
@@ -182,8 +184,12 @@ struct Sim<'p> {
     seq: u64,
     next_arrival: usize,
     next_trace_event: usize,
-    /// When each (node, GPU) is free of a stopping job.
+    /// When each (node, GPU) is free of a stopping job: every GPU of a node a job stops
+    /// on, as the controller releases nothing onto a node until its stopping pods are gone
+    /// (`cluster::enact`).
     busy_until: HashMap<(usize, u32), i64>,
+    /// Jobs stopping within their grace, as the controller sees their pods.
+    stopping: Stopping,
     /// Nodes under a spot notice.
     interrupted: BTreeSet<usize>,
     rec: Recorder,
@@ -324,6 +330,7 @@ impl<'p> Sim<'p> {
             next_arrival: 0,
             next_trace_event: 0,
             busy_until: HashMap::new(),
+            stopping: Stopping::default(),
             interrupted: BTreeSet::new(),
             rec,
             now: start,
@@ -608,7 +615,14 @@ impl<'p> Sim<'p> {
             .filter_map(|&n| self.nodes.get(n))
             .filter_map(|n| self.fleet_index.get(&n.node.name).copied())
             .collect();
+        // What stopping jobs still hold, for this cycle only.
+        let kept = self.snapshot.jobs.len();
+        let held = self
+            .stopping
+            .states(&self.snapshot.fleet, &self.fleet_index, self.now);
+        self.snapshot.jobs.extend(held);
         let plan = self.decider.decide(self.program, &self.snapshot, self.now);
+        self.snapshot.jobs.truncate(kept);
         self.apply(plan);
     }
 
@@ -633,13 +647,65 @@ impl<'p> Sim<'p> {
         }
         let mut changed = !preemptions.is_empty() || !scale.is_empty();
         let mut requeued = false;
+        // A preemptor starts once all its victims have stopped, wherever it lands, as the
+        // controller releases it only then (`cluster::nomination`).
+        let mut victims_gone_at: HashMap<&str, i64> = HashMap::new();
+        self.stopping.plan_begins();
+        // Where each job placed lands: its victims' members elsewhere hold their GPUs.
+        let lands_on: HashMap<&str, Vec<&str>> = decisions
+            .iter()
+            .filter(|d| d.action == Action::Place)
+            .map(|d| {
+                (
+                    d.job.as_str(),
+                    d.placement.iter().map(|a| a.node.as_str()).collect(),
+                )
+            })
+            .collect();
         for p in &preemptions {
             requeued |= p.cause != "spot_interrupt";
-            self.preempt(p);
+            self.preempt(
+                p,
+                lands_on
+                    .get(p.for_job.as_str())
+                    .map_or(&[][..], Vec::as_slice),
+            );
+            let gone = self
+                .now
+                .saturating_add(i64::try_from(p.grace_s).unwrap_or(i64::MAX / 4));
+            let at = victims_gone_at.entry(p.for_job.as_str()).or_insert(gone);
+            *at = (*at).max(gone);
+            // The controller decides again when the victim's pods are gone.
+            if gone > self.now && self.wakes.insert(gone) {
+                self.schedule(gone, Internal::Redecide);
+            }
         }
         for d in &decisions {
+            if d.action == Action::Place
+                && d.victims.is_empty()
+                && self.stopping.blocks(self.nodes_of(d), self.now)
+            {
+                // As the controller holds it (`cluster::enact`): nothing is released onto
+                // a node while pods stop there; it is decided again once they are gone.
+                let index = self.job_by_id.get(&d.job).copied();
+                if let Some(job) = index
+                    .and_then(|i| self.jobs.get_mut(i))
+                    .and_then(Slot::live_mut)
+                {
+                    job.wait(d, self.now);
+                }
+                // Pods stopped with no grace are gone at once; others wake the replay
+                // when their grace is over.
+                requeued |= !self.stopping.past(self.nodes_of(d), self.now);
+                continue;
+            }
             changed |= d.action == Action::Place;
-            self.decision(d);
+            // What is placed changes what the jobs after it may do (a team now borrows,
+            // so its jobs may be reclaimed): as the controller's next cycle, at once,
+            // decides again.
+            requeued |= d.action == Action::Place;
+            let not_before = victims_gone_at.get(d.job.as_str()).copied();
+            self.decision(d, not_before.unwrap_or(self.now));
         }
         for s in scale {
             self.scale(s.pool, s.delta_nodes, s.reason);
@@ -677,7 +743,15 @@ impl<'p> Sim<'p> {
         self.booked = now;
     }
 
-    fn decision(&mut self, d: &Decision) {
+    /// The nodes `d` places members on.
+    fn nodes_of<'d>(&'d self, d: &'d Decision) -> impl Iterator<Item = &'d usize> + 'd {
+        d.placement
+            .iter()
+            .filter_map(|a| self.node_by_name.get(&a.node))
+    }
+
+    /// Carries out `d`; a job placed starts at `not_before` at the earliest.
+    fn decision(&mut self, d: &Decision, not_before: i64) {
         let Some(&index) = self.job_by_id.get(&d.job) else {
             return;
         };
@@ -697,7 +771,7 @@ impl<'p> Sim<'p> {
                     .copied()
                     .max()
                     .unwrap_or(self.now)
-                    .max(self.now);
+                    .max(not_before);
                 let prices: Vec<(String, f64)> = d
                     .placement
                     .iter()
@@ -775,7 +849,9 @@ impl<'p> Sim<'p> {
         }
     }
 
-    fn preempt(&mut self, p: &Preemption) {
+    /// Stops `p`'s victim; its members off `preemptor_nodes` hold their GPUs through
+    /// its grace.
+    fn preempt(&mut self, p: &Preemption, preemptor_nodes: &[&str]) {
         let Some(&index) = self.job_by_id.get(&p.job) else {
             return;
         };
@@ -785,6 +861,7 @@ impl<'p> Sim<'p> {
         };
         let before = Counts::of(&job.phase);
         let used = RunningUse::of(job);
+        let run_started = job.run_started().unwrap_or(now);
         let stopped = job.stop(now, p.lost_gpu_s, &mut self.rec);
         self.counts.moved(before, Counts::of(&job.phase));
         if stopped.is_some() {
@@ -800,11 +877,21 @@ impl<'p> Sim<'p> {
         }
         let until = now + i64::try_from(p.grace_s).unwrap_or(i64::MAX / 4);
         for m in &members {
-            if let Some(&n) = self.node_by_name.get(&m.node) {
-                for g in &m.gpus {
-                    let slot = self.busy_until.entry((n, *g)).or_insert(until);
-                    *slot = (*slot).max(until);
-                }
+            let Some(&n) = self.node_by_name.get(&m.node) else {
+                continue;
+            };
+            self.stopping.stops_on(n, until);
+            if until > now && !preemptor_nodes.contains(&m.node.as_str()) {
+                let held = (job.member_milli(), run_started);
+                self.stopping.holds(&job.job, m, held, until);
+            }
+            let gpus = self
+                .nodes
+                .get(n)
+                .map_or(&[][..], |n| n.node.gpus.as_slice());
+            for g in gpus {
+                let slot = self.busy_until.entry((n, g.index)).or_insert(until);
+                *slot = (*slot).max(until);
             }
         }
         self.preemptions.count += 1;
