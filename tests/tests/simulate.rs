@@ -409,6 +409,20 @@ fn runs_the_trace_recorded_as_interrupted_are_stopped_and_queued_again() {
 }
 
 #[test]
+fn an_estimate_nobody_enforces_is_run_past_and_a_deadline_stops_the_job() {
+    let m = simulate("estimates_run_past");
+    let o = |id: &str| outcome(&m, id).clone();
+    // a ran its 1200 s past its 600 s estimate: b, told 600 s, starts when a ends.
+    assert_eq!(o("a")["timed_out"], Value::Null);
+    assert_eq!(o("b")["first_eta"].as_i64(), Some(600));
+    assert_eq!(o("b")["first_start"].as_i64(), Some(1200));
+    // c is stopped at its 500 s deadline, not at its 300 s estimate or its 1000 s.
+    assert_eq!(o("c")["first_start"].as_i64(), Some(1500));
+    assert_eq!(o("c")["timed_out"], true);
+    assert_eq!(m["end"], 2000);
+}
+
+#[test]
 fn a_warm_pools_target_idle_nodes_and_warm_starts_are_in_the_figures() {
     let m = simulate("warm_pool");
     let started_warm = |id: &str| outcome(&m, id)["started_warm"].clone();

@@ -301,6 +301,7 @@ fn outlived_estimates(jobs: &mut [Job], now: i64) {
         let declared = engine::core::declared::Runtime {
             estimate_s: job.runtime_s,
             limit_s: job.runtime_limit_s,
+            estimate_only: job.estimate_only,
         };
         job.runtime_s = declared.after(now - started);
     }

@@ -1,7 +1,8 @@
 //! `gantry simulate` does what the queue controller does. The same random workload is
 //! run twice: through the controller's own cycle against the in-process API server
 //! (gated pods arrive, the cycle assigns and releases them, kube-scheduler's binding is
-//! played by the fake server, a pod is deleted when its declared runtime is over), and
+//! played by the fake server, a pod is deleted when its actual runtime is over, which its
+//! declared runtime, an estimate nobody enforces, sometimes misses), and
 //! through the replay (`engine::sim::replay`) of the same jobs on the fleet the controller
 //! saw. Every job must start at the same moment in both, be given the same first ETA,
 //! be preempted as often and wait as long (a victim queued again from its eviction).
@@ -68,10 +69,14 @@ struct Arrival {
     /// 1 for a single pod, 2 for a gang of two.
     members: u32,
     gpus: u32,
+    /// What the pod declares (`gantry.dev/runtime`), an estimate nobody enforces.
     runtime_s: i64,
+    /// How long it really runs.
+    actual_s: i64,
 }
 
-/// Arrivals of `batch` jobs only, or of both tiers.
+/// Arrivals of `batch` jobs only with exact estimates, or of both tiers with estimates
+/// that are sometimes off.
 fn arrival(preempting: bool) -> impl Strategy<Value = Arrival> {
     (
         0..4i64,
@@ -80,21 +85,29 @@ fn arrival(preempting: bool) -> impl Strategy<Value = Arrival> {
         prop_oneof![4 => Just(1u32), 1 => Just(2)],
         prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
         1..8i64,
+        prop_oneof![
+            2 => Just(0i64),
+            u32::from(preempting) => Just(-150),
+            u32::from(preempting) => Just(420),
+        ],
     )
-        .prop_map(|(gap, alpha, scavenger, members, gpus, minutes)| Arrival {
-            after_s: gap * 120,
-            alpha,
-            scavenger,
-            members,
-            // A batch gang's members take 2 or 4 GPUs each: a tier never preempted runs
-            // only inside its team's guarantee (8 GPUs).
-            gpus: if members > 1 && !scavenger {
-                gpus.clamp(2, 4)
-            } else {
-                gpus
+        .prop_map(
+            |(gap, alpha, scavenger, members, gpus, minutes, off)| Arrival {
+                after_s: gap * 120,
+                alpha,
+                scavenger,
+                members,
+                // A batch gang's members take 2 or 4 GPUs each: a tier never preempted runs
+                // only inside its team's guarantee (8 GPUs).
+                gpus: if members > 1 && !scavenger {
+                    gpus.clamp(2, 4)
+                } else {
+                    gpus
+                },
+                runtime_s: minutes * 300,
+                actual_s: minutes * 300 + off,
             },
-            runtime_s: minutes * 300,
-        })
+        )
 }
 
 fn rfc3339(t: i64) -> String {
@@ -112,6 +125,7 @@ struct Planned {
     gpus: u32,
     submit: i64,
     runtime_s: i64,
+    actual_s: i64,
 }
 
 fn planned(arrivals: &[Arrival]) -> Vec<Planned> {
@@ -133,6 +147,7 @@ fn planned(arrivals: &[Arrival]) -> Vec<Planned> {
                 gpus: a.gpus,
                 submit: t,
                 runtime_s: a.runtime_s,
+                actual_s: a.actual_s,
             }
         })
         .collect()
@@ -345,7 +360,7 @@ async fn through_the_controller(h: &mut Harness, jobs: &[Planned], grace_s: i64)
                 let s = seen.get_mut(id).unwrap();
                 s.first_start.get_or_insert(t);
                 s.queue_wait_s += t - o.queued_at;
-                let runtime = planned_by_id[id.as_str()].runtime_s;
+                let runtime = planned_by_id[id.as_str()].actual_s;
                 ends.entry(t + runtime)
                     .or_default()
                     .push((id.clone(), o.run));
@@ -381,6 +396,9 @@ async fn through_the_replay(h: &Harness, jobs: &[Planned]) -> Seen {
                 tier: Some(j.tier.into()),
                 submitted_at: Some(j.submit),
                 runtime_s: Some(j.runtime_s as u64),
+                // The pod's estimate: planned with, not enforced.
+                estimate_only: true,
+                actual_runtime_s: Some(j.actual_s as u64),
                 shape: JobShape {
                     members: j.members,
                     member: Request {
@@ -498,6 +516,7 @@ fn at(after_s: i64, alpha: bool, scavenger: bool, gpus: u32, runtime_s: i64) -> 
         members: 1,
         gpus,
         runtime_s,
+        actual_s: runtime_s,
     }
 }
 

@@ -48,6 +48,9 @@ pub struct Runtime {
     pub estimate_s: Option<u64>,
     /// The enforced limit where it is longer than the estimate.
     pub limit_s: Option<u64>,
+    /// `estimate_s` is the pod's own claim, which nobody enforces (a deadline, where
+    /// there is one, is longer).
+    pub estimate_only: bool,
 }
 
 impl Runtime {
@@ -58,10 +61,12 @@ impl Runtime {
             (Some(e), Some(d)) if e < d => Runtime {
                 estimate_s: Some(e),
                 limit_s: Some(d),
+                estimate_only: true,
             },
             (e, d) => Runtime {
                 estimate_s: d.or(e),
                 limit_s: None,
+                estimate_only: d.is_none() && e.is_some(),
             },
         }
     }

@@ -27,7 +27,8 @@ pub struct Plan {
     pub state: Option<crate::scale::state::ScaleState>,
     /// When jobs wait: the earliest later time this plan may change though nothing
     /// arrives or ends (a running job's protection ends: `min_runtime`, a checkpoint,
-    /// `reclaim_within`). The controller and the replay decide again then.
+    /// `reclaim_within`; a running job's estimate nobody enforces passes). The
+    /// controller and the replay decide again then.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_decision_at: Option<i64>,
 }

@@ -47,8 +47,12 @@ pub struct Job {
     /// Where `runtime_s` is an estimate only its owner stands behind (a pod's
     /// `gantry.dev/runtime`), the longer limit that is enforced (its
     /// `activeDeadlineSeconds`): what it is planned with once it has run past the
-    /// estimate. Read from pods only.
+    /// estimate. From pods, or a trace (`gantry trace import` of pods).
     pub runtime_limit_s: Option<u64>,
+    /// `runtime_s` is an estimate nobody enforces: a replay runs the job to its
+    /// `actual_runtime_s` past it (up to `runtime_limit_s`, if given), planned with the
+    /// estimate while it holds, then with the limit, then with none.
+    pub estimate_only: bool,
     /// In a replayed trace, how long it really runs (the decisions never see it): it ends
     /// then, or at `runtime_s` if that comes first (a limit, as Slurm's TIMEOUT).
     pub actual_runtime_s: Option<u64>,
@@ -136,6 +140,9 @@ struct Entry {
     user: Option<String>,
     submitted_at: Option<Time>,
     runtime_s: Option<u64>,
+    runtime_limit_s: Option<u64>,
+    #[serde(default)]
+    estimate_only: bool,
     actual_runtime_s: Option<u64>,
     #[serde(default)]
     interrupted_after_s: Vec<u64>,
@@ -393,6 +400,24 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
             ),
         ));
     }
+    let estimate_only = e.estimate_only || e.runtime_limit_s.is_some();
+    match (e.runtime_s, e.runtime_limit_s) {
+        (None, _) if estimate_only => {
+            return Err(err(
+                "runtime_s",
+                "an estimate (`estimate_only`, `runtime_limit_s`) needs `runtime_s`, the runtime planned with first".into(),
+            ));
+        }
+        (Some(estimate), Some(limit)) if limit <= estimate => {
+            return Err(err(
+                "runtime_limit_s",
+                format!(
+                    "{limit} is not longer than runtime_s ({estimate}); a limit no longer than the estimate is the runtime: give it as runtime_s alone"
+                ),
+            ));
+        }
+        _ => {}
+    }
     if e.interrupted_after_s.contains(&0) {
         return Err(err(
             "interrupted_after_s",
@@ -436,7 +461,8 @@ fn job(file: &str, line: usize, e: Entry) -> Result<Job, JobsError> {
         tier: e.tier,
         submitted_at,
         runtime_s: e.runtime_s,
-        runtime_limit_s: None,
+        runtime_limit_s: e.runtime_limit_s,
+        estimate_only,
         actual_runtime_s: e.actual_runtime_s,
         interrupted_after_s: e.interrupted_after_s,
         checkpoint_interval_s: e.checkpoint_interval_s,
@@ -546,6 +572,31 @@ mod tests {
         let many = format!("[{}]", vec!["1"; MAX_INTERRUPTIONS + 1].join(","));
         let too_many = parse("t.jsonl", &line(&many)).unwrap_err();
         assert!(too_many.message.contains("at most"), "{}", too_many.message);
+    }
+
+    #[test]
+    fn an_estimate_and_the_limit_behind_it_are_read_and_checked() {
+        let job = |fields: &str| format!(r#"{{"id": "a", "gpus_per_member": 1, {fields}}}"#);
+        let jobs = parse("t.jsonl", &job(r#""runtime_s": 60, "runtime_limit_s": 90"#)).unwrap();
+        assert_eq!(
+            (jobs[0].runtime_limit_s, jobs[0].estimate_only),
+            (Some(90), true)
+        );
+        let only = parse("t.jsonl", &job(r#""runtime_s": 60, "estimate_only": true"#)).unwrap();
+        assert_eq!(
+            (only[0].runtime_limit_s, only[0].estimate_only),
+            (None, true)
+        );
+        let short = parse("t.jsonl", &job(r#""runtime_s": 60, "runtime_limit_s": 60"#));
+        let short = short.unwrap_err();
+        assert_eq!(short.field.as_deref(), Some("runtime_limit_s"));
+        assert!(
+            short.message.contains("not longer than runtime_s"),
+            "{}",
+            short.message
+        );
+        let none = parse("t.jsonl", &job(r#""estimate_only": true"#)).unwrap_err();
+        assert_eq!(none.field.as_deref(), Some("runtime_s"));
     }
 
     #[test]

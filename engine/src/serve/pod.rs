@@ -293,6 +293,7 @@ pub fn bound_job(pod: &Pod) -> Result<Option<Job>, String> {
         // A running pod's estimate that does not read is no estimate (it was admitted).
         runtime_s: runtime.estimate_s,
         runtime_limit_s: runtime.limit_s,
+        estimate_only: runtime.estimate_only,
         interactive: pod.attribute("interactive") == Some("true"),
         placement: vec![PlacedMember {
             node: node.to_string(),
@@ -366,6 +367,7 @@ pub fn job(pod: &Pod, namespace: Option<&str>, now: i64) -> Result<Option<Job>, 
         checkpoint_interval_s: checkpoint,
         runtime_s: runtime.estimate_s,
         runtime_limit_s: runtime.limit_s,
+        estimate_only: runtime.estimate_only,
         interactive: pod.attribute("interactive") == Some("true"),
         ..Job::default()
     }))

@@ -767,7 +767,7 @@ impl<'a> Cycle<'a> {
                     )
                 })
         });
-        let next_decision_at = if may_preempt && self.any_protected_now() {
+        let protection_ends = if may_preempt && self.any_protected_now() {
             self.holders
                 .iter()
                 .filter(|x| !x.evicted)
@@ -778,6 +778,21 @@ impl<'a> Cycle<'a> {
         } else {
             None
         };
+        // Something waits: a running job whose runtime is an estimate nobody enforces
+        // and that still runs at its estimated end is planned again from then (with its
+        // limit, or no runtime), which moves what waits for it.
+        let waits = decisions.iter().any(|d| d.action == Action::Queue);
+        let estimate_passes = waits
+            .then(|| {
+                self.holders
+                    .iter()
+                    .filter(|x| !x.evicted && x.job.job.estimate_only)
+                    .filter_map(|x| x.ends_at)
+                    .filter(|t| *t > self.now)
+                    .min()
+            })
+            .flatten();
+        let next_decision_at = protection_ends.into_iter().chain(estimate_passes).min();
         Plan {
             policy_revision: String::new(),
             now: self.now,

@@ -29,6 +29,10 @@ struct Seen {
     /// The runtime the pod declared, as the controller reads it: its
     /// `gantry.dev/runtime` estimate bounded by its `activeDeadlineSeconds`.
     limit: Option<u64>,
+    /// `limit` is the estimate, which nobody enforces, and the deadline behind it if
+    /// the pod has one.
+    estimate_only: bool,
+    enforced: Option<u64>,
 }
 
 /// Reads every listing (`(file, text)`, oldest first) into one trace.
@@ -126,6 +130,8 @@ fn job(out: &mut Imported, map: &Mapping, id: &str, pods: &[Seen]) {
         runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
         limit_s: first.limit,
         interrupted_s: Vec::new(),
+        estimate_only: first.estimate_only,
+        enforced_s: first.enforced,
     });
 }
 
@@ -180,14 +186,20 @@ fn read(pod: &Value) -> Option<Seen> {
     let priority_class = text("/spec/priorityClassName").map(str::to_string);
     // As the controller reads it (`core::declared`): the estimate, bounded by the
     // deadline the kubelet enforces.
-    let limit = Runtime::declared(
+    let deadline = pod
+        .pointer("/spec/activeDeadlineSeconds")
+        .and_then(Value::as_u64);
+    let declared = Runtime::declared(
         pod.pointer("/metadata/annotations/gantry.dev~1runtime")
             .and_then(Value::as_str)
             .and_then(duration_s),
-        pod.pointer("/spec/activeDeadlineSeconds")
-            .and_then(Value::as_u64),
-    )
-    .estimate_s;
+        deadline,
+    );
+    let (limit, estimate_only, enforced) = (
+        declared.estimate_s,
+        declared.estimate_only,
+        declared.limit_s,
+    );
     Some(Seen {
         name: text("/metadata/name")?.to_string(),
         team: label("gantry.dev/team"),
@@ -201,22 +213,27 @@ fn read(pod: &Value) -> Option<Seen> {
         finished,
         namespace,
         limit,
+        estimate_only,
+        enforced,
     })
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "test code")]
 mod tests {
     use super::*;
 
+    /// A one-GPU pod with `annotations` and an `activeDeadlineSeconds` of `deadline`.
+    fn pod(annotations: Value, deadline: Value) -> Value {
+        serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ml", "annotations": annotations,
+                         "creationTimestamp": "2026-11-24T08:00:00Z"},
+            "spec": {"activeDeadlineSeconds": deadline, "containers": [
+                {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    }
+
     #[test]
     fn a_pods_declared_runtime_is_read_as_the_controller_reads_it() {
-        let pod = |annotations: Value, deadline: Value| {
-            serde_json::json!({
-                "metadata": {"name": "p", "namespace": "ml", "annotations": annotations,
-                             "creationTimestamp": "2026-11-24T08:00:00Z"},
-                "spec": {"activeDeadlineSeconds": deadline, "containers": [
-                    {"resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
-        };
         let limit = |a, d| read(&pod(a, d)).and_then(|s| s.limit);
         let est = serde_json::json!({"gantry.dev/runtime": "1h30m"});
         assert_eq!(limit(est.clone(), Value::Null), Some(5400));
@@ -226,5 +243,52 @@ mod tests {
         assert_eq!(limit(est, 3600.into()), Some(3600));
         let bad = serde_json::json!({"gantry.dev/runtime": "soon"});
         assert_eq!(limit(bad, Value::Null), None);
+    }
+
+    /// An estimate is not a limit: the trace says so, with the deadline behind it, so a
+    /// replay runs a pod that ran past its estimate as long as it ran.
+    #[test]
+    fn an_estimate_is_written_as_one_and_a_deadline_as_a_limit() {
+        let seen = |a, d| {
+            let s = read(&pod(a, d)).unwrap();
+            (s.limit, s.estimate_only, s.enforced)
+        };
+        let est = serde_json::json!({"gantry.dev/runtime": "1h30m"});
+        assert_eq!(seen(est.clone(), Value::Null), (Some(5400), true, None));
+        assert_eq!(
+            seen(est.clone(), 7200.into()),
+            (Some(5400), true, Some(7200))
+        );
+        // The deadline is shorter: it is what is planned, and it is enforced.
+        assert_eq!(seen(est, 3600.into()), (Some(3600), false, None));
+        assert_eq!(
+            seen(serde_json::json!({}), 600.into()),
+            (Some(600), false, None)
+        );
+        let job = TraceJob {
+            id: "ml/p".into(),
+            team: None,
+            tier: None,
+            user: None,
+            pools: Vec::new(),
+            submitted_at: 0,
+            members: 1,
+            gpus_per_member: 1,
+            runtime_s: 9000,
+            limit_s: Some(5400),
+            interrupted_s: Vec::new(),
+            estimate_only: true,
+            enforced_s: Some(7200),
+        };
+        let v = job.to_json();
+        assert_eq!(
+            (
+                &v["runtime_s"],
+                &v["actual_runtime_s"],
+                &v["estimate_only"],
+                &v["runtime_limit_s"]
+            ),
+            (&5400.into(), &9000.into(), &true.into(), &7200.into())
+        );
     }
 }

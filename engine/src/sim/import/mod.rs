@@ -86,6 +86,11 @@ pub struct TraceJob {
     pub limit_s: Option<u64>,
     /// Its earlier runs, stopped from outside and requeued (seconds each, in order).
     pub interrupted_s: Vec<u64>,
+    /// `limit_s` is an estimate nobody enforces (a pod's `gantry.dev/runtime`): the
+    /// job ran past it where it ran longer, up to `enforced_s` if it has one.
+    pub estimate_only: bool,
+    /// Behind an estimate, the limit that was enforced (a pod's `activeDeadlineSeconds`).
+    pub enforced_s: Option<u64>,
 }
 
 impl TraceJob {
@@ -116,6 +121,12 @@ impl TraceJob {
             // Decisions see the limit; the replay ends the job when it really ended.
             if self.limit_s.is_some() {
                 o.insert("actual_runtime_s".into(), json!(self.runtime_s));
+            }
+            if self.estimate_only && self.limit_s.is_some() {
+                o.insert("estimate_only".into(), json!(true));
+                if let Some(limit) = self.enforced_s {
+                    o.insert("runtime_limit_s".into(), json!(limit));
+                }
             }
         }
         v

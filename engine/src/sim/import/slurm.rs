@@ -257,6 +257,9 @@ fn read_line(
             runtime_s: u64::try_from(end - start).unwrap_or(0).max(1),
             limit_s: limit(get("Timelimit")),
             interrupted_s: Vec::new(),
+            // Slurm enforces a time limit (TIMEOUT).
+            estimate_only: false,
+            enforced_s: None,
         },
     })))
 }

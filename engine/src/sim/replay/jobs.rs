@@ -46,6 +46,11 @@ pub(super) struct SimJob {
     limit_s: Option<u64>,
     /// The prediction it was planned with at arrival, for its outcome.
     predicted_s: Option<u64>,
+    /// Where its `runtime_s` is an estimate nobody enforces (`estimate_only`): the
+    /// estimate each run is planned with, and what it is planned with once a run
+    /// outlives it (its enforced limit, or none), as the controller plans a pod
+    /// (`core::declared::Runtime::after`).
+    estimate: Option<(u64, Option<u64>)>,
     /// The warm pool whose idle node its first run started on.
     pub started_warm: Option<String>,
     /// The trace's interrupted runs still to come, seconds each (`interrupted_after_s`).
@@ -195,12 +200,22 @@ impl SimJob {
     fn new(mut job: Job, member_milli: u64) -> SimJob {
         let interruptions = std::mem::take(&mut job.interrupted_after_s).into();
         // Decisions plan with `runtime_s`; the job runs for its actual runtime, stopped
-        // at `runtime_s` when that is shorter (a time limit, as Slurm's TIMEOUT).
-        let (work, timed_out) = match (job.runtime_s, job.actual_runtime_s) {
+        // at its limit when that is shorter (as Slurm's TIMEOUT): `runtime_s`, or for an
+        // estimate nobody enforces, `runtime_limit_s` if it has one.
+        let enforced = if job.estimate_only {
+            job.runtime_limit_s
+        } else {
+            job.runtime_s
+        };
+        let (work, timed_out) = match (enforced, job.actual_runtime_s) {
             (Some(limit), Some(actual)) if actual > limit => (limit, true),
             (_, Some(actual)) => (actual, false),
-            (limit, None) => (limit.unwrap_or(0), false),
+            (_, None) => (job.runtime_s.unwrap_or(0), false),
         };
+        let estimate = job
+            .runtime_s
+            .filter(|_| job.estimate_only)
+            .map(|e| (e, job.runtime_limit_s));
         let work_s = i64::try_from(work).unwrap_or(i64::MAX / 4);
         SimJob {
             job,
@@ -210,6 +225,7 @@ impl SimJob {
             first_eta: None,
             limit_s: None,
             predicted_s: None,
+            estimate,
             started_warm: None,
             interruptions,
             saved_s: 0,
@@ -251,7 +267,8 @@ impl SimJob {
     /// Decisions plan with `predicted` seconds instead of its limit, where that is
     /// shorter.
     pub fn plan_with(&mut self, predicted: u64) {
-        let Some(limit) = self.job.runtime_s else {
+        // An estimate is planned with as given: predictions stand in for limits.
+        let Some(limit) = self.job.runtime_s.filter(|_| self.estimate.is_none()) else {
             return;
         };
         if predicted < limit {
@@ -265,32 +282,43 @@ impl SimJob {
     /// What the job's runtime is bounded by, and what it ran: for the predictions of
     /// later jobs, once it is done (`None` without a limit).
     pub fn ran(&self) -> Option<(u64, u64)> {
+        if self.estimate.is_some() {
+            return None;
+        }
         let limit = self.limit_s.or(self.job.runtime_s)?;
         Some((limit, u64::try_from(self.work_s).unwrap_or(0).min(limit)))
     }
 
     /// When the current run, ending at `ends`, outlives the runtime decisions plan it
-    /// with (a prediction shorter than what it really runs).
+    /// with (a prediction or an estimate shorter than what it really runs).
     pub fn outlives_prediction(&self, ends: i64) -> Option<i64> {
-        let (Phase::Running(run), Some(_), Some(planned)) =
-            (&self.phase, self.limit_s, self.job.runtime_s)
-        else {
+        let (Phase::Running(run), Some(planned)) = (&self.phase, self.job.runtime_s) else {
             return None;
         };
+        let on_estimate = self.estimate.is_some_and(|(e, _)| e == planned);
+        if self.limit_s.is_none() && !on_estimate {
+            return None;
+        }
         let at = run.work_from + i64::try_from(planned).unwrap_or(i64::MAX / 4);
         (at < ends).then_some(at)
     }
 
-    /// The run of `generation` has outlived its prediction: decisions plan with its
-    /// limit from now on (true when that changed the job).
+    /// The run of `generation` has outlived its prediction or its estimate: decisions
+    /// plan with its limit from now on, or with no runtime where nothing limits it (true
+    /// when that changed the job).
     pub fn prediction_outlived(&mut self, generation: u64) -> bool {
         if generation != self.generation || !matches!(self.phase, Phase::Running(_)) {
             return false;
         }
-        let Some(limit) = self.limit_s.take() else {
-            return false;
+        let next = match (self.limit_s.take(), self.estimate) {
+            (Some(limit), _) => Some(limit),
+            (None, Some((_, after))) => after,
+            (None, None) => return false,
         };
-        self.job.runtime_s = Some(limit);
+        if self.job.runtime_s == next {
+            return false;
+        }
+        self.job.runtime_s = next;
         self.revision += 1;
         true
     }
@@ -475,6 +503,10 @@ impl SimJob {
         self.lost_gpu_s += lost_gpu_s;
         self.queued_since = now;
         self.requeued = true;
+        // A new run is planned with the estimate again, as a replacement pod declares it.
+        if let Some((e, _)) = self.estimate {
+            self.job.runtime_s = Some(e);
+        }
         self.generation += 1;
         self.revision += 1;
         Some(run.members)
