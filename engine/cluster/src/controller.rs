@@ -87,6 +87,7 @@ pub fn cycle_kept(
         seal: stores.seal.as_ref(),
         program: Some(&policy.program),
         now,
+        predictions: memory.predictions.on.then_some(&memory.predictions),
     };
     let mut view = queue::view(stores, trust)?;
     let mut snapshot = snapshot(&mut view, &stores.pods.objects, policy)?;
@@ -464,6 +465,8 @@ pub struct Queue {
     /// Drive the cluster's autoscaler (placeholders and node marks); `None`: leave
     /// capacity alone.
     pub capacity: Option<capacity::Settings>,
+    /// Plan with runtimes predicted from teams' history (`crate::predictions`).
+    pub predict_runtimes: bool,
 }
 
 impl std::fmt::Debug for Queue {
@@ -511,6 +514,7 @@ pub async fn run(q: Queue) {
         namespace,
         save_every,
         capacity: capacity_settings,
+        predict_runtimes,
     } = q;
     let mut memory = Memory::default();
     // The placer's indexes, kept from cycle to cycle (plans are `decide`'s).
@@ -562,6 +566,7 @@ pub async fn run(q: Queue) {
             match tokio::time::timeout(LOAD_TIMEOUT, memory::load(&client, &namespace)).await {
                 Ok(Ok(m)) => {
                     memory = m;
+                    memory.predictions.on = predict_runtimes;
                     saved = memory.clone();
                     saved_at = None;
                     loaded = true;
@@ -737,6 +742,12 @@ pub async fn run(q: Queue) {
             done += changed;
             let pools = memory::node_pools(&view.fleet);
             memory.arrived(memory.arrivals(&view.fleet, now));
+            if let Some(learned) = view.learned.clone() {
+                memory.predictions = crate::predictions::Predictions {
+                    on: true,
+                    ..learned
+                };
+            }
             memory.remember(&plan, &pools);
             memory.account(&view.jobs, now);
             if memory != saved && saved_at.is_none_or(|t| t.elapsed() >= save_every) {

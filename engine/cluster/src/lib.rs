@@ -28,6 +28,7 @@ pub mod nodes;
 pub mod nomination;
 pub mod owners;
 pub mod pods;
+pub mod predictions;
 pub mod priority_classes;
 pub mod provreq;
 pub mod queue;

@@ -51,6 +51,10 @@ pub struct Memory {
     /// leader only: a new leader books afresh.
     #[serde(skip)]
     pub booked: Unsaved<BTreeMap<String, engine::inventory::jobs_file::PriorBooking>>,
+    /// The runtimes teams' jobs had against their limits, to predict from
+    /// (`crate::predictions`; learned only with `--estimates predicted`).
+    #[serde(skip_serializing_if = "crate::predictions::Predictions::is_empty")]
+    pub predictions: crate::predictions::Predictions,
 }
 
 /// What the memory keeps between cycles but never writes: equal whatever it holds, so a
@@ -182,6 +186,8 @@ impl Memory {
             self.scale = s.clone();
         }
         self.booked = Unsaved(plan.bookings_made());
+        self.predictions
+            .evicting(plan.preemptions.iter().map(|p| p.job.as_str()));
         // A pool that asked for its first nodes in this cycle has none yet (the counts
         // kept by `arrived` list every pool with nodes).
         for pool in self.scale.pools.keys() {

@@ -46,6 +46,9 @@ pub struct Trust<'a> {
     pub program: Option<&'a Program>,
     /// The time nominations are read at (`crate::nomination`): one expired is not held.
     pub now: i64,
+    /// What runtimes are predicted from (`crate::predictions`); `None`: jobs are planned
+    /// with what their pods declare.
+    pub predictions: Option<&'a crate::predictions::Predictions>,
 }
 
 impl Trust<'_> {
@@ -122,6 +125,9 @@ pub struct QueueView {
     pub bound: BTreeMap<(String, String), f64>,
     /// Evictions the API server refused, by pod: its words ([`Stores::refused_evictions`]).
     pub refused_evictions: BTreeMap<String, String>,
+    /// The predictions after this cycle, when the view predicts
+    /// ([`Trust::predictions`]): the controller keeps them.
+    pub learned: Option<crate::predictions::Predictions>,
 }
 
 /// A gated pod the view does not queue: told why in a condition and an Event, and shown
@@ -165,7 +171,7 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         refused_evictions: stores.refused_evictions.clone(),
         ..QueueView::default()
     };
-    let (program, now) = (trust.program, trust.now);
+    let (program, now, predictions) = (trust.program, trust.now, trust.predictions);
     // Namespaces are checked only when some team is bound to them: most policies bind
     // none, and this runs for every pod in every cycle.
     let trust = Trust {
@@ -285,6 +291,20 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
     }
     out.jobs.sort_by(|a, b| a.id.cmp(&b.id));
     outlived_estimates(&mut out.jobs, now);
+    if let Some(p) = predictions {
+        // Before nominations: a nominated job shows as running from its nomination on.
+        let up: BTreeSet<&str> = out
+            .fleet
+            .nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !out.interrupted.contains_key(i))
+            .map(|(_, n)| n.name.as_str())
+            .collect();
+        let learned = p.advanced(&out.jobs, &up, now);
+        learned.apply(&mut out.jobs);
+        out.learned = Some(learned);
+    }
     crate::nomination::apply(&mut out, &stores.pods.objects, trust.seal, program, now);
     Ok(out)
 }

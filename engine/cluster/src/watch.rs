@@ -38,6 +38,8 @@ pub struct Live {
     placeholder_image: Option<String>,
     /// The ProvisioningRequest API version scale-ups use, if they do.
     provisioning: Option<String>,
+    /// Plan with predicted runtimes (`--estimates predicted`).
+    predict_runtimes: bool,
 }
 
 impl std::fmt::Debug for Live {
@@ -192,6 +194,7 @@ impl Live {
             pool_label: options.pool_label.clone(),
             placeholder_image: options.placeholder_image.clone(),
             provisioning: provisioning.map(|v| format!("{}/{v}", crate::provreq::GROUP)),
+            predict_runtimes: options.predict_runtimes,
         };
         live.synced(options.sync_timeout).await?;
         Ok(live)
@@ -352,6 +355,7 @@ impl Live {
                 }),
             namespace,
             save_every,
+            predict_runtimes: self.predict_runtimes,
         }));
         *lock(&self.leading) = Some(leading);
         lock(&self.tasks).extend([elect, control]);

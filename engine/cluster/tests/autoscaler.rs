@@ -69,6 +69,7 @@ async fn start(
         watch_jobs: true,
         placeholder_image: Some(cluster::capacity::PAUSE_IMAGE.into()),
         provisioning_requests: provisioning,
+        predict_runtimes: false,
     };
     let live = Live::with_client(client, url, &options).await?;
     let dir = tempfile::tempdir().unwrap();

@@ -92,6 +92,7 @@ fn options() -> ClusterOptions {
         watch_jobs: false,
         placeholder_image: None,
         provisioning_requests: false,
+        predict_runtimes: false,
     }
 }
 

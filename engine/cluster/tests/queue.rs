@@ -534,6 +534,7 @@ async fn two_replicas_write_as_one() {
             watch_jobs: true,
             placeholder_image: None,
             provisioning_requests: false,
+            predict_runtimes: false,
         };
         Live::with_client(client, url, &options).await.unwrap()
     };

@@ -23,6 +23,7 @@ use cluster::controller;
 use engine::core::alloc::Request;
 use engine::core::gang::JobShape;
 use engine::inventory::jobs_file::Job;
+use engine::sim::predict::Estimates;
 use engine::sim::replay::{self, Config};
 use engine::sim::trace::Trace;
 use harness::*;
@@ -78,6 +79,26 @@ struct Arrival {
 /// Arrivals of `batch` jobs only with exact estimates, or of both tiers with estimates
 /// that are sometimes off.
 fn arrival(preempting: bool) -> impl Strategy<Value = Arrival> {
+    let off = prop_oneof![
+        2 => Just(0i64),
+        u32::from(preempting) => Just(-150),
+        u32::from(preempting) => Just(420),
+    ];
+    arrival_running(preempting, off.prop_map(|off| (100, off)))
+}
+
+/// Arrivals whose limits are up to 4 times what they run, or shorter (they run out
+/// their limit): of `batch` jobs only, or of both tiers.
+fn limited_arrival(preempting: bool) -> impl Strategy<Value = Arrival> {
+    let percent = prop_oneof![Just(25i64), Just(50), Just(100), Just(130)];
+    arrival_running(preempting, percent.prop_map(|p| (p, 0)))
+}
+
+/// Arrivals that run (percent of their declared runtime, plus seconds) as `actual` says.
+fn arrival_running(
+    preempting: bool,
+    actual: impl Strategy<Value = (i64, i64)>,
+) -> impl Strategy<Value = Arrival> {
     (
         0..4i64,
         any::<bool>(),
@@ -85,14 +106,10 @@ fn arrival(preempting: bool) -> impl Strategy<Value = Arrival> {
         prop_oneof![4 => Just(1u32), 1 => Just(2)],
         prop_oneof![Just(1u32), Just(2), Just(4), Just(8)],
         1..8i64,
-        prop_oneof![
-            2 => Just(0i64),
-            u32::from(preempting) => Just(-150),
-            u32::from(preempting) => Just(420),
-        ],
+        actual,
     )
         .prop_map(
-            |(gap, alpha, scavenger, members, gpus, minutes, off)| Arrival {
+            |(gap, alpha, scavenger, members, gpus, minutes, (percent, off))| Arrival {
                 after_s: gap * 120,
                 alpha,
                 scavenger,
@@ -105,7 +122,7 @@ fn arrival(preempting: bool) -> impl Strategy<Value = Arrival> {
                     gpus
                 },
                 runtime_s: minutes * 300,
-                actual_s: minutes * 300 + off,
+                actual_s: minutes * 3 * percent + off,
             },
         )
 }
@@ -126,9 +143,11 @@ struct Planned {
     submit: i64,
     runtime_s: i64,
     actual_s: i64,
+    /// `runtime_s` is an enforced limit (`activeDeadlineSeconds`), not an estimate.
+    limited: bool,
 }
 
-fn planned(arrivals: &[Arrival]) -> Vec<Planned> {
+fn planned(arrivals: &[Arrival], limited: bool) -> Vec<Planned> {
     let mut t = NOW;
     arrivals
         .iter()
@@ -148,9 +167,21 @@ fn planned(arrivals: &[Arrival]) -> Vec<Planned> {
                 submit: t,
                 runtime_s: a.runtime_s,
                 actual_s: a.actual_s,
+                limited,
             }
         })
         .collect()
+}
+
+impl Planned {
+    /// How long a run lasts: its actual runtime, or up to its limit.
+    fn ran_s(&self) -> i64 {
+        if self.limited {
+            self.actual_s.min(self.runtime_s)
+        } else {
+            self.actual_s
+        }
+    }
 }
 
 /// What a job went through, as both sides count it.
@@ -210,7 +241,11 @@ fn create_pods(h: &Harness, j: &Planned, run: u32, t: i64) {
         let gang = (j.members > 1).then_some((gang_name, j.members));
         let mut pod = gated(pod_name, j.team, j.tier, j.gpus, gang);
         pod["metadata"]["creationTimestamp"] = json!(rfc3339(t));
-        pod["metadata"]["annotations"] = json!({"gantry.dev/runtime": j.runtime_s.to_string()});
+        if j.limited {
+            pod["spec"]["activeDeadlineSeconds"] = json!(j.runtime_s);
+        } else {
+            pod["metadata"]["annotations"] = json!({"gantry.dev/runtime": j.runtime_s.to_string()});
+        }
         h.api.apply(Kind::Pods, pod);
     }
 }
@@ -230,6 +265,7 @@ async fn through_the_controller(h: &mut Harness, jobs: &[Planned], grace_s: i64)
     let mut wakes: std::collections::BTreeSet<i64> = std::collections::BTreeSet::new();
     let planned_by_id: BTreeMap<&str, &Planned> = jobs.iter().map(|j| (j.id.as_str(), j)).collect();
     let mut next = 0;
+    h.memory.predictions.on = jobs.iter().any(|j| j.limited);
     loop {
         let arrival = jobs.get(next).map(|j| j.submit);
         let end = ends.keys().next().copied();
@@ -285,7 +321,14 @@ async fn through_the_controller(h: &mut Harness, jobs: &[Planned], grace_s: i64)
             h.settle().await;
             let (view, plan, actions) =
                 controller::cycle_with(&h.live.stores(), &h.policy, &h.memory, t).unwrap();
-            // As the controller's loop keeps it: the bookings passed on, the starts.
+            // As the controller's loop keeps it: the predictions, the bookings passed on,
+            // the starts.
+            if let Some(learned) = view.learned.clone() {
+                h.memory.predictions = cluster::predictions::Predictions {
+                    on: true,
+                    ..learned
+                };
+            }
             h.memory
                 .remember(&plan, &cluster::memory::node_pools(&view.fleet));
             if let Some(at) = plan.next_decision_at.filter(|at| *at > t) {
@@ -360,7 +403,7 @@ async fn through_the_controller(h: &mut Harness, jobs: &[Planned], grace_s: i64)
                 let s = seen.get_mut(id).unwrap();
                 s.first_start.get_or_insert(t);
                 s.queue_wait_s += t - o.queued_at;
-                let runtime = planned_by_id[id.as_str()].actual_s;
+                let runtime = planned_by_id[id.as_str()].ran_s();
                 ends.entry(t + runtime)
                     .or_default()
                     .push((id.clone(), o.run));
@@ -396,8 +439,8 @@ async fn through_the_replay(h: &Harness, jobs: &[Planned]) -> Seen {
                 tier: Some(j.tier.into()),
                 submitted_at: Some(j.submit),
                 runtime_s: Some(j.runtime_s as u64),
-                // The pod's estimate: planned with, not enforced.
-                estimate_only: true,
+                // The pod's estimate: planned with, not enforced; or its deadline.
+                estimate_only: !j.limited,
                 actual_runtime_s: Some(j.actual_s as u64),
                 shape: JobShape {
                     members: j.members,
@@ -419,7 +462,14 @@ async fn through_the_replay(h: &Harness, jobs: &[Planned]) -> Seen {
         &h.policy.program,
         view.fleet.clone(),
         trace,
-        &Config::default(),
+        &Config {
+            estimates: if jobs.iter().any(|j| j.limited) {
+                Estimates::Predicted
+            } else {
+                Estimates::Limits
+            },
+            ..Config::default()
+        },
         &mut |_| {},
     )
     .unwrap();
@@ -440,6 +490,12 @@ async fn through_the_replay(h: &Harness, jobs: &[Planned]) -> Seen {
 /// Both runs of `arrivals` under `fair_share` agree, scavengers stopping within
 /// `grace_s`.
 fn agree(arrivals: &[Arrival], fair_share: &str, grace_s: i64) {
+    agree_with(arrivals, fair_share, grace_s, false);
+}
+
+/// [`agree`], with pods that declare `activeDeadlineSeconds` (`limited`) planned with
+/// runtimes predicted from their team's finished jobs on both sides.
+fn agree_with(arrivals: &[Arrival], fair_share: &str, grace_s: i64, limited: bool) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -448,7 +504,7 @@ fn agree(arrivals: &[Arrival], fair_share: &str, grace_s: i64) {
     runtime.block_on(async {
         let policy = policy(fair_share, &format!("{grace_s}s"));
         let mut h = harness_with(&policy, None).await;
-        let jobs = planned(arrivals);
+        let jobs = planned(arrivals, limited);
         let replayed = through_the_replay(&h, &jobs).await;
         let enacted = through_the_controller(&mut h, &jobs, grace_s).await;
         let differ: Vec<String> = enacted
@@ -505,6 +561,27 @@ proptest! {
         grace_s in prop_oneof![Just(0i64), Just(90)],
     ) {
         agree(&arrivals, fair_share, grace_s);
+    }
+
+    /// Limits that are up to 4 times what jobs run, or shorter: both sides predict each
+    /// job's runtime from its team's finished jobs when it is queued, plan with the
+    /// prediction until it is outlived, then with the limit.
+    #[test]
+    fn with_predicted_runtimes(
+        arrivals in prop::collection::vec(limited_arrival(false), 3..10),
+        fair_share in prop_oneof![Just("off"), Just("drf")],
+    ) {
+        agree_with(&arrivals, fair_share, 0, true);
+    }
+
+    /// The same with reclaims: a victim evicted is not learned from, and is predicted
+    /// afresh when it is queued again.
+    #[test]
+    fn with_predicted_runtimes_and_reclaims(
+        arrivals in prop::collection::vec(limited_arrival(true), 3..10),
+        grace_s in prop_oneof![Just(0i64), Just(90)],
+    ) {
+        agree_with(&arrivals, "off", grace_s, true);
     }
 }
 

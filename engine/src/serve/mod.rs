@@ -88,6 +88,12 @@ pub struct ServeArgs {
     /// the autoscaler's own rules).
     #[arg(long, value_enum, default_value_t = ScaleThrough::Placeholders)]
     pub scale_through: ScaleThrough,
+    /// With --queue, what decisions plan runtimes with: each pod's declared runtime
+    /// (`gantry.dev/runtime`, else `activeDeadlineSeconds`), or for a pod with a deadline
+    /// a prediction from its team's last finished jobs: the deadline times their mean
+    /// ratio of actual runtime to deadline, as `gantry simulate --estimates predicted`.
+    #[arg(long, default_value = "limits", value_parser = ["limits", "predicted"])]
+    pub estimates: String,
     /// The image placeholder pods run (they never do anything).
     #[arg(long, default_value = "registry.k8s.io/pause:3.9")]
     pub placeholder_image: String,
@@ -154,6 +160,7 @@ impl ServeArgs {
                 .then(|| self.placeholder_image.clone()),
             provisioning_requests: self.queue
                 && self.scale_through == ScaleThrough::ProvisioningRequest,
+            predict_runtimes: self.queue && self.estimates == "predicted",
         })
     }
 }

@@ -189,6 +189,9 @@ pub struct ClusterOptions {
     /// With placeholders: ask for scale-ups with cluster-autoscaler's ProvisioningRequest
     /// (atomic per request) instead of pending placeholder pods.
     pub provisioning_requests: bool,
+    /// With the queue: plan jobs with runtimes predicted from their team's history
+    /// instead of their limits (`--estimates predicted`).
+    pub predict_runtimes: bool,
 }
 
 /// A fleet file as the inventory.

@@ -10,7 +10,13 @@
 //! with what it could not have known.
 //!
 //! A prediction can be too short. The replay then corrects it as such systems do: once a
-//! job has run its prediction and still runs, decisions plan with its limit.
+//! job has run its prediction and still runs, decisions plan with its limit. A job that
+//! is stopped and queued again is predicted afresh, as the queue controller predicts a
+//! replacement pod. Decisions see a prediction as an estimate nobody enforces, with the
+//! limit behind it (`estimate_only`, `runtime_limit_s`), so a plan wakes when one passes.
+//!
+//! The queue controller makes the same predictions (`serve --queue --estimates
+//! predicted`, `cluster::predictions`) and keeps the history in its memory.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -37,14 +43,24 @@ impl Estimates {
     }
 }
 
+/// Users (and teams) a history keeps at most: the controller keeps it in a ConfigMap,
+/// and names come from objects tenants write. Later names are not learned.
+pub const MAX_KEYS: usize = 4_096;
+
 /// Recent ratios of actual runtime to limit, by user and by team.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct Predictor {
     by_user: BTreeMap<String, VecDeque<f64>>,
     by_team: BTreeMap<String, VecDeque<f64>>,
 }
 
 impl Predictor {
+    /// Whether nothing has been learned yet.
+    pub fn is_empty(&self) -> bool {
+        self.by_user.is_empty() && self.by_team.is_empty()
+    }
+
     /// A job of `user` and `team` with limit `limit_s` finished after running `ran_s`.
     pub fn observe(&mut self, user: Option<&str>, team: Option<&str>, limit_s: u64, ran_s: u64) {
         if limit_s == 0 {
@@ -52,13 +68,18 @@ impl Predictor {
         }
         let ratio = (ran_s as f64 / limit_s as f64).clamp(0.0, 1.0);
         for (map, key) in [(&mut self.by_user, user), (&mut self.by_team, team)] {
-            if let Some(key) = key {
-                let recent = map.entry(key.to_string()).or_default();
-                if recent.len() == RECENT {
-                    recent.pop_front();
-                }
-                recent.push_back(ratio);
+            let Some(key) = key else {
+                continue;
+            };
+            if map.len() >= MAX_KEYS && !map.contains_key(key) {
+                continue;
             }
+            let recent = map.entry(key.to_string()).or_default();
+            // A history read back from a ConfigMap a person edited may be longer.
+            while recent.len() >= RECENT {
+                recent.pop_front();
+            }
+            recent.push_back(ratio);
         }
     }
 
@@ -73,12 +94,19 @@ impl Predictor {
                     .filter(|r| !r.is_empty())
             })?;
         let mean = recent.iter().sum::<f64>() / recent.len() as f64;
+        // A history read back from an edited ConfigMap may hold anything.
+        let mean = if mean.is_finite() {
+            mean.clamp(0.0, 1.0)
+        } else {
+            1.0
+        };
         let predicted = (limit_s as f64 * mean).round() as u64;
         Some(predicted.max(FLOOR_S).min(limit_s))
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "test code")]
 mod tests {
     use super::*;
 
@@ -118,5 +146,26 @@ mod tests {
         // A zero limit teaches nothing.
         p.observe(Some("dee"), None, 0, 50);
         assert_eq!(p.predict(Some("dee"), None, 600), None);
+    }
+
+    #[test]
+    fn names_past_the_cap_are_not_learned() {
+        let mut p = Predictor::default();
+        for i in 0..MAX_KEYS {
+            p.observe(None, Some(&format!("t{i}")), 100, 50);
+        }
+        p.observe(None, Some("late"), 100, 50);
+        assert_eq!(p.predict(None, Some("late"), 1000), None);
+        // A name already kept still learns.
+        p.observe(None, Some("t0"), 100, 20);
+        assert_eq!(p.predict(None, Some("t0"), 1000), Some(350));
+    }
+
+    #[test]
+    fn an_edited_history_reads_within_bounds() {
+        let text = r#"{"by_team": {"a": [5.0, 7.0], "b": []}, "by_user": {}}"#;
+        let p: Predictor = serde_json::from_str(text).unwrap();
+        assert_eq!(p.predict(None, Some("a"), 600), Some(600));
+        assert_eq!(p.predict(None, Some("b"), 600), None);
     }
 }

@@ -158,6 +158,7 @@ pub fn view_options(timeout: Duration) -> engine::serve::state::ClusterOptions {
         watch_jobs: false,
         placeholder_image: None,
         provisioning_requests: false,
+        predict_runtimes: false,
     }
 }
 

@@ -105,6 +105,7 @@ pub async fn harness_of(
         watch_jobs: true,
         placeholder_image,
         provisioning_requests: false,
+        predict_runtimes: false,
     };
     let live = Live::with_client(client.clone(), url, &options)
         .await

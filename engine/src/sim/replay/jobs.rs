@@ -44,6 +44,8 @@ pub(super) struct SimJob {
     /// Its limit, where decisions plan with a shorter prediction (`sim::predict`) held
     /// in `job.runtime_s`; taken back into `job.runtime_s` once a run outlives it.
     limit_s: Option<u64>,
+    /// How long its last run ran, once done: what a cluster sees of it (its pods' life).
+    last_run_s: u64,
     /// The prediction it was planned with at arrival, for its outcome.
     predicted_s: Option<u64>,
     /// Where its `runtime_s` is an estimate nobody enforces (`estimate_only`): the
@@ -225,6 +227,7 @@ impl SimJob {
             first_eta: None,
             limit_s: None,
             predicted_s: None,
+            last_run_s: 0,
             estimate,
             started_warm: None,
             interruptions,
@@ -273,9 +276,23 @@ impl SimJob {
         };
         if predicted < limit {
             self.limit_s = Some(limit);
-            self.predicted_s = Some(predicted);
+            self.predicted_s.get_or_insert(predicted);
             self.job.runtime_s = Some(predicted);
+            // Planned with, not enforced: the limit stands behind it, and a plan wakes
+            // when it passes (as the controller plans a predicted pod).
+            self.job.estimate_only = true;
+            self.job.runtime_limit_s = Some(limit);
             self.revision += 1;
+        }
+    }
+
+    /// Its limit again in place of a prediction still standing: a new run is predicted
+    /// afresh.
+    fn unpredicted(&mut self) {
+        if let Some(limit) = self.limit_s.take() {
+            self.job.runtime_s = Some(limit);
+            self.job.estimate_only = false;
+            self.job.runtime_limit_s = None;
         }
     }
 
@@ -286,7 +303,7 @@ impl SimJob {
             return None;
         }
         let limit = self.limit_s.or(self.job.runtime_s)?;
-        Some((limit, u64::try_from(self.work_s).unwrap_or(0).min(limit)))
+        Some((limit, self.last_run_s.min(limit)))
     }
 
     /// When the current run, ending at `ends`, outlives the runtime decisions plan it
@@ -311,7 +328,11 @@ impl SimJob {
             return false;
         }
         let next = match (self.limit_s.take(), self.estimate) {
-            (Some(limit), _) => Some(limit),
+            (Some(limit), _) => {
+                self.job.estimate_only = false;
+                self.job.runtime_limit_s = None;
+                Some(limit)
+            }
             (None, Some((_, after))) => after,
             (None, None) => return false,
         };
@@ -507,19 +528,21 @@ impl SimJob {
         if let Some((e, _)) = self.estimate {
             self.job.runtime_s = Some(e);
         }
+        self.unpredicted();
         self.generation += 1;
         self.revision += 1;
         Some(run.members)
     }
 
     /// Ends the run if `generation` is still current; true when it did.
-    pub fn finish(&mut self, generation: u64, rec: &mut Recorder) -> bool {
+    pub fn finish(&mut self, generation: u64, now: i64, rec: &mut Recorder) -> bool {
         if generation != self.generation {
             return false;
         }
         let Phase::Running(run) = std::mem::replace(&mut self.phase, Phase::Done) else {
             return false;
         };
+        self.last_run_s = u64::try_from(now - run.work_from).unwrap_or(0);
         self.revision += 1;
         for (c, amount) in &run.contrib {
             rec.add(*c, -amount);

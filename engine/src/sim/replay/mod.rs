@@ -34,7 +34,7 @@ use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::catalog;
 use crate::inventory::jobs_file::PriorBooking;
 use crate::scale::state::Start;
-use jobs::{Counts, Slot, Slots};
+use jobs::{Counts, SimJob, Slot, Slots};
 use lang::ir::Program;
 use nodes::SimNode;
 use record::Recorder;
@@ -467,12 +467,7 @@ impl<'p> Sim<'p> {
             self.next_arrival += 1;
             any = true;
             if let Some(job) = self.jobs.get_mut(index).and_then(|s| s.arrive(t)) {
-                if let (Some(p), Some(limit)) = (&self.predictor, job.job.runtime_s) {
-                    let (user, team) = (job.job.user.as_deref(), job.job.team.as_deref());
-                    if let Some(predicted) = p.predict(user, team, limit) {
-                        job.plan_with(predicted);
-                    }
-                }
+                predict(self.predictor.as_ref(), job);
                 self.counts.moved(Counts::default(), Counts::of(&job.phase));
                 self.active.insert(index);
             }
@@ -863,6 +858,7 @@ impl<'p> Sim<'p> {
         let used = RunningUse::of(job);
         let run_started = job.run_started().unwrap_or(now);
         let stopped = job.stop(now, p.lost_gpu_s, &mut self.rec);
+        predict(self.predictor.as_ref(), job);
         self.counts.moved(before, Counts::of(&job.phase));
         if stopped.is_some() {
             self.running_use.stopped(used);
@@ -910,7 +906,7 @@ impl<'p> Sim<'p> {
         if let Some(job) = slot.live_mut() {
             let before = Counts::of(&job.phase);
             let used = RunningUse::of(job);
-            let finished = job.finish(generation, &mut self.rec);
+            let finished = job.finish(generation, self.now, &mut self.rec);
             self.counts.moved(before, Counts::of(&job.phase));
             if finished {
                 self.running_use.stopped(used);
@@ -1017,6 +1013,7 @@ impl<'p> Sim<'p> {
         let before = Counts::of(&job.phase);
         let used = RunningUse::of(job);
         let stopped = job.stop(now, lost, &mut self.rec).is_some();
+        predict(self.predictor.as_ref(), job);
         self.counts.moved(before, Counts::of(&job.phase));
         if stopped {
             self.running_use.stopped(used);
@@ -1112,6 +1109,20 @@ impl<'p> Sim<'p> {
         for (_, _, n) in idle.into_iter().take(want) {
             self.remove_node(n);
             *self.removed.entry(pool.clone()).or_insert(0) += 1;
+        }
+    }
+}
+
+/// Plans a job queued (again) with a prediction from the jobs finished so far, under
+/// `Estimates::Predicted`: as the controller predicts each new pod set when it sees it.
+fn predict(predictor: Option<&Predictor>, job: &mut SimJob) {
+    if !matches!(job.phase, jobs::Phase::Pending) {
+        return;
+    }
+    if let (Some(p), Some(limit)) = (predictor, job.job.runtime_s) {
+        let (user, team) = (job.job.user.as_deref(), job.job.team.as_deref());
+        if let Some(predicted) = p.predict(user, team, limit) {
+            job.plan_with(predicted);
         }
     }
 }
