@@ -45,7 +45,15 @@ pub struct SourceFile {
     pub text: std::sync::Arc<str>,
     /// Byte offsets where each line starts.
     line_starts: Vec<usize>,
+    /// (byte offset, characters before it) about every [`MARK_EVERY`] bytes; empty for an
+    /// ASCII file, where a column is a byte count. A column is then counted from the
+    /// nearest mark, not from its line's start: a diagnostic on a line of megabytes costs
+    /// no more than one on a short line.
+    char_marks: Vec<(usize, usize)>,
 }
+
+/// Bytes between [`SourceFile::char_marks`].
+const MARK_EVERY: usize = 4096;
 
 /// A 1-based line and column (columns count characters, as editors do).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -60,11 +68,39 @@ impl SourceFile {
         let line_starts = std::iter::once(0)
             .chain(text.match_indices('\n').map(|(i, _)| i + 1))
             .collect();
+        let char_marks = if text.is_ascii() {
+            Vec::new()
+        } else {
+            let mut marks = vec![(0, 0)];
+            let mut next = MARK_EVERY;
+            for (chars, (i, _)) in text.char_indices().enumerate() {
+                if i >= next {
+                    marks.push((i, chars));
+                    next = i + MARK_EVERY;
+                }
+            }
+            marks
+        };
         SourceFile {
             name: name.into(),
             text: text.into(),
             line_starts,
+            char_marks,
         }
+    }
+
+    /// Characters before byte `offset`, a character boundary.
+    fn chars_before(&self, offset: usize) -> Option<usize> {
+        if self.char_marks.is_empty() {
+            return Some(offset);
+        }
+        let k = self
+            .char_marks
+            .partition_point(|&(b, _)| b <= offset)
+            .max(1)
+            - 1;
+        let (byte, chars) = self.char_marks.get(k).copied().unwrap_or((0, 0));
+        Some(chars + self.text.get(byte..offset)?.chars().count())
     }
 
     /// The 0-based line holding byte `offset` (clamped to the file) and where it starts.
@@ -89,9 +125,9 @@ impl SourceFile {
         let offset = offset.min(self.text.len());
         let (line, start) = self.line_at(offset);
         let column = self
-            .text
-            .get(start..offset)
-            .map_or(offset - start, |s| s.chars().count());
+            .chars_before(offset)
+            .zip(self.chars_before(start))
+            .map_or(offset - start, |(o, s)| o - s);
         LineCol {
             line: line + 1,
             column: column + 1,
@@ -148,5 +184,47 @@ impl SourceMap {
             .iter()
             .enumerate()
             .map(|(i, f)| (FileId::try_from(i).unwrap_or(FileId::MAX), f))
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing, reason = "test code")]
+mod tests {
+    use super::*;
+
+    /// Columns as counted from each line's start, the slow way.
+    fn naive(text: &str, offset: usize) -> LineCol {
+        let before = &text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let start = before.rfind('\n').map_or(0, |i| i + 1);
+        LineCol {
+            line,
+            column: before[start..].chars().count() + 1,
+        }
+    }
+
+    #[test]
+    fn columns_count_characters_on_long_lines_and_short() {
+        let mut text = String::new();
+        for i in 0..3000 {
+            text.push_str(if i % 7 == 0 { "é" } else { "ab" });
+            if i % 997 == 0 {
+                text.push('\n');
+            }
+            if i % 13 == 0 {
+                text.push_str("日本");
+            }
+        }
+        let file = SourceFile::new("t.gantry", text.clone());
+        assert!(!file.char_marks.is_empty());
+        for (offset, _) in text.char_indices().chain([(text.len(), ' ')]) {
+            assert_eq!(file.line_col(offset), naive(&text, offset), "at {offset}");
+        }
+        let ascii = "x = 1\n".repeat(2000) + &"y".repeat(10_000);
+        let file = SourceFile::new("a.gantry", ascii.clone());
+        assert!(file.char_marks.is_empty());
+        for offset in (0..=ascii.len()).step_by(37) {
+            assert_eq!(file.line_col(offset), naive(&ascii, offset));
+        }
     }
 }

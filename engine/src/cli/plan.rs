@@ -178,12 +178,18 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
         }
     }
     match args.format {
-        PlanFormat::Json => match serde_json::to_string_pretty(&plan) {
-            Ok(text) => {
-                let _ = writeln!(io.stdout, "{text}");
+        PlanFormat::Json => {
+            // Streamed: a plan of 100,000 GPUs is tens of MB, never held as text.
+            let mut out = std::io::BufWriter::with_capacity(1 << 16, &mut io.stdout);
+            let written = serde_json::to_writer_pretty(&mut out, &plan)
+                .map_err(|e| e.to_string())
+                .and_then(|()| writeln!(out).map_err(|e| e.to_string()))
+                .and_then(|()| out.flush().map_err(|e| e.to_string()));
+            drop(out);
+            if let Err(e) = written {
+                return fail(io, format!("cannot write the plan: {e}"));
             }
-            Err(e) => return fail(io, format!("cannot write the plan: {e}")),
-        },
+        }
         PlanFormat::Table => table(&plan, io),
     }
     EXIT_OK

@@ -980,18 +980,30 @@ fn word_set(expected: Option<&Ty>) -> Option<WordSet> {
     }
 }
 
-/// The standard-library module that defines `name`, found by reading definition headers.
+/// The standard-library module that defines `name`, found by reading definition headers
+/// once per process: a policy naming many unknown things pays one lookup each, not a
+/// read of the whole standard library.
 fn stdlib_module_defining(name: &str) -> Option<&'static str> {
-    stdlib::MODULES.iter().find_map(|(module, text)| {
-        text.lines()
-            .any(|line| {
-                let mut words = line.split_whitespace().skip_while(|w| *w == "template");
-                let kind = words.next().unwrap_or("");
-                let defined = words.next().unwrap_or("").trim_end_matches(':');
-                (ast::BlockKind::from_keyword(kind).is_some() || kind == "rule") && defined == name
-            })
-            .then_some(*module)
-    })
+    static DEFINED: std::sync::OnceLock<std::collections::HashMap<&'static str, &'static str>> =
+        std::sync::OnceLock::new();
+    DEFINED
+        .get_or_init(|| {
+            let mut defined = std::collections::HashMap::new();
+            for (module, text) in stdlib::MODULES {
+                for line in text.lines() {
+                    let mut words = line.split_whitespace().skip_while(|w| *w == "template");
+                    let kind = words.next().unwrap_or("");
+                    let name = words.next().unwrap_or("").trim_end_matches(':');
+                    if ast::BlockKind::from_keyword(kind).is_some() || kind == "rule" {
+                        // The first module that defines it, as the scan in module order found.
+                        defined.entry(name).or_insert(*module);
+                    }
+                }
+            }
+            defined
+        })
+        .get(name)
+        .copied()
 }
 
 pub fn list_words(words: &[&str]) -> String {
