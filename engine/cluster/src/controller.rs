@@ -690,7 +690,7 @@ pub async fn run(q: Queue) {
                 Err(e) => Err(format!("the cycle failed: {e}")),
             }
         };
-        let (view, plan, actions, changes, gauges) = match decided {
+        let (mut view, plan, actions, changes, gauges) = match decided {
             Ok(d) => d,
             Err(e) => {
                 tracing::warn!(error = %e, "queue cycle skipped");
@@ -742,7 +742,7 @@ pub async fn run(q: Queue) {
             done += changed;
             let pools = memory::node_pools(&view.fleet);
             memory.arrived(memory.arrivals(&view.fleet, now));
-            if let Some(learned) = view.learned.clone() {
+            if let Some(learned) = view.learned.take() {
                 memory.predictions = crate::predictions::Predictions {
                     on: true,
                     ..learned

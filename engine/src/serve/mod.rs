@@ -242,6 +242,12 @@ pub fn run(args: &ServeArgs, cluster: Option<&dyn ClusterConnector>) -> Result<(
             args.listen
         ));
     }
+    if args.estimates == "predicted" && !args.queue {
+        return Err(
+            "--estimates predicted plans the queue's pods with predicted runtimes: it needs --queue"
+                .into(),
+        );
+    }
     init_logs(args.log_format);
     let certificates = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(Arc::new(tls::Certificates::load(cert, key)?)),
@@ -535,4 +541,19 @@ pub fn watch(state: Arc<AppState>, dir: &Path) -> Result<(), String> {
     };
     tokio::spawn(async move { events.run(rx, Some(watch), std::future::pending()).await });
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, reason = "test code")]
+mod tests {
+    #[test]
+    fn predicted_estimates_without_the_queue_are_refused() {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let mut io = crate::cli::Io::captured(&mut out, &mut err);
+        let code = crate::cli::run(["gantry", "serve", "--estimates", "predicted"], &mut io);
+        drop(io);
+        assert_eq!(code, crate::cli::EXIT_USAGE);
+        let err = String::from_utf8(err).unwrap();
+        assert!(err.contains("it needs --queue"), "{err}");
+    }
 }
