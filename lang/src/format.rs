@@ -31,17 +31,17 @@ pub fn format_file(file: &File) -> String {
         if i > 0 && (item.trivia.blank_before || multiline || prev_multiline) {
             p.out.push('\n');
         }
-        p.comments(&item.trivia.leading, 0);
+        p.comments(item.trivia.leading(), 0);
         p.indent(0);
         match &item.kind {
             ItemKind::Use(u) => {
                 p.use_decl(u);
-                p.trailing(&item.trivia.trailing, 0);
+                p.trailing(item.trivia.trailing(), 0);
             }
-            ItemKind::Rule(r) => p.rule(r, item.span.end, &item.trivia.trailing),
+            ItemKind::Rule(r) => p.rule(r, item.span.end, item.trivia.trailing()),
             ItemKind::Block(b) => {
                 p.block(b, 0);
-                p.trailing(&item.trivia.trailing, 0);
+                p.trailing(item.trivia.trailing(), 0);
             }
         }
         prev_multiline = multiline;
@@ -72,8 +72,8 @@ fn fits_one_line(b: &Block) -> bool {
     }
     let simple = b.body.iter().all(|s| {
         matches!(s.kind, StmtKind::Assign { .. })
-            && s.trivia.leading.is_empty()
-            && s.trivia.trailing.is_empty()
+            && s.trivia.leading().is_empty()
+            && s.trivia.trailing().is_empty()
     });
     simple && one_line_text(b).len() <= ONE_LINE_WIDTH
 }
@@ -280,10 +280,10 @@ impl Printer {
             if i > 0 && s.trivia.blank_before {
                 self.out.push('\n');
             }
-            self.comments(&s.trivia.leading, level + 1);
+            self.comments(s.trivia.leading(), level + 1);
             self.indent(level + 1);
             self.stmt_body(s, level + 1);
-            self.trailing(&s.trivia.trailing, level + 1);
+            self.trailing(s.trivia.trailing(), level + 1);
         }
         self.comments(&b.closing, level + 1);
         if self.out.ends_with("\n\n") {

@@ -3,7 +3,8 @@
 //! are no spans and no syntax. Collections are ordered so iteration is deterministic.
 
 use serde::Serialize;
-use std::collections::BTreeMap;
+
+pub use crate::small_map::SmallMap;
 
 /// A checked policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
@@ -146,7 +147,7 @@ pub struct Tier {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Default)]
 pub struct Quota {
     pub total_milli: Option<u64>,
-    pub per_pool_milli: BTreeMap<String, u64>,
+    pub per_pool_milli: SmallMap<String, u64>,
 }
 
 impl Quota {
@@ -495,14 +496,14 @@ pub enum Expr {
     /// A signal with its filters (`fits`, `tier`, `team`, `pool`), by argument name.
     Signal {
         signal: Signal,
-        filters: BTreeMap<String, Value>,
+        filters: SmallMap<String, Value>,
     },
     Call {
         function: Function,
         args: Vec<Expr>,
         /// Boxed: few calls name arguments, and every expression node is as large as
         /// its largest variant.
-        named: Box<BTreeMap<String, Expr>>,
+        named: Box<SmallMap<String, Expr>>,
     },
     List(Vec<Expr>),
     Unary {

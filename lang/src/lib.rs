@@ -5,6 +5,7 @@
 
 pub mod codes;
 pub mod diagnostic;
+pub mod small_map;
 pub mod source;
 pub mod suggest;
 pub mod syntax;

@@ -37,7 +37,7 @@ struct Filters {
     team: Option<String>,
 }
 
-fn filters(f: &BTreeMap<String, Value>, default_pool: &str) -> Filters {
+fn filters(f: &lang::ir::SmallMap<String, Value>, default_pool: &str) -> Filters {
     let name = |k: &str| match f.get(k) {
         Some(Value::Ref { name, .. }) | Some(Value::Str(name)) | Some(Value::Word(name)) => {
             Some(name.clone())
@@ -203,7 +203,7 @@ impl Env<'_> {
     fn signal(
         &self,
         s: Signal,
-        f: &BTreeMap<String, Value>,
+        f: &lang::ir::SmallMap<String, Value>,
         pool: &str,
         idle: Option<i64>,
     ) -> Option<V> {
@@ -266,7 +266,7 @@ impl Env<'_> {
     fn history(
         &self,
         e: &Expr,
-        named: &BTreeMap<String, Expr>,
+        named: &lang::ir::SmallMap<String, Expr>,
         pool: &str,
         tz: Tz,
     ) -> Option<Vec<f64>> {
@@ -385,7 +385,7 @@ impl Env<'_> {
     fn eval_history(
         &self,
         e: &Expr,
-        named: &BTreeMap<String, Expr>,
+        named: &lang::ir::SmallMap<String, Expr>,
         pool: &str,
         tz: Tz,
     ) -> Option<V> {

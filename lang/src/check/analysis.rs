@@ -79,17 +79,38 @@ pub(super) fn gpus(milli: u64) -> String {
     }
 }
 
-fn guarantees(c: &mut Checker<'_>, p: &Program) {
+/// Pools by name, the first of a name winning as `Program::pool` does: the analyses look a
+/// pool up per warm pool and autoscale block, which must not scan every pool each time.
+pub(super) fn pools_by_name(p: &Program) -> std::collections::HashMap<&str, &ir::Pool> {
+    let mut by_name = std::collections::HashMap::with_capacity(p.pools.len());
     for pool in &p.pools {
+        by_name.entry(pool.name.as_str()).or_insert(pool);
+    }
+    by_name
+}
+
+fn guarantees(c: &mut Checker<'_>, p: &Program) {
+    // Each pool's guaranteed teams in team order, gathered in one pass over the teams.
+    let mut guaranteed_in: std::collections::HashMap<&str, Vec<(&ir::Team, u64)>> =
+        std::collections::HashMap::new();
+    for team in &p.teams {
+        for (pool, &g) in &team.guaranteed.per_pool_milli {
+            guaranteed_in
+                .entry(pool.as_str())
+                .or_default()
+                .push((team, g));
+        }
+    }
+    for pool in &p.pools {
+        let Some(teams) = guaranteed_in.get(pool.name.as_str()) else {
+            continue;
+        };
         let cap = p.pool_max_gpus(pool) * 1000;
         // Teams that alone exceed the pool are reported once each; the rest are summed.
         let mut sum = 0;
         let mut contributors = Vec::new();
         let mut reported_sum = false;
-        for team in &p.teams {
-            let Some(&g) = team.guaranteed.per_pool_milli.get(&pool.name) else {
-                continue;
-            };
+        for &(team, g) in teams {
             let Some(at) = span(
                 c,
                 &[
@@ -454,33 +475,44 @@ fn shadowed_rules(c: &mut Checker<'_>, p: &Program) {
     }
 }
 
-const WEEK_MIN: usize = 7 * 1440;
+const WEEK_MIN: u32 = 7 * 1440;
 
-/// Minutes of the week a window covers.
-fn coverage(w: &ir::TimeWindow) -> Vec<bool> {
-    let mut set = vec![false; WEEK_MIN];
-    let (start, end) = (w.start_min as usize, w.end_min as usize);
-    for day in 0..7usize {
+/// Minutes of the week a window covers, as half-open intervals (at most 14: one per day,
+/// split where a Sunday window wraps into Monday). Intervals, not a minute bitmap, so that
+/// a policy with thousands of windows stays small to check.
+fn coverage(w: &ir::TimeWindow) -> Vec<(u32, u32)> {
+    let len = if w.end_min > w.start_min {
+        w.end_min - w.start_min
+    } else {
+        1440 - w.start_min + w.end_min
+    };
+    let mut spans = Vec::new();
+    for day in 0..7u32 {
         if w.days & (1 << day) == 0 {
             continue;
         }
-        let base = day * 1440;
-        let len = if end > start {
-            end - start
+        let from = day * 1440 + w.start_min;
+        let to = from + len;
+        if to <= WEEK_MIN {
+            spans.push((from, to));
         } else {
-            1440 - start + end
-        };
-        for m in 0..len {
-            if let Some(x) = set.get_mut((base + start + m) % WEEK_MIN) {
-                *x = true;
-            }
+            spans.push((from, WEEK_MIN));
+            spans.push((0, to - WEEK_MIN));
         }
     }
-    set
+    spans
+}
+
+fn overlaps(a: &[(u32, u32)], b: &[(u32, u32)]) -> bool {
+    a.iter()
+        .any(|&(s, e)| b.iter().any(|&(t, f)| s < f && t < e))
 }
 
 fn windows(c: &mut Checker<'_>, p: &Program) {
-    let mut per_pool: Vec<(&str, &str, usize, Vec<bool>)> = Vec::new();
+    // Earlier windows per pool, in order: a window is compared only with its own pool's.
+    type Earlier<'p> = Vec<(&'p str, usize, Vec<(u32, u32)>)>;
+    let mut per_pool: std::collections::HashMap<&str, Earlier<'_>> =
+        std::collections::HashMap::new();
     for warm in &p.warm {
         for (i, w) in warm.windows.iter().enumerate() {
             let key = format!("warm/{}/window/{i}", warm.name);
@@ -494,10 +526,9 @@ fn windows(c: &mut Checker<'_>, p: &Program) {
                 continue;
             }
             let cov = coverage(w);
-            for (pool, other_warm, j, other) in &per_pool {
-                if *pool != warm.pool || !cov.iter().zip(other).any(|(a, b)| *a && *b) {
-                    continue;
-                }
+            let pool = warm.pool.as_str();
+            let earlier = per_pool.entry(pool).or_default();
+            if let Some((other_warm, j, _)) = earlier.iter().find(|(_, _, o)| overlaps(&cov, o)) {
                 let other_at = span(c, &[format!("warm/{other_warm}/window/{j}")]);
                 let mut d = Diagnostic::new(
                     codes::OVERLAPPING_WINDOWS,
@@ -512,9 +543,8 @@ fn windows(c: &mut Checker<'_>, p: &Program) {
                     d = d.with_label(o, "this window");
                 }
                 c.error(d.with_help("make the windows disjoint so one size applies at a time"));
-                break;
             }
-            per_pool.push((warm.pool.as_str(), warm.name.as_str(), i, cov));
+            earlier.push((warm.name.as_str(), i, cov));
         }
     }
 }
@@ -545,8 +575,9 @@ fn gangs(c: &mut Checker<'_>, p: &Program) {
             }
         }
     }
+    let pools = pools_by_name(p);
     for a in &p.autoscale {
-        let Some(pool) = p.pool(&a.pool) else {
+        let Some(&pool) = pools.get(a.pool.as_str()) else {
             continue;
         };
         let Some(max_gang) = pool.max_gang_gpus.or(p.placement.max_gang_gpus) else {
@@ -625,8 +656,9 @@ fn mig(c: &mut Checker<'_>, p: &Program) {
 
 /// Warm targets a pool can never reach, and spend caps below what one node costs.
 fn scaling_limits(c: &mut Checker<'_>, p: &Program) {
+    let pools = pools_by_name(p);
     for w in &p.warm {
-        let Some(pool) = p.pool(&w.pool) else {
+        let Some(&pool) = pools.get(w.pool.as_str()) else {
             continue;
         };
         let least = match (w.clamp, w.size.as_const_number()) {
@@ -654,7 +686,8 @@ fn scaling_limits(c: &mut Checker<'_>, p: &Program) {
         }
     }
     for a in &p.autoscale {
-        let (Some(pool), Some(cap)) = (p.pool(&a.pool), a.max_spend_per_hour) else {
+        let (Some(pool), Some(cap)) = (pools.get(a.pool.as_str()).copied(), a.max_spend_per_hour)
+        else {
             continue;
         };
         let Some(rate) = pool.cost_per_node_hour else {

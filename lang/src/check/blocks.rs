@@ -263,7 +263,7 @@ impl<'a> Checker<'a> {
                 }
                 StmtKind::Trigger(t) => {
                     if b.kind == BlockKind::Autoscale {
-                        own_triggers.push((t, module, s.span));
+                        own_triggers.push((&**t, module, s.span));
                     } else {
                         self.error(
                             Diagnostic::new(
@@ -759,7 +759,7 @@ impl<'a> Checker<'a> {
                 Some(p) => match self.reference_expr(p, m, DefKind::Pool) {
                     Some(pool) => {
                         self.remember(format!("team/{team}/{key}/{pool}"), part.span);
-                        *quota.per_pool_milli.entry(pool).or_insert(0) += milli;
+                        quota.per_pool_milli.update(pool, || 0, |m| *m += milli);
                     }
                     None => ok = false,
                 },
@@ -1227,6 +1227,9 @@ impl<'a> Checker<'a> {
         if b.template || !ok {
             return None;
         }
+        // Most blocks have one trigger each way; a pushed-to list has room for four.
+        up.shrink_to_fit();
+        down.shrink_to_fit();
         Some(ir::Autoscale {
             pool: pool?,
             up,

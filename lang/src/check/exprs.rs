@@ -8,7 +8,6 @@ use crate::diagnostic::Diagnostic;
 use crate::ir::{self, Dim, Function, JobField, Signal, Value};
 use crate::source::Span;
 use crate::syntax::ast::{self, BinaryOp, ExprKind, UnaryOp};
-use std::collections::BTreeMap;
 
 /// Where an expression appears, which decides what it may read.
 #[derive(Debug, Clone, Copy)]
@@ -654,7 +653,7 @@ impl Checker<'_> {
                     );
                     return None;
                 };
-                let mut named_ir = BTreeMap::new();
+                let mut named_ir = ir::SmallMap::new();
                 for a in named {
                     let Some(arg) = &a.name else { continue };
                     let want = match arg.name.as_str() {
@@ -764,7 +763,7 @@ impl Checker<'_> {
             );
             return None;
         }
-        let mut out = BTreeMap::new();
+        let mut out = ir::SmallMap::new();
         for a in args {
             let Some(arg) = &a.name else {
                 self.bad_args(

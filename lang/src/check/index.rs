@@ -83,7 +83,7 @@ fn items_by_name(asts: &BTreeMap<u32, ast::File>) -> BTreeMap<Span, (Span, &Triv
 
 fn doc(trivia: &Trivia) -> String {
     trivia
-        .leading
+        .leading()
         .iter()
         .map(|c| {
             let t = c.text.trim_start_matches('#');
@@ -127,8 +127,4 @@ impl Checker<'_> {
     }
 }
 
-static EMPTY: Trivia = Trivia {
-    leading: Vec::new(),
-    trailing: Vec::new(),
-    blank_before: false,
-};
+static EMPTY: Trivia = Trivia::EMPTY;

@@ -314,8 +314,9 @@ fn lend_without_cohort(c: &mut Checker<'_>, p: &Program) {
 
 /// W0418: a warm pool's upper clamp above what its pool can ever hold never binds.
 fn clamp_above_max(c: &mut Checker<'_>, p: &Program) {
+    let pools = super::analysis::pools_by_name(p);
     for w in &p.warm {
-        let (Some((_, hi)), Some(pool)) = (w.clamp, p.pool(&w.pool)) else {
+        let (Some((_, hi)), Some(&pool)) = (w.clamp, pools.get(w.pool.as_str())) else {
             continue;
         };
         let max = f64::from(pool.max_nodes);

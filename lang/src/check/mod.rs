@@ -301,9 +301,25 @@ impl<'a> Checker<'a> {
     }
 
     fn collect_definitions(&mut self) {
-        // Every loaded file's items: at most one definition each.
-        self.defs
-            .reserve(self.asts.values().map(|f| f.items.len()).sum());
+        // Every loaded file's items, and the teams inside cohorts: at most one definition
+        // each, so the list is sized once rather than doubled past its needs.
+        let nested = |item: &ast::Item| {
+            match &item.kind {
+            ItemKind::Block(b) if b.kind == BlockKind::Cohort => b
+                .body
+                .iter()
+                .filter(|s| matches!(&s.kind, ast::StmtKind::Block(inner) if inner.kind == BlockKind::Team))
+                .count(),
+            _ => 0,
+        }
+        };
+        self.defs.reserve_exact(
+            self.asts
+                .values()
+                .flat_map(|f| &f.items)
+                .map(|item| 1 + nested(item))
+                .sum(),
+        );
         for module in 0..self.world.modules.len() {
             for item in self.module_items(module) {
                 match &item.kind {

@@ -26,6 +26,13 @@ impl Checker<'_> {
                 .filter(|d| d.kind == DefKind::Rule && d.module == POLICY)
                 .count(),
         );
+        // The other lists too: each at most the definitions of its kind.
+        let count = |kind: DefKind| self.defs.iter().filter(|d| d.kind == kind).count();
+        program.pools.reserve_exact(count(DefKind::Pool));
+        program.tiers.reserve_exact(count(DefKind::Tier));
+        program.teams.reserve_exact(count(DefKind::Team));
+        program.cohorts.reserve_exact(count(DefKind::Cohort));
+        program.warm.reserve_exact(count(DefKind::Warm));
         for id in 0..self.defs.len() {
             let Some(def) = self.defs.get(id) else {
                 continue;
@@ -69,7 +76,9 @@ impl Checker<'_> {
             );
         }
         let mut placement: Option<&ast::Block> = None;
-        let mut autoscaled: Vec<(String, ast::Ident)> = Vec::new();
+        // Pools already autoscaled, by name: looked up once per block.
+        let mut autoscaled: std::collections::HashMap<String, ast::Ident> =
+            std::collections::HashMap::new();
         for module in modules {
             let blocks = self.unnamed.get(module).cloned().unwrap_or_default();
             for b in blocks {
@@ -94,9 +103,7 @@ impl Checker<'_> {
                     }
                     ast::BlockKind::Autoscale => {
                         if let Some(name) = &b.name {
-                            if let Some((_, prev)) =
-                                autoscaled.iter().find(|(n, _)| *n == name.name)
-                            {
+                            if let Some(prev) = autoscaled.get(name.name.as_ref() as &str) {
                                 self.error(
                                     Diagnostic::new(
                                         codes::DUPLICATE,
@@ -108,7 +115,7 @@ impl Checker<'_> {
                                 );
                                 continue;
                             }
-                            autoscaled.push((name.name.to_string(), name.clone()));
+                            autoscaled.insert(name.name.to_string(), name.clone());
                         }
                         if let Some(a) = self.lower_autoscale(b, module) {
                             program.autoscale.push(a);

@@ -24,12 +24,59 @@ pub struct Comment {
 /// Comments and blank lines around an item or statement, kept for the formatter.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Trivia {
-    /// Comments on their own lines just before the node (the doc comment of a definition).
-    pub leading: Vec<Comment>,
-    /// Comments inside the node or after it on its last line.
-    pub trailing: Vec<Comment>,
+    /// Boxed and absent without comments: most nodes have none, and a large policy holds
+    /// every node at once.
+    comments: Option<Box<Comments>>,
     /// Whether a blank line separated this node from the previous one.
     pub blank_before: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Comments {
+    leading: Vec<Comment>,
+    trailing: Vec<Comment>,
+}
+
+impl Trivia {
+    /// No comments, no blank line before.
+    pub const EMPTY: Trivia = Trivia {
+        comments: None,
+        blank_before: false,
+    };
+
+    /// Comments on their own lines just before the node (the doc comment of a definition).
+    pub fn leading(&self) -> &[Comment] {
+        self.comments.as_ref().map_or(&[], |c| &c.leading)
+    }
+
+    /// Comments inside the node or after it on its last line.
+    pub fn trailing(&self) -> &[Comment] {
+        self.comments.as_ref().map_or(&[], |c| &c.trailing)
+    }
+
+    pub fn leading_mut(&mut self) -> &mut Vec<Comment> {
+        &mut self.comments.get_or_insert_with(Default::default).leading
+    }
+
+    pub fn trailing_mut(&mut self) -> &mut Vec<Comment> {
+        &mut self.comments.get_or_insert_with(Default::default).trailing
+    }
+
+    /// Adds trailing comments; no box is made for none.
+    pub fn extend_trailing(&mut self, comments: impl IntoIterator<Item = Comment>) {
+        let mut comments = comments.into_iter().peekable();
+        if comments.peek().is_some() {
+            self.trailing_mut().extend(comments);
+        }
+    }
+
+    /// Sets the leading comments; no box is made for none.
+    pub fn set_leading(&mut self, leading: Vec<Comment>) {
+        if leading.is_empty() && self.comments.is_none() {
+            return;
+        }
+        *self.leading_mut() = leading;
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -154,11 +201,13 @@ pub struct Stmt {
     pub trivia: Trivia,
 }
 
+/// Nested blocks and triggers are boxed: a large policy is mostly assignments, and every
+/// statement of a block's body is as large as the largest kind.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StmtKind {
     Assign { key: Ident, value: Value },
-    Block(Block),
-    Trigger(Trigger),
+    Block(Box<Block>),
+    Trigger(Box<Trigger>),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -167,12 +216,17 @@ pub struct Value {
     pub span: Span,
 }
 
+/// The rarer kinds are boxed so that a value stays the size of one expression.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ValueKind {
     Expr(Expr),
-    Range(Expr, Expr),
-    Clamp { expr: Expr, lo: Expr, hi: Expr },
-    Windows(Windows),
+    Range(Box<Expr>, Box<Expr>),
+    Clamp {
+        expr: Box<Expr>,
+        lo: Box<Expr>,
+        hi: Box<Expr>,
+    },
+    Windows(Box<Windows>),
 }
 
 /// `weekdays 08:00..19:00, sat 10:00..14:00 "Europe/Berlin"`.

@@ -548,6 +548,8 @@ impl Builder<'_> {
                 _ => {}
             }
         }
+        // A policy holds every block at once: no spare capacity from the pushes.
+        block.body.shrink_to_fit();
         Some(block)
     }
 
@@ -560,8 +562,8 @@ impl Builder<'_> {
                 let value = self.value(it.next()?)?;
                 StmtKind::Assign { key, value }
             }
-            Rule::block => StmtKind::Block(self.block(p)?),
-            Rule::trigger => StmtKind::Trigger(self.trigger(p)?),
+            Rule::block => StmtKind::Block(Box::new(self.block(p)?)),
+            Rule::trigger => StmtKind::Trigger(Box::new(self.trigger(p)?)),
             _ => return None,
         };
         Some(Stmt {
@@ -614,20 +616,24 @@ impl Builder<'_> {
         let first = parts.next()?;
         if first.as_rule() == Rule::windows {
             return Some(Value {
-                kind: ValueKind::Windows(self.windows(first)?),
+                kind: ValueKind::Windows(Box::new(self.windows(first)?)),
                 span,
             });
         }
         let expr = self.expr(first);
         let kind = match parts.next() {
             Some(tail) if tail.as_rule() == Rule::range_tail => {
-                ValueKind::Range(expr, self.expr(inner(tail).next()?))
+                ValueKind::Range(Box::new(expr), Box::new(self.expr(inner(tail).next()?)))
             }
             Some(clamp) => {
                 let mut bounds = inner(clamp);
-                let lo = self.expr(bounds.next()?);
-                let hi = self.expr(bounds.next()?);
-                ValueKind::Clamp { expr, lo, hi }
+                let lo = Box::new(self.expr(bounds.next()?));
+                let hi = Box::new(self.expr(bounds.next()?));
+                ValueKind::Clamp {
+                    expr: Box::new(expr),
+                    lo,
+                    hi,
+                }
             }
             None => ValueKind::Expr(expr),
         };

@@ -75,7 +75,7 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
         while let Some(c) = pending.next_if(|c| (c.span.start as usize) < start) {
             match (prev_end, i.checked_sub(1).and_then(|p| nodes.get_mut(p))) {
                 (Some(pe), Some(prev)) if same_line(text, pe, c.span.start as usize) => {
-                    prev.trivia().trailing.push(c);
+                    prev.trivia().trailing_mut().push(c);
                 }
                 _ => leading.push(c),
             }
@@ -93,7 +93,7 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
         mark_blanks(&mut leading, start, text);
         let Some(node) = nodes.get_mut(i) else { break };
         let trivia = node.trivia();
-        trivia.leading = leading;
+        trivia.set_leading(leading);
         trivia.blank_before = blank;
         match node.block() {
             Some(block) => {
@@ -111,7 +111,7 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
                         let last_end = last.span.end as usize;
                         for c in closing {
                             if same_line(text, last_end, c.span.start as usize) {
-                                last.trivia.trailing.push(c);
+                                last.trivia.trailing_mut().push(c);
                             } else {
                                 block.closing.push(c);
                             }
@@ -122,9 +122,9 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
                 }
                 let close = end.saturating_sub(1);
                 mark_blanks(&mut block.closing, close, text);
-                node.trivia().trailing.extend(extra);
+                node.trivia().extend_trailing(extra);
             }
-            _ => node.trivia().trailing.extend(inner),
+            _ => node.trivia().extend_trailing(inner),
         }
         prev_end = Some(end);
     }
@@ -132,7 +132,7 @@ fn distribute<N: Node>(nodes: &mut [N], comments: Vec<Comment>, text: &str) -> V
     for c in pending {
         match (prev_end, nodes.last_mut()) {
             (Some(pe), Some(last)) if same_line(text, pe, c.span.start as usize) => {
-                last.trivia().trailing.push(c);
+                last.trivia().trailing_mut().push(c);
             }
             _ => rest.push(c),
         }
