@@ -226,6 +226,20 @@ pub(crate) struct Def<'a> {
 
 pub(crate) type DefId = usize;
 
+/// The `team` blocks of a cohort item, each a definition of its own.
+fn cohort_teams(item: &ast::Item) -> usize {
+    let ItemKind::Block(b) = &item.kind else {
+        return 0;
+    };
+    if b.kind != BlockKind::Cohort {
+        return 0;
+    }
+    b.body
+        .iter()
+        .filter(|s| matches!(&s.kind, ast::StmtKind::Block(t) if t.kind == BlockKind::Team))
+        .count()
+}
+
 pub(crate) struct Checker<'a> {
     pub world: &'a World,
     pub asts: &'a BTreeMap<FileId, ast::File>,
@@ -303,21 +317,11 @@ impl<'a> Checker<'a> {
     fn collect_definitions(&mut self) {
         // Every loaded file's items, and the teams inside cohorts: at most one definition
         // each, so the list is sized once rather than doubled past its needs.
-        let nested = |item: &ast::Item| {
-            match &item.kind {
-            ItemKind::Block(b) if b.kind == BlockKind::Cohort => b
-                .body
-                .iter()
-                .filter(|s| matches!(&s.kind, ast::StmtKind::Block(inner) if inner.kind == BlockKind::Team))
-                .count(),
-            _ => 0,
-        }
-        };
         self.defs.reserve_exact(
             self.asts
                 .values()
                 .flat_map(|f| &f.items)
-                .map(|item| 1 + nested(item))
+                .map(|item| 1 + cohort_teams(item))
                 .sum(),
         );
         for module in 0..self.world.modules.len() {

@@ -103,7 +103,7 @@ impl Checker<'_> {
                     }
                     ast::BlockKind::Autoscale => {
                         if let Some(name) = &b.name {
-                            if let Some(prev) = autoscaled.get(name.name.as_ref() as &str) {
+                            if let Some(prev) = autoscaled.get(name.name.as_str()) {
                                 self.error(
                                     Diagnostic::new(
                                         codes::DUPLICATE,

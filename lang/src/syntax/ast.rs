@@ -22,7 +22,7 @@ pub struct Comment {
 }
 
 /// Comments and blank lines around an item or statement, kept for the formatter.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Trivia {
     /// Boxed and absent without comments: most nodes have none, and a large policy holds
     /// every node at once.
@@ -54,10 +54,6 @@ impl Trivia {
         self.comments.as_ref().map_or(&[], |c| &c.trailing)
     }
 
-    pub fn leading_mut(&mut self) -> &mut Vec<Comment> {
-        &mut self.comments.get_or_insert_with(Default::default).leading
-    }
-
     pub fn trailing_mut(&mut self) -> &mut Vec<Comment> {
         &mut self.comments.get_or_insert_with(Default::default).trailing
     }
@@ -75,7 +71,16 @@ impl Trivia {
         if leading.is_empty() && self.comments.is_none() {
             return;
         }
-        *self.leading_mut() = leading;
+        self.comments.get_or_insert_with(Default::default).leading = leading;
+    }
+}
+
+/// By content: a node whose comments were taken away equals one that never had any.
+impl PartialEq for Trivia {
+    fn eq(&self, other: &Trivia) -> bool {
+        self.blank_before == other.blank_before
+            && self.leading() == other.leading()
+            && self.trailing() == other.trailing()
     }
 }
 
