@@ -206,6 +206,12 @@ impl<'a> Cycle<'a> {
         let mut best: Option<ProtectedWait> = None;
         // A wait from now (`Cycle::wait_now`) reads victims preemptible now only.
         let from_now = before == Some(self.now.saturating_add(1));
+        // The wait is the earliest (ready, node) among the nodes. Each node that could
+        // hold it gets a bound no wait there beats (its first step), and nodes are looked
+        // at earliest bound first: once a bound is no earlier than the best found, no
+        // node left can win. (Looking at every node's timeline in node order gave the
+        // same wait at many times the cost.)
+        let mut candidates: Vec<(i64, usize, Option<Held>)> = Vec::new();
         // Nodes with protected jobs, and nodes with victims it may take now, where a job
         // it may not preempt ends last: a reservation by preempting behind that end
         // must be found again the next cycles, or it moves.
@@ -215,7 +221,10 @@ impl<'a> Cycle<'a> {
             if (protected.is_empty() || from_now) && victims.is_empty() {
                 continue;
             }
-            if protected.is_empty() && !from_now {
+            let Some(booked) = usable(n) else {
+                continue;
+            };
+            let bound = if protected.is_empty() && !from_now {
                 // Victims preemptible now wait only for a job it may not preempt to end,
                 // no sooner than the first such end there (on a booked node, or for what
                 // the bookings leave to change).
@@ -235,16 +244,27 @@ impl<'a> Cycle<'a> {
                     (Some(e), Some(c)) => Some(e.min(c)),
                     (e, c) => e.or(c),
                 };
-                let Some(bound) = bound else {
-                    continue;
-                };
-                let beaten = best.as_ref().is_some_and(|b| bound >= b.ready)
-                    || before.is_some_and(|b| bound >= b);
-                if beaten {
-                    continue;
+                // Room that comes no sooner than `before` only by jobs ending (or
+                // bookings) is late.
+                match bound {
+                    Some(b) if before.is_none_or(|before| b < before) => b,
+                    _ => continue,
                 }
+            } else {
+                self.first_step_bound(n, asker, own_only, booked, runtime)
+            };
+            candidates.push((bound, n, booked));
+        }
+        candidates.sort_unstable_by_key(|(bound, n, _)| (*bound, *n));
+        for (bound, n, booked) in candidates {
+            // Tests' reference ([`super::find_victims_afresh`]) looks at every node.
+            let beaten = best
+                .as_ref()
+                .is_some_and(|b| (bound, n) >= (b.ready, b.node));
+            if beaten && !self.victims_afresh {
+                break;
             }
-            let (Some(node), Some(booked)) = (self.snapshot.fleet.nodes.get(n), usable(n)) else {
+            let Some(node) = self.snapshot.fleet.nodes.get(n) else {
                 continue;
             };
             let fits = |free: &NodeFree| {
@@ -279,9 +299,8 @@ impl<'a> Cycle<'a> {
             let why = step
                 .why
                 .or((from_now && step.from == self.now).then_some(Wake::Now));
-            if let Some(why) =
-                why.filter(|w| !late(w) && best.as_ref().is_none_or(|b| ready < b.ready))
-            {
+            let earlier = |b: &ProtectedWait| (ready, n) < (b.ready, b.node);
+            if let Some(why) = why.filter(|w| !late(w) && best.as_ref().is_none_or(earlier)) {
                 best = Some(ProtectedWait {
                     ready,
                     node: n,
@@ -296,6 +315,55 @@ impl<'a> Cycle<'a> {
             }
         }
         best
+    }
+
+    /// No step of node `n`'s [`Cycle::timeline`] for `asker` comes before this: the
+    /// earliest that any job there it counts could go (victims now, protected ones as
+    /// their protection ends or they end, the others as they end) or, on a `booked`
+    /// node, that a booking's hold changes.
+    fn first_step_bound(
+        &self,
+        n: usize,
+        asker: &Asker,
+        own_only: bool,
+        booked: Option<Held>,
+        runtime: Option<i64>,
+    ) -> i64 {
+        let counted = |h: &usize| {
+            self.holders
+                .get(*h)
+                .filter(|x| !x.evicted && (!own_only || x.team_ix == asker.team))
+        };
+        let mut bound = i64::MAX;
+        for &h in self.holders_on.get(n) {
+            let Some(x) = counted(&h) else { continue };
+            // A victim it may take goes now; one it may not (no cause) when it ends.
+            let now = x.victim().is_some() && self.cause_of(h, asker).is_some();
+            bound = bound.min(if now {
+                self.now
+            } else {
+                x.ends_at.unwrap_or(i64::MAX)
+            });
+        }
+        for x in self.protected_on.get(n).iter().filter_map(counted) {
+            let end = x.ends_at.unwrap_or(i64::MAX);
+            // Preemptible once its protection ends, if it may make way for the asker.
+            let from = x
+                .protected()
+                .filter(|p| self.may_make_way(x.team_ix, p.priority, asker).is_some())
+                .map_or(i64::MAX, |p| p.from);
+            bound = bound.min(from.min(end));
+        }
+        for x in self.others_on.on(n).iter().filter_map(counted) {
+            bound = bound.min(x.ends_at.unwrap_or(i64::MAX));
+        }
+        if booked.is_some() {
+            let changes = self.bookings.boundaries_on(n, self.now, runtime);
+            if let Some((t, _)) = changes.first() {
+                bound = bound.min(*t);
+            }
+        }
+        bound
     }
 
     /// A gang: the earliest time the nodes together (inside one group of the topology
