@@ -211,7 +211,7 @@ impl<'a> Cycle<'a> {
         // at earliest bound first: once a bound is no earlier than the best found, no
         // node left can win. (Looking at every node's timeline in node order gave the
         // same wait at many times the cost.)
-        let mut candidates: Vec<(i64, usize, Option<Held>)> = Vec::new();
+        let mut candidates: Vec<(i64, usize)> = Vec::with_capacity(self.holders_on.len());
         // Nodes with protected jobs, and nodes with victims it may take now, where a job
         // it may not preempt ends last: a reservation by preempting behind that end
         // must be found again the next cycles, or it moves.
@@ -221,9 +221,6 @@ impl<'a> Cycle<'a> {
             if (protected.is_empty() || from_now) && victims.is_empty() {
                 continue;
             }
-            let Some(booked) = usable(n) else {
-                continue;
-            };
             let bound = if protected.is_empty() && !from_now {
                 // Victims preemptible now wait only for a job it may not preempt to end,
                 // no sooner than the first such end there (on a booked node, or for what
@@ -251,12 +248,18 @@ impl<'a> Cycle<'a> {
                     _ => continue,
                 }
             } else {
-                self.first_step_bound(n, asker, own_only, booked, runtime)
+                let (bound, protection) = self.first_step_bound(n, asker, own_only, runtime);
+                // With no protection to end there, room from `before` on comes only by
+                // jobs ending or bookings: late.
+                if !protection && before.is_some_and(|b| bound >= b) {
+                    continue;
+                }
+                bound
             };
-            candidates.push((bound, n, booked));
+            candidates.push((bound, n));
         }
-        candidates.sort_unstable_by_key(|(bound, n, _)| (*bound, *n));
-        for (bound, n, booked) in candidates {
+        candidates.sort_unstable();
+        for (bound, n) in candidates {
             // Tests' reference ([`super::find_victims_afresh`]) looks at every node.
             let beaten = best
                 .as_ref()
@@ -264,6 +267,10 @@ impl<'a> Cycle<'a> {
             if beaten && !self.victims_afresh {
                 break;
             }
+            // Whether it may wait there is read only for the nodes looked at.
+            let Some(booked) = usable(n) else {
+                continue;
+            };
             let Some(node) = self.snapshot.fleet.nodes.get(n) else {
                 continue;
             };
@@ -319,22 +326,22 @@ impl<'a> Cycle<'a> {
 
     /// No step of node `n`'s [`Cycle::timeline`] for `asker` comes before this: the
     /// earliest that any job there it counts could go (victims now, protected ones as
-    /// their protection ends or they end, the others as they end) or, on a `booked`
-    /// node, that a booking's hold changes.
+    /// their protection ends or they end, the others as they end) or, on a booked node,
+    /// that a booking's hold changes; and whether a protection that may end for the
+    /// asker is among them.
     fn first_step_bound(
         &self,
         n: usize,
         asker: &Asker,
         own_only: bool,
-        booked: Option<Held>,
         runtime: Option<i64>,
-    ) -> i64 {
+    ) -> (i64, bool) {
         let counted = |h: &usize| {
             self.holders
                 .get(*h)
                 .filter(|x| !x.evicted && (!own_only || x.team_ix == asker.team))
         };
-        let mut bound = i64::MAX;
+        let (mut bound, mut protection) = (i64::MAX, false);
         for &h in self.holders_on.get(n) {
             let Some(x) = counted(&h) else { continue };
             // A victim it may take goes now; one it may not (no cause) when it ends.
@@ -352,18 +359,19 @@ impl<'a> Cycle<'a> {
                 .protected()
                 .filter(|p| self.may_make_way(x.team_ix, p.priority, asker).is_some())
                 .map_or(i64::MAX, |p| p.from);
+            protection |= from != i64::MAX;
             bound = bound.min(from.min(end));
         }
         for x in self.others_on.on(n).iter().filter_map(counted) {
             bound = bound.min(x.ends_at.unwrap_or(i64::MAX));
         }
-        if booked.is_some() {
+        if self.bookings.is_booked(n) {
             let changes = self.bookings.boundaries_on(n, self.now, runtime);
             if let Some((t, _)) = changes.first() {
                 bound = bound.min(*t);
             }
         }
-        bound
+        (bound, protection)
     }
 
     /// A gang: the earliest time the nodes together (inside one group of the topology
