@@ -19,8 +19,8 @@
 //! - The standard library's three tiers: a quarter of the jobs `critical` (never
 //!   preempted), 65% `standard` (after a checkpoint), 10% `best_effort`.
 //! - Sizes: a 500m GPU share 8%, 1 GPU 27%, 2 GPUs 15%, 4 GPUs 15%, 8 GPUs 25%, gangs of
-//!   2–8 × 8 GPUs 10% (a gang of four or more must share an NVLink domain's racks: it
-//!   asks for `rack` topology); a tenth of the jobs name one pool.
+//!   2–8 × 8 GPUs 10% (a gang of four or more asks for `rack` topology: all its members
+//!   in one rack); a tenth of the jobs name one pool.
 //! - Runtimes log-uniform from 5 minutes to 24 hours, checkpoints every 30 minutes;
 //!   runtimes are declared as limits, and a fifth of the jobs end at half their limit
 //!   (`actual_runtime_s`).

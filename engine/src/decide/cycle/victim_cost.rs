@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 /// as victimless, so each job's victims are found as if it were the cycle's first. Nor
 /// is any shape remembered as not fitting (`Cycle::unfit`): every job is tried; and a
 /// member's wait for protected victims looks at every node, not only those whose bound
-/// could beat the best found. The kept indexes, memos and bounds must choose the same
+/// could beat the best found and could come before its ETA. The kept indexes, memos and bounds must choose the same
 /// victims, places and waits; tests compare the two.
 #[doc(hidden)]
 pub fn find_victims_afresh(on: bool) {
