@@ -77,9 +77,18 @@ impl Predictions {
         let mut next = self.clone();
         let present: BTreeSet<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
         let known = std::mem::take(&mut next.jobs.0);
+        // A gang's replacements queue as `X+<pod>` beside its stopping members
+        // (`crate::queue`) and become `X` once those are gone: the same run, which keeps
+        // what was known of it (predicted when first queued, as the replay predicts a job
+        // at its eviction), and has not finished.
+        let mut renamed: BTreeMap<String, Known> = BTreeMap::new();
         for (id, k) in known {
             if present.contains(id.as_str()) {
                 next.jobs.0.insert(id, k);
+                continue;
+            }
+            if let Some((base, _)) = id.split_once('+').filter(|(b, _)| present.contains(b)) {
+                renamed.insert(base.to_string(), k);
                 continue;
             }
             let Some((started, nodes)) = k.run.filter(|_| !k.stopped) else {
@@ -106,6 +115,9 @@ impl Predictions {
                 .started_at
                 .filter(|_| !j.placement.is_empty())
                 .map(|s| (s, j.placement.iter().map(|m| m.node.clone()).collect()));
+            if let Some(k) = renamed.remove(&j.id) {
+                kept.0.insert(j.id.clone(), k);
+            }
             let k = kept.0.entry(j.id.clone()).or_insert_with(|| Known {
                 team: j.team.clone(),
                 limit_s: limit,
@@ -280,6 +292,41 @@ mod tests {
         let p = p.advanced(&[b], &up(&["n1", "n2"]), 10);
         let p = after_a_finished(&p);
         let p = p.advanced(&[queued("b", "ml", 2000)], &up(&["n1", "n2"]), 500);
+        assert_eq!(planned(&p, queued("b", "ml", 2000)).runtime_s, Some(800));
+    }
+
+    /// Gang `g`'s replacements queue as `g+g-0-r1` while its evicted members stop, and
+    /// are `g` once they are gone: predicted when first queued, not again then, and the
+    /// renamed entry is not learned from as a job that finished.
+    #[test]
+    fn a_gangs_replacements_keep_their_prediction_when_renamed() {
+        let mut p = Predictions::default();
+        p = p.advanced(&[running("g", "ml", 2000, "n2", 0)], &up(&["n1", "n2"]), 10);
+        p.evicting(["g"]);
+        let stopping = running("g", "ml", 2000, "n2", 0);
+        let replacements = queued("g+g-0-r1", "ml", 2000);
+        p = p.advanced(&[stopping, replacements.clone()], &up(&["n1", "n2"]), 20);
+        assert_eq!(planned(&p, replacements).runtime_s, Some(2000));
+        // `a` finishes while they wait: it must not change their prediction.
+        let waiting = queued("g+g-0-r1", "ml", 2000);
+        let a = running("a", "ml", 1000, "n1", 0);
+        let p = p.advanced(&[waiting.clone(), a], &up(&["n1", "n2"]), 100);
+        let p = p.advanced(std::slice::from_ref(&waiting), &up(&["n1", "n2"]), 400);
+        let before = p.history.clone();
+        let p = p.advanced(&[queued("g", "ml", 2000)], &up(&["n1", "n2"]), 500);
+        assert_eq!(planned(&p, queued("g", "ml", 2000)).runtime_s, Some(2000));
+        assert_eq!(p.history, before);
+        // Placed and renamed while it runs: not learned as finished either.
+        let p = p.advanced(
+            &[running("g+g-0-r1", "ml", 2000, "n1", 600)],
+            &up(&["n1"]),
+            600,
+        );
+        let g = running("g", "ml", 2000, "n1", 600);
+        let p = p.advanced(std::slice::from_ref(&g), &up(&["n1"]), 700);
+        assert_eq!(p.history, before);
+        // A new job is predicted from the history.
+        let p = p.advanced(&[g, queued("b", "ml", 2000)], &up(&["n1"]), 700);
         assert_eq!(planned(&p, queued("b", "ml", 2000)).runtime_s, Some(800));
     }
 

@@ -585,6 +585,27 @@ proptest! {
     }
 }
 
+/// A job of `members` pods of `gpus` each that declares `runtime_s` and runs `actual_s`.
+fn run(
+    after_s: i64,
+    alpha: bool,
+    scavenger: bool,
+    members: u32,
+    gpus: u32,
+    runtime_s: i64,
+    actual_s: i64,
+) -> Arrival {
+    Arrival {
+        after_s,
+        alpha,
+        scavenger,
+        members,
+        gpus,
+        runtime_s,
+        actual_s,
+    }
+}
+
 fn at(after_s: i64, alpha: bool, scavenger: bool, gpus: u32, runtime_s: i64) -> Arrival {
     Arrival {
         after_s,
@@ -690,4 +711,57 @@ fn what_is_placed_is_followed_by_another_cycle_at_once() {
     ];
     arrivals[0].members = 2;
     agree(&arrivals, "off", 0);
+}
+
+/// Gang j2 is evicted at 1500 s and predicted again then; its replacements queue as
+/// `j2+j2-0-r2` beside its stopping members and are `j2` once those are gone (1590 s).
+/// The controller once predicted it afresh at that rename, from a history that had
+/// learned j5 (ended 1530 s) meanwhile, and placed it at once; the replay keeps the
+/// prediction made at the eviction and waits for j7's reservation.
+#[test]
+fn a_gangs_replacements_keep_their_prediction_when_their_name_changes() {
+    let arrivals = vec![
+        run(0, false, false, 1, 4, 1800, 900),
+        run(120, true, true, 1, 2, 1800, 900),
+        run(120, true, true, 2, 2, 1500, 1500),
+        run(240, true, false, 2, 2, 1500, 1950),
+        run(360, false, true, 1, 4, 1500, 1950),
+        run(240, true, true, 1, 1, 1800, 450),
+        run(120, true, false, 1, 2, 1200, 300),
+        run(120, true, true, 1, 8, 300, 75),
+    ];
+    agree_with(&arrivals, "off", 90, true);
+}
+
+/// At 1200 s j6 reclaims j1 on n1, to start when j1's pods are gone (1290 s); then j4
+/// reclaims gang j0, whose member on n1 stops until 1380 s. The controller releases j6
+/// only once no pods stop on n1 (1380 s); the replay once started it at 1290 s.
+#[test]
+fn a_preemptor_starts_once_no_pods_stop_on_its_nodes() {
+    let arrivals = vec![
+        run(0, true, true, 2, 4, 1500, 750),
+        run(360, false, true, 1, 1, 1200, 1200),
+        run(240, true, false, 1, 4, 900, 450),
+        run(240, false, true, 2, 2, 300, 75),
+        run(120, true, false, 1, 1, 300, 75),
+        run(0, false, false, 1, 2, 600, 300),
+        run(240, false, false, 1, 2, 300, 75),
+    ];
+    agree_with(&arrivals, "off", 90, true);
+}
+
+/// As above, and while j6 is held (1290–1380 s) the controller shows it starting at each
+/// cycle's now (its end, and so j0's first ETA, counts from 1290 s), not at its release.
+#[test]
+fn a_held_preemptor_is_seen_starting_now() {
+    let arrivals = vec![
+        run(0, true, true, 2, 4, 2100, 1050),
+        run(360, false, true, 1, 2, 1800, 2340),
+        run(240, true, false, 1, 4, 2100, 2730),
+        run(240, false, true, 2, 2, 300, 150),
+        run(120, true, false, 1, 1, 1200, 300),
+        run(0, false, false, 1, 2, 900, 450),
+        run(240, false, false, 1, 2, 600, 600),
+    ];
+    agree_with(&arrivals, "off", 90, true);
 }

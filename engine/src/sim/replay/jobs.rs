@@ -75,6 +75,12 @@ pub(super) struct SimJob {
     /// Seconds waited under each reason code, and the code waited under since when.
     waited_by: BTreeMap<String, i64>,
     waiting_under: Option<(String, i64)>,
+    /// The code of the last stretch of waiting closed: a start put off counts for it.
+    last_waited: Option<String>,
+    /// Its start was put off (pods stopping on its nodes): until it starts, decisions see
+    /// it as starting at each cycle's now, as the controller shows a nominated job whose
+    /// victims are gone (`cluster::nomination`).
+    pub held: bool,
     pub generation: u64,
     /// Bumped on every change to what [`SimJob::state`] reads (phase, placement, the job
     /// record), so a decision state built earlier can be reused while it is current.
@@ -244,6 +250,8 @@ impl SimJob {
             reason: None,
             waited_by: BTreeMap::new(),
             waiting_under: None,
+            last_waited: None,
+            held: false,
             generation: 0,
             revision: 0,
         }
@@ -252,7 +260,8 @@ impl SimJob {
     /// Closes the current stretch of waiting at `now`, counting it for its reason.
     fn close_wait(&mut self, now: i64) {
         if let Some((code, since)) = self.waiting_under.take() {
-            *self.waited_by.entry(code).or_insert(0) += (now - since).max(0);
+            *self.waited_by.entry(code.clone()).or_insert(0) += (now - since).max(0);
+            self.last_waited = Some(code);
         }
     }
 
@@ -387,7 +396,7 @@ impl SimJob {
                     .collect::<Option<Vec<_>>>()?;
                 Some(Running {
                     members,
-                    started_at: run.work_from,
+                    started_at: self.shown_start(run, now),
                     last_checkpoint_at: self.last_checkpoint(run, now),
                 })
             }
@@ -399,7 +408,7 @@ impl SimJob {
         }
         if let Phase::Running(run) = &self.phase {
             job.placement.clone_from(&run.members);
-            job.started_at = Some(run.work_from);
+            job.started_at = Some(self.shown_start(run, now));
         }
         Some(JobState {
             job,
@@ -407,6 +416,16 @@ impl SimJob {
             member_milli: self.member_milli,
             revision: None,
         })
+    }
+
+    /// When decisions at `now` see the run start: a start put off shows as now until it
+    /// comes.
+    fn shown_start(&self, run: &Run, now: i64) -> i64 {
+        if self.held {
+            run.work_from.min(now)
+        } else {
+            run.work_from
+        }
     }
 
     /// The running job's last checkpoint at `now` (what a reused decision state must be
@@ -478,6 +497,7 @@ impl SimJob {
             self.rule = Some(r.rule.clone());
         }
         self.close_wait(free_at);
+        self.held = false;
         self.queue_wait_s += free_at - self.queued_since;
         self.first_start.get_or_insert(free_at);
         self.generation += 1;
@@ -489,6 +509,31 @@ impl SimJob {
             contrib,
         });
         Some(free_at + (self.work_s - self.saved_s).max(0))
+    }
+
+    /// A run placed to begin later (its victims still stopping) begins at `to` instead:
+    /// pods stop on its nodes until then, and the controller releases nothing onto a node
+    /// while pods stop there (`cluster::enact`). Returns when it now ends.
+    pub fn put_off_start(&mut self, to: i64) -> Option<i64> {
+        let Phase::Running(run) = &mut self.phase else {
+            return None;
+        };
+        let from = run.work_from;
+        if to <= from {
+            return None;
+        }
+        run.work_from = to;
+        self.held = true;
+        self.queue_wait_s += to - from;
+        if self.first_start == Some(from) {
+            self.first_start = Some(to);
+        }
+        if let Some(code) = &self.last_waited {
+            *self.waited_by.entry(code.clone()).or_insert(0) += to - from;
+        }
+        self.generation += 1;
+        self.revision += 1;
+        Some(to + (self.work_s - self.saved_s).max(0))
     }
 
     /// When its run started, while it runs.

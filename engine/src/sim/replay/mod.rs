@@ -175,6 +175,9 @@ struct Sim<'p> {
     job_by_id: HashMap<String, usize>,
     /// Pending jobs the last plan booked (their `booked` is set), by slot.
     booked: BTreeSet<usize>,
+    /// Jobs placed to start later (once their victims are gone), until they start: a
+    /// start is put off while pods stop on their nodes.
+    starting_later: BTreeSet<usize>,
     /// Jobs pending or running, in arrival order.
     active: BTreeSet<usize>,
     /// How many of `active` are pending and running, kept at each change of phase (read
@@ -323,6 +326,7 @@ impl<'p> Sim<'p> {
             touched: Vec::new(),
             job_by_id,
             booked: BTreeSet::new(),
+            starting_later: BTreeSet::new(),
             active: BTreeSet::new(),
             counts: Counts::default(),
             events: BTreeMap::new(),
@@ -596,6 +600,7 @@ impl<'p> Sim<'p> {
         // The decision states of the last cycle are kept and reused for jobs that have not
         // changed since (same revision, same fleet): a steady replay rebuilds only the few
         // that arrived, started, stopped or were preempted. Both lists are in job order.
+        self.refresh_held_starts();
         let mut touched = std::mem::take(&mut self.touched);
         self.jobs.take_touched(&mut touched);
         if !self.refresh_states_in_place(&touched) {
@@ -702,6 +707,7 @@ impl<'p> Sim<'p> {
             let not_before = victims_gone_at.get(d.job.as_str()).copied();
             self.decision(d, not_before.unwrap_or(self.now));
         }
+        self.put_off_starts_where_pods_stop();
         for s in scale {
             self.scale(s.pool, s.delta_nodes, s.reason);
         }
@@ -712,6 +718,99 @@ impl<'p> Sim<'p> {
         self.changed = changed;
         if requeued {
             self.schedule(self.now, Internal::Redecide);
+        }
+    }
+
+    /// As the controller releases a preemptor only once no pods stop on its nodes
+    /// (`cluster::enact`), whoever's they are: a job placed to start later whose nodes a
+    /// plan has since stopped jobs on, past its start, starts when they are gone. Checked
+    /// after each plan is carried out; a job is released at the first plan at or after
+    /// its start that leaves its nodes clear.
+    fn put_off_starts_where_pods_stop(&mut self) {
+        let now = self.now;
+        let waiting: Vec<usize> = self.starting_later.iter().copied().collect();
+        for index in waiting {
+            let Some(job) = self.jobs.get(index).and_then(Slot::live) else {
+                self.starting_later.remove(&index);
+                continue;
+            };
+            let Some(from) = job.run_started().filter(|from| *from >= now) else {
+                self.starting_later.remove(&index);
+                continue;
+            };
+            let nodes: Vec<usize> = job
+                .nodes()
+                .iter()
+                .filter_map(|n| self.node_by_name.get(n).copied())
+                .collect();
+            let until = self.stopping.until_on(nodes.iter()).filter(|u| *u > from);
+            let ends = until.and_then(|until| {
+                self.jobs
+                    .get_mut(index)
+                    .and_then(Slot::live_mut)?
+                    .put_off_start(until)
+            });
+            match ends {
+                Some(ends) => self.schedule_run(index, ends),
+                None if from == now => {
+                    self.starting_later.remove(&index);
+                }
+                None => {}
+            }
+        }
+    }
+
+    /// Jobs whose start was put off are seen as starting now until they start: their
+    /// decision states are rebuilt each cycle until then.
+    fn refresh_held_starts(&mut self) {
+        let now = self.now;
+        let held: Vec<usize> = self
+            .starting_later
+            .iter()
+            .copied()
+            .filter(|&i| {
+                self.jobs
+                    .get(i)
+                    .and_then(Slot::live)
+                    .is_some_and(|j| j.held && j.run_started().is_some_and(|s| s >= now))
+            })
+            .collect();
+        for index in held {
+            if let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) {
+                job.revision += 1;
+            }
+        }
+    }
+
+    /// The events of job `index`'s current run, which ends at `ends`: its end, when it
+    /// outlives its prediction, its interruption.
+    fn schedule_run(&mut self, index: usize, ends: i64) {
+        let Some(job) = self.jobs.get(index).and_then(Slot::live) else {
+            return;
+        };
+        let generation = job.generation;
+        let outlives = job.outlives_prediction(ends);
+        let interrupted = job.interrupted_at(ends);
+        self.schedule(
+            ends,
+            Internal::Finish {
+                job: index,
+                generation,
+            },
+        );
+        if let Some(at) = outlives {
+            let event = Internal::PredictionOutlived {
+                job: index,
+                generation,
+            };
+            self.schedule(at, event);
+        }
+        if let Some(at) = interrupted {
+            let event = Internal::Interrupted {
+                job: index,
+                generation,
+            };
+            self.schedule(at, event);
         }
     }
 
@@ -798,35 +897,15 @@ impl<'p> Sim<'p> {
                 let Some(ends) = started else {
                     return;
                 };
-                let generation = job.generation;
-                let outlives = job.outlives_prediction(ends);
-                let interrupted = job.interrupted_at(ends);
                 if warm {
                     // Through the controller's own history keeping (`scale::state`).
                     let start = Start::of(d, free_at, prices.first().map(|(p, _)| p.clone()));
                     crate::scale::state::remember_start(&mut self.snapshot.starts, start, self.now);
                 }
-                self.schedule(
-                    ends,
-                    Internal::Finish {
-                        job: index,
-                        generation,
-                    },
-                );
-                if let Some(at) = outlives {
-                    let event = Internal::PredictionOutlived {
-                        job: index,
-                        generation,
-                    };
-                    self.schedule(at, event);
+                if free_at > self.now {
+                    self.starting_later.insert(index);
                 }
-                if let Some(at) = interrupted {
-                    let event = Internal::Interrupted {
-                        job: index,
-                        generation,
-                    };
-                    self.schedule(at, event);
-                }
+                self.schedule_run(index, ends);
             }
             Action::Deny => {
                 if let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) {

@@ -70,6 +70,11 @@ impl Stopping {
         nodes.any(|n| self.by_plan.contains(n) || self.until.get(n).is_some_and(|&u| u > now))
     }
 
+    /// Until when jobs stop on any of `nodes`, if any do.
+    pub fn until_on<'n>(&self, nodes: impl Iterator<Item = &'n usize>) -> Option<i64> {
+        nodes.filter_map(|n| self.until.get(n).copied()).max()
+    }
+
     /// Whether a job stops on one of `nodes` after `now` (one stopped with no grace is
     /// gone at once).
     pub fn past<'n>(&self, mut nodes: impl Iterator<Item = &'n usize>, now: i64) -> bool {
