@@ -4,7 +4,10 @@
 //! each placed pod cost until the queue settled, and how many an hour of cycles makes
 //! when only the clock moves.
 //!
-//! `cargo bench -p cluster --bench queue_cycle` prints the median and the peak RSS.
+//! `cargo bench -p cluster --bench queue_cycle` prints the median and the peak RSS;
+//! `-- --nodes 12500 --pods 100000` runs it at production shape (issue 55): the same
+//! proportions, half the pods gated. After the queue settles, one pod arrives and the
+//! cycle that sees it is timed too (`--no-hour` leaves out the hour of clock-only cycles).
 
 #![allow(
     clippy::indexing_slicing,
@@ -28,23 +31,56 @@ use std::time::Instant;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-const NODES: usize = 1_000;
-const POLICY: &str = r#"
-use std.nodes.{dgx_h100}
+/// The fleet and the pods: `--nodes` (default 1,000) and `--pods` (default ten per node),
+/// half of them bound.
+struct Shape {
+    nodes: usize,
+    pods: usize,
+}
+
+impl Shape {
+    fn from_args() -> Shape {
+        let args: Vec<String> = std::env::args().collect();
+        let value = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .and_then(|i| args.get(i + 1))
+                .map(|v| v.parse::<usize>().expect("a number"))
+        };
+        let nodes = value("--nodes").unwrap_or(1_000);
+        Shape {
+            nodes,
+            pods: value("--pods").unwrap_or(nodes * 10),
+        }
+    }
+}
+
+/// Five teams in one cohort, each guaranteed a fifth of the fleet's GPUs.
+fn policy(nodes: usize) -> String {
+    let gpus = nodes * 8;
+    let team = |i: usize| {
+        format!(
+            "  team t{i} {{ guaranteed = {} gpu in training; burst = {} gpu; lend = {} gpu }}\n",
+            gpus / 5,
+            gpus / 2,
+            gpus / 10
+        )
+    };
+    format!(
+        r#"
+use std.nodes.{{dgx_h100}}
 use std.tiers
 
-pool training { capacity = reserved; node = dgx_h100; nodes = 1000 }
+pool training {{ capacity = reserved; node = dgx_h100; nodes = {nodes} }}
 
-placement { gang = all_or_nothing; packing = least_fragmentation; backfill = on }
+placement {{ gang = all_or_nothing; packing = least_fragmentation; backfill = on }}
 
-cohort research {
-  team t0 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
-  team t1 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
-  team t2 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
-  team t3 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
-  team t4 { guaranteed = 1600 gpu in training; burst = 4000 gpu; lend = 800 gpu }
+cohort research {{
+{}}}
+"#,
+        (0..5).map(team).collect::<String>()
+    )
 }
-"#;
 
 fn node(i: usize) -> Node {
     serde_json::from_value(json!({
@@ -58,14 +94,15 @@ fn node(i: usize) -> Node {
     .unwrap()
 }
 
-/// 5,000 bound pods — one CPU-only pod per node and 4,000 GPU pods of 1 or 2 GPUs, first
-/// fit: 62% of the GPUs held — and 5,000 gated ones: single pods of 1–8 GPUs and gangs of
-/// 2–4 × 8 GPUs, five teams, three tiers.
-fn pods() -> Vec<Pod> {
+/// Half the pods bound — one CPU-only pod per node and GPU pods of 1 or 2 GPUs, first fit
+/// (at 1,000 nodes and 10,000 pods: 4,000 of them, 62% of the GPUs held) — and half
+/// gated: single pods of 1–8 GPUs and gangs of 2–4 × 8 GPUs, five teams, three tiers.
+fn pods(shape: &Shape) -> Vec<Pod> {
+    let nodes = shape.nodes;
     let mut out = Vec::new();
-    let mut free = vec![8u32; NODES];
+    let mut free = vec![8u32; nodes];
     let tiers = ["critical", "standard", "best_effort"];
-    for n in 0..NODES {
+    for n in 0..nodes {
         let mut p = pod(
             &format!("agent-{n}"),
             "t0",
@@ -81,15 +118,15 @@ fn pods() -> Vec<Pod> {
     }
     let mut k = 0usize;
     let mut node = 0usize;
-    while out.len() < 5_000 {
+    while out.len() < shape.pods / 2 {
         k += 1;
         let gpus = [1u32, 1, 1, 2][k % 4];
         let mut scanned = 0;
-        while free[node % NODES] < gpus && scanned < NODES {
+        while free[node % nodes] < gpus && scanned < nodes {
             node += 1;
             scanned += 1;
         }
-        let n = node % NODES;
+        let n = node % nodes;
         assert!(free[n] >= gpus, "the fleet is full");
         free[n] -= gpus;
         let team = format!("t{}", k % 5);
@@ -103,7 +140,7 @@ fn pods() -> Vec<Pod> {
         ));
     }
     let mut g = 0;
-    while out.len() < 10_000 {
+    while out.len() < shape.pods {
         k += 1;
         let team = format!("t{}", k % 5);
         let tier = tiers[k % 3];
@@ -249,9 +286,11 @@ fn applied(stores: &mut Stores, actions: &[Action]) {
 fn main() {
     let quick = !std::env::args().any(|a| a == "--bench");
     let rounds = if quick { 1 } else { 7 };
+    let shape = Shape::from_args();
+    let nodes = shape.nodes;
     let mut stores = Stores::default();
     stores.nodes.apply(Change::Init);
-    for i in 0..NODES {
+    for i in 0..nodes {
         let n = nodes::node(&node(i), "gantry.dev/pool").unwrap();
         stores
             .nodes
@@ -259,14 +298,14 @@ fn main() {
     }
     stores.nodes.apply(Change::InitDone);
     stores.pods.apply(Change::Init);
-    for p in pods() {
+    for p in pods(&shape) {
         stores
             .pods
             .apply(Change::InitApply(pods::key(&p), pods::pod(&p)));
     }
     stores.pods.apply(Change::InitDone);
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("policy.gantry"), POLICY).unwrap();
+    std::fs::write(dir.path().join("policy.gantry"), policy(nodes)).unwrap();
     let state = AppState::new(Box::new(|| 1_795_510_000));
     state.reload_policy(dir.path()).unwrap();
     let policy = state.policy().unwrap();
@@ -292,7 +331,7 @@ fn main() {
         .count();
     let count = |f: fn(&Action) -> bool| actions.iter().filter(|a| f(a)).count();
     println!(
-        "{NODES} nodes x 8 GPUs, {} pods ({} jobs in the cycle); placed {placed}, preempted {}",
+        "{nodes} nodes x 8 GPUs, {} pods ({} jobs in the cycle); placed {placed}, preempted {}",
         stores.pods.objects.len(),
         view.jobs.len(),
         plan.preemptions.len()
@@ -370,14 +409,18 @@ fn main() {
             .count();
         cycles += 1;
     }
+    let t = Instant::now();
     let again = controller::cycle_with(&stores, &policy, &memory, 1_795_510_000)
         .unwrap()
         .2;
+    let settled_ms = t.elapsed().as_secs_f64() * 1e3;
     println!(
         "after {cycles} cycles the queue is settled; API writes in a cycle with nothing new: {}",
         again.len()
     );
     assert!(again.is_empty(), "{again:?}");
+    println!("a cycle of the settled queue, nothing new: {settled_ms:.1} ms");
+    arrival_to_settled_queue(&mut stores, &policy, &memory, rounds);
     println!(
         "until settled: {writes} API writes for {placed_pods} pods placed: {:.2} per placed pod (the waits of {} pods still queued included)",
         writes as f64 / placed_pods.max(1) as f64,
@@ -395,7 +438,11 @@ fn main() {
         own as f64 / placed.len().max(1) as f64,
         evictions as f64 / placed.len().max(1) as f64
     );
-    // An hour of cycles every 10 s with nothing changing but the clock.
+    // An hour of cycles every 10 s with nothing changing but the clock (360 cycles: left
+    // out with `--no-hour`, as at production shape).
+    if std::env::args().any(|a| a == "--no-hour") {
+        return;
+    }
     let mut later = 0;
     for step in 1..=360 {
         let actions = controller::cycle_with(&stores, &policy, &memory, 1_795_510_000 + 10 * step)
@@ -405,6 +452,41 @@ fn main() {
         later += api_writes(&actions);
     }
     println!("API writes in 360 cycles over an hour with nothing changing but the clock: {later}");
+}
+
+/// One gated pod arrives to the settled queue: the cycles that see it, timed (the pod is
+/// taken away again after).
+fn arrival_to_settled_queue(
+    stores: &mut Stores,
+    policy: &engine::serve::state::LoadedPolicy,
+    memory: &cluster::memory::Memory,
+    rounds: usize,
+) {
+    let p = pod("late-1", "t1", "standard", 1, None, None);
+    let key = pods::key(&p);
+    stores.pods.apply(Change::Apply(key.clone(), pods::pod(&p)));
+    let mut times = Vec::new();
+    let mut actions = Vec::new();
+    for _ in 0..rounds {
+        let t = Instant::now();
+        actions = controller::cycle_with(stores, policy, memory, 1_795_510_000)
+            .unwrap()
+            .2;
+        times.push(t.elapsed());
+    }
+    times.sort();
+    let kinds: Vec<&str> = actions
+        .iter()
+        .take(5)
+        .map(|a| a.pod().name.as_str())
+        .collect();
+    println!(
+        "one pod arrives to the settled queue: the cycle median {:.1} ms, max {:.1} ms over {rounds}; {} actions (the first for {kinds:?})",
+        times[times.len() / 2].as_secs_f64() * 1e3,
+        times.last().unwrap().as_secs_f64() * 1e3,
+        actions.len(),
+    );
+    stores.pods.apply(Change::Delete(key));
 }
 
 /// Adds each action's writes to its kind's count.

@@ -331,7 +331,105 @@ impl Cycle<'_> {
     /// account's limit for `runtime`, by the running jobs' estimated ends and the team's
     /// bookings. `None` when it never does by the estimates (a job with no runtime holds
     /// on).
+    ///
+    /// The times tried are `from`, the team's running jobs' ends and its bookings' ends,
+    /// in order. What the running jobs leave only grows with time, so the times where it
+    /// alone is too little are a prefix, passed over while reading the team's ends in
+    /// order: a team with thousands of jobs is not read whole for each reservation. Debug
+    /// builds compare [`Cycle::quota_start_afresh`], which reads them all.
     fn quota_start(
+        &mut self,
+        team: Option<usize>,
+        account: Account,
+        need: u64,
+        from: i64,
+        runtime: Option<i64>,
+    ) -> Option<i64> {
+        let found = self.quota_start_in_order(team, account, need, from, runtime);
+        debug_assert_eq!(
+            found,
+            self.quota_start_afresh(team, account, need, from, runtime),
+            "quota start of team {team:?} from {from}"
+        );
+        found
+    }
+
+    fn quota_start_in_order(
+        &mut self,
+        team: Option<usize>,
+        account: Account,
+        need: u64,
+        from: i64,
+        runtime: Option<i64>,
+    ) -> Option<i64> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let (pool, limit) = account;
+        self.index_ends();
+        let mut bookings: Vec<i64> = self
+            .quota_bookings
+            .of_team(team)
+            .filter(|b| b.counts_in(pool))
+            .filter_map(|b| b.ends_at)
+            .filter(|e| *e > from)
+            .collect();
+        bookings.sort_unstable();
+        bookings.dedup();
+        let used_now = self.team_holds(team, pool);
+        // Ends read so far: those at or before `read_to` (with what they free here).
+        let mut freed = 0u64;
+        let mut read_to: Option<(i64, usize)> = None;
+        let mut t = from;
+        let mut next_booking = 0usize;
+        loop {
+            // The ends up to `t`, and the first end after it that frees something here.
+            let mut next_end = None;
+            if let Some(ends) = self.team_ends.get(&team) {
+                let lower = read_to.map_or(Unbounded, Excluded);
+                for &(at, h) in ends.range((lower, Unbounded)) {
+                    if at == i64::MAX {
+                        break;
+                    }
+                    let milli = self.held_in(h, pool);
+                    if milli == 0 {
+                        read_to = Some((at, h));
+                        continue;
+                    }
+                    if at > t {
+                        next_end = Some(at);
+                        break;
+                    }
+                    freed += milli;
+                    read_to = Some((at, h));
+                }
+            }
+            let fits_running = used_now.saturating_sub(freed) + need <= limit;
+            if fits_running && self.quota_fits(team, account, need, t, runtime.map(|r| t + r)) {
+                return Some(t);
+            }
+            while bookings.get(next_booking).is_some_and(|b| *b <= t) {
+                next_booking += 1;
+            }
+            t = match (next_end, bookings.get(next_booking).copied()) {
+                (Some(e), Some(b)) => e.min(b),
+                (Some(e), None) => e,
+                (None, Some(b)) => b,
+                (None, None) => return None,
+            };
+            // Where the running jobs alone leave too little, bookings' ends are passed
+            // over until the next end.
+            if !fits_running {
+                if let Some(e) = next_end {
+                    t = t.max(e);
+                } else {
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// [`Cycle::quota_start`] reading all the team's running jobs' ends at once: the
+    /// reference debug builds compare with.
+    fn quota_start_afresh(
         &mut self,
         team: Option<usize>,
         account: Account,
