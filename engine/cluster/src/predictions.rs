@@ -46,6 +46,10 @@ pub struct Known {
     /// Once it was seen queued: what it is planned with while that holds (`None`: no
     /// history then, or none shorter than its limit).
     predicted: Option<Option<u64>>,
+    /// When it was first seen queued for this run: its run starts no earlier. (A gang's
+    /// replacements placed while its evicted members still stop are shown running from
+    /// those members' start until they are gone.)
+    queued_at: Option<i64>,
     /// Its run's start, while it runs, and the nodes it runs on.
     run: Option<(i64, Vec<String>)>,
     /// It has run past its prediction: planned with its limit from then on.
@@ -111,7 +115,7 @@ impl Predictions {
                 kept.0.remove(&j.id);
                 continue;
             };
-            let running = j
+            let mut running = j
                 .started_at
                 .filter(|_| !j.placement.is_empty())
                 .map(|s| (s, j.placement.iter().map(|m| m.node.clone()).collect()));
@@ -122,6 +126,7 @@ impl Predictions {
                 team: j.team.clone(),
                 limit_s: limit,
                 predicted: None,
+                queued_at: None,
                 run: None,
                 outlived: false,
                 stopped: false,
@@ -131,6 +136,7 @@ impl Predictions {
                 // predicted afresh.
                 *k = Known {
                     predicted: None,
+                    queued_at: None,
                     run: None,
                     outlived: false,
                     stopped: false,
@@ -140,6 +146,10 @@ impl Predictions {
             if k.predicted.is_none() && running.is_none() {
                 let p = history.predict(None, k.team.as_deref(), limit);
                 k.predicted = Some(p.filter(|p| *p < limit));
+                k.queued_at = Some(now);
+            }
+            if let (Some((start, _)), Some(queued)) = (running.as_mut(), k.queued_at) {
+                *start = (*start).max(queued);
             }
             k.limit_s = limit;
             k.run = running;
@@ -325,6 +335,19 @@ mod tests {
         let g = running("g", "ml", 2000, "n1", 600);
         let p = p.advanced(std::slice::from_ref(&g), &up(&["n1"]), 700);
         assert_eq!(p.history, before);
+        // Placed while its evicted members still stop, the gang is shown running from
+        // their start: its run still starts when it was queued, not past its prediction.
+        let mut p = p;
+        p.evicting(["g"]);
+        let stopping = running("g", "ml", 2000, "n1", 600);
+        let p = p.advanced(
+            &[stopping, queued("g+g-0-r2", "ml", 2000)],
+            &up(&["n1"]),
+            800,
+        );
+        let merged = running("g", "ml", 2000, "n1", 600);
+        let p = p.advanced(std::slice::from_ref(&merged), &up(&["n1"]), 1450);
+        assert_eq!(planned(&p, merged).runtime_s, Some(800));
         // A new job is predicted from the history.
         let p = p.advanced(&[g, queued("b", "ml", 2000)], &up(&["n1"]), 700);
         assert_eq!(planned(&p, queued("b", "ml", 2000)).runtime_s, Some(800));

@@ -765,3 +765,24 @@ fn a_held_preemptor_is_seen_starting_now() {
     ];
     agree_with(&arrivals, "off", 90, true);
 }
+
+/// Gang j1 is evicted at 750 s and its replacements are placed at once, while its old
+/// members stop until 840 s: meanwhile the controller's view shows the gang running from
+/// the old members' start (0 s), which once made its new run look past its prediction
+/// (450 s), so it was planned with its 1,200 s limit from then on; a run now starts no
+/// earlier than it was queued.
+#[test]
+fn a_gang_placed_beside_its_stopping_members_runs_from_its_placement() {
+    let arrivals = vec![
+        run(0, true, false, 1, 1, 300, 75),
+        run(0, true, true, 2, 1, 1200, 1200),
+        run(0, true, false, 1, 1, 1500, 750),
+        run(0, true, false, 2, 4, 300, 75),
+        run(240, false, false, 1, 1, 1500, 375),
+        run(360, false, true, 1, 8, 300, 75),
+        run(0, false, false, 1, 1, 1200, 300),
+        run(240, false, false, 1, 1, 300, 75),
+        run(0, true, false, 1, 8, 300, 75),
+    ];
+    agree_with(&arrivals, "off", 90, true);
+}
