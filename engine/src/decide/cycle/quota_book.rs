@@ -406,24 +406,17 @@ impl Cycle<'_> {
             if fits_running && self.quota_fits(team, account, need, t, runtime.map(|r| t + r)) {
                 return Some(t);
             }
+            // Where the running jobs alone leave too little, only their next end can
+            // change that: bookings' ends before it are passed over.
+            if !fits_running {
+                t = next_end?;
+                continue;
+            }
             while bookings.get(next_booking).is_some_and(|b| *b <= t) {
                 next_booking += 1;
             }
-            t = match (next_end, bookings.get(next_booking).copied()) {
-                (Some(e), Some(b)) => e.min(b),
-                (Some(e), None) => e,
-                (None, Some(b)) => b,
-                (None, None) => return None,
-            };
-            // Where the running jobs alone leave too little, bookings' ends are passed
-            // over until the next end.
-            if !fits_running {
-                if let Some(e) = next_end {
-                    t = t.max(e);
-                } else {
-                    return None;
-                }
-            }
+            let next_booking_end = bookings.get(next_booking).copied();
+            t = next_end.into_iter().chain(next_booking_end).min()?;
         }
     }
 
