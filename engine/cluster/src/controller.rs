@@ -27,6 +27,9 @@ use std::time::Duration;
 const DEBOUNCE: Duration = Duration::from_millis(200);
 /// A cycle runs at least this often (ETAs, gang timeouts, reservations age).
 const TICK: Duration = Duration::from_secs(10);
+/// Cycles decided again at once because the bookings moved, in a row, before the loop
+/// waits as usual (as the replay re-decides one instant at most 8 times).
+const MAX_REDECIDES_IN_A_ROW: u32 = 7;
 /// The `source.component` of gantry's Events and the field manager of its patches.
 pub const COMPONENT: &str = "gantry";
 
@@ -107,7 +110,9 @@ pub fn cycle_kept(
 /// The decision snapshot of `view`. A running job that does not fit its node as gantry
 /// knows it (the node shrank, a GPU failed under it) is a problem of one of two kinds. A
 /// nomination on that node is a promise that can no longer be kept: it is given up and
-/// the job waits again (`crate::nomination`), so pods that run keep what they hold. A
+/// the job waits again (`crate::nomination`), so pods that run keep what they hold;
+/// unless it fits once it takes over the GPUs that other nominations' victims stopping
+/// there hold (`nomination::take_over_stopping`). A
 /// running pod that still does not fit is left out with a warning rather than stopping the
 /// queue, and its node is closed: what it holds it still holds, so its node takes nothing
 /// new rather than being counted free. One build when everything fits.
@@ -118,6 +123,8 @@ pub fn snapshot(
 ) -> Result<Snapshot, String> {
     let mut left_out: BTreeSet<String> = BTreeSet::new();
     let mut left_out_on: BTreeSet<String> = BTreeSet::new();
+    // Nominations that took over other victims' stopping members (once each).
+    let mut taken_over: BTreeSet<String> = BTreeSet::new();
     // Each round gives up nominations or leaves jobs out, so the jobs run out first.
     let mut snapshot = loop {
         let jobs: Vec<_> = view
@@ -146,6 +153,15 @@ pub fn snapshot(
             .map(|(id, _)| id.clone())
             .collect();
         if !unfit.is_empty() {
+            let mut took = false;
+            for id in &unfit {
+                if taken_over.insert(id.clone()) {
+                    took |= crate::nomination::take_over_stopping(view, id);
+                }
+            }
+            if took {
+                continue;
+            }
             for id in unfit {
                 tracing::info!(job = %id, "nomination given up: the job no longer fits the nodes it was nominated to");
                 crate::nomination::give_up(view, pods, &id);
@@ -540,6 +556,7 @@ pub async fn run(q: Queue) {
     // The next cycle comes at a change, at the last plan's next decision time, or a TICK
     // on (a cycle skipped leaves no time to wake at).
     let mut next_decision_at: Option<i64> = None;
+    let mut moved_in_a_row = 0;
     loop {
         let wake_in = wake_after(next_decision_at.take(), state.now());
         tokio::select! {
@@ -748,7 +765,14 @@ pub async fn run(q: Queue) {
                     ..learned
                 };
             }
-            memory.remember(&plan, &pools);
+            // Decided again at once (within a second) while the bookings move, a few
+            // times in a row at most: a booking can move back and forth.
+            if memory.remember(&plan, &pools) && moved_in_a_row < MAX_REDECIDES_IN_A_ROW {
+                moved_in_a_row += 1;
+                next_decision_at = Some(now);
+            } else {
+                moved_in_a_row = 0;
+            }
             memory.account(&view.jobs, now);
             if memory != saved && saved_at.is_none_or(|t| t.elapsed() >= save_every) {
                 match memory::save(&client, &namespace, &memory).await {

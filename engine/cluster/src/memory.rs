@@ -181,11 +181,15 @@ impl Memory {
     }
 
     /// After a cycle: the autoscaler's next state, and a start for each job placed.
-    pub fn remember(&mut self, plan: &Plan, pools: &BTreeMap<String, String>) {
+    /// True when the bookings passed on moved: the next cycle may then decide otherwise
+    /// with nothing else changed, so the loop decides again at once.
+    pub fn remember(&mut self, plan: &Plan, pools: &BTreeMap<String, String>) -> bool {
         if let Some(s) = &plan.state {
             self.scale = s.clone();
         }
-        self.booked = Unsaved(plan.bookings_made());
+        let booked = plan.bookings_made();
+        let moved = booked != self.booked.0;
+        self.booked = Unsaved(booked);
         self.predictions
             .evicting(plan.preemptions.iter().map(|p| p.job.as_str()));
         // A pool that asked for its first nodes in this cycle has none yet (the counts
@@ -206,6 +210,7 @@ impl Memory {
             let start = Start::of(d, plan.now, pool);
             engine::scale::state::remember_start(&mut self.starts, start, plan.now);
         }
+        moved
     }
 }
 
@@ -315,7 +320,12 @@ mod tests {
         };
         let saved = Memory::default();
         let mut m = saved.clone();
-        m.remember(&plan, &BTreeMap::new());
+        assert!(m.remember(&plan, &BTreeMap::new()), "a new booking moved");
+        assert!(!m.remember(&plan, &BTreeMap::new()), "the same again did not");
+        let mut moved = plan.clone();
+        moved.reservations[0].start_at = 900;
+        assert!(m.remember(&moved, &BTreeMap::new()), "a later start moved");
+        assert!(m.remember(&plan, &BTreeMap::new()));
         let booked = &m.booked.0["ml/a"];
         assert_eq!(
             (booked.start_at, booked.nodes.clone()),

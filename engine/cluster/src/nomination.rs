@@ -164,7 +164,8 @@ pub(crate) fn apply(
             });
         }
         // Its members on the nominated nodes: their GPUs are the preemptor's now. Those
-        // elsewhere keep what they hold, charged to no team.
+        // elsewhere keep what they hold, charged to no team, until they are gone (or
+        // another nomination there needs them: `take_over_stopping`).
         let (on, until) = standing
             .get(id)
             .map_or((&[][..], now), |(n, u)| (n.as_slice(), *u));
@@ -262,6 +263,42 @@ fn stopping_holders(out: &mut QueueView, pods: &BTreeMap<String, PodSeen>) {
             j.tier = Some(FOREIGN.into());
         }
     }
+}
+
+/// The nomination of `id` does not fit its nodes: the members there of another
+/// nomination's victims, which hold their GPUs while they stop, are taken out for it. One
+/// plan may evict a job for one preemptor and count its GPUs as freed for another landing
+/// beside it (as the replay lets such a preemptor have them). True when any was.
+pub fn take_over_stopping(out: &mut QueueView, id: &str) -> bool {
+    let Some(n) = out.nominated.get(id) else {
+        return false;
+    };
+    let on: BTreeSet<&str> = n.nodes.iter().map(String::as_str).collect();
+    let victims: BTreeSet<&str> = out
+        .nominated
+        .iter()
+        .filter(|(other, _)| other.as_str() != id)
+        .flat_map(|(_, o)| o.taken_out.iter().map(|j| j.id.as_str()))
+        .collect();
+    let mut taken = false;
+    for j in out
+        .jobs
+        .iter_mut()
+        .filter(|j| victims.contains(j.id.as_str()) && j.team.as_deref() == Some(FOREIGN))
+    {
+        let before = j.placement.len();
+        j.placement.retain(|m| !on.contains(m.node.as_str()));
+        if j.placement.len() < before {
+            taken = true;
+            j.shape.members = j.placement.len() as u32;
+        }
+    }
+    out.jobs.retain(|j| {
+        !(j.placement.is_empty()
+            && victims.contains(j.id.as_str())
+            && j.team.as_deref() == Some(FOREIGN))
+    });
+    taken
 }
 
 /// Gives up the nomination of `id` (it no longer fits its nodes): the job waits again and

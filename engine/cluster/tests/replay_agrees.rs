@@ -329,7 +329,8 @@ async fn through_the_controller(h: &mut Harness, jobs: &[Planned], grace_s: i64)
                     ..learned
                 };
             }
-            h.memory
+            let bookings_moved = h
+                .memory
                 .remember(&plan, &cluster::memory::node_pools(&view.fleet));
             if let Some(at) = plan.next_decision_at.filter(|at| *at > t) {
                 wakes.insert(at);
@@ -408,7 +409,8 @@ async fn through_the_controller(h: &mut Harness, jobs: &[Planned], grace_s: i64)
                     .or_default()
                     .push((id.clone(), o.run));
             }
-            if actions.is_empty() && newly.is_empty() {
+            // As the controller's loop decides again at once when the bookings moved.
+            if actions.is_empty() && newly.is_empty() && !bookings_moved {
                 break;
             }
         }
@@ -785,4 +787,36 @@ fn a_gang_placed_beside_its_stopping_members_runs_from_its_placement() {
         run(0, true, false, 1, 8, 300, 75),
     ];
     agree_with(&arrivals, "off", 90, true);
+}
+
+#[test]
+fn a_plan_whose_bookings_moved_is_decided_again_at_once() {
+    let arrivals = vec![
+        run(0, true, false, 1, 1, 300, 300),
+        run(0, true, false, 1, 1, 300, 75),
+        run(0, true, false, 1, 1, 300, 300),
+        run(0, false, false, 1, 8, 1800, 1800),
+        run(120, false, true, 1, 1, 300, 75),
+        run(120, false, false, 2, 4, 300, 75),
+        run(360, true, false, 1, 1, 1500, 1500),
+        run(360, true, false, 1, 4, 1200, 300),
+    ];
+    agree_with(&arrivals, "off", 0, true);
+}
+
+/// One plan evicts both scavengers on n0: beta's for beta's 8-GPU job, which lands on
+/// n0, and alpha's for alpha's quota, whose job lands on n1. Beta's job takes the whole
+/// of n0, alpha's victim's GPU included: neither side holds that GPU for the victim, so
+/// the victims queued again are promised the new jobs' ends on both (the controller's
+/// view gave up beta's nomination, n0 looking one GPU over; the replay promised n0 as
+/// soon as the victims were gone).
+#[test]
+fn a_victim_stopping_where_another_preemptor_lands_is_that_preemptors() {
+    let arrivals = vec![
+        run(0, false, true, 1, 1, 900, 900),
+        run(0, true, true, 1, 1, 900, 900),
+        run(120, true, false, 1, 8, 300, 300),
+        run(0, false, false, 1, 8, 300, 300),
+    ];
+    agree_with(&arrivals, "off", 90, false);
 }

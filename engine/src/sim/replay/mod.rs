@@ -627,7 +627,9 @@ impl<'p> Sim<'p> {
     }
 
     fn apply(&mut self, plan: Plan) {
-        self.pass_bookings_on(plan.bookings_made());
+        // As the controller does (`cluster::controller::run`): a plan whose bookings moved
+        // is decided again at once, with them passed on.
+        let bookings_moved = self.pass_bookings_on(plan.bookings_made());
         let Plan {
             decisions,
             preemptions,
@@ -646,12 +648,15 @@ impl<'p> Sim<'p> {
             }
         }
         let mut changed = !preemptions.is_empty() || !scale.is_empty();
-        let mut requeued = false;
+        let mut requeued = bookings_moved;
         // A preemptor starts once all its victims have stopped, wherever it lands, as the
         // controller releases it only then (`cluster::nomination`).
         let mut victims_gone_at: HashMap<&str, i64> = HashMap::new();
         self.stopping.plan_begins();
-        // Where each job placed lands: its victims' members elsewhere hold their GPUs.
+        // Where each preemptor lands: its victims' members there are its own; members
+        // elsewhere hold their GPUs until they are gone, unless another preemptor of this
+        // plan was placed on those very GPUs (the plan counted them as freed for it; the
+        // controller's view lets its nomination take them over).
         let lands_on: HashMap<&str, Vec<&str>> = decisions
             .iter()
             .filter(|d| d.action == Action::Place)
@@ -662,14 +667,21 @@ impl<'p> Sim<'p> {
                 )
             })
             .collect();
+        let preemptors_on: BTreeSet<(&str, u32)> = decisions
+            .iter()
+            .filter(|d| d.action == Action::Place && !d.victims.is_empty())
+            .flat_map(|d| {
+                d.placement
+                    .iter()
+                    .flat_map(|a| a.gpus.iter().map(move |g| (a.node.as_str(), *g)))
+            })
+            .collect();
         for p in &preemptions {
             requeued |= p.cause != "spot_interrupt";
-            self.preempt(
-                p,
-                lands_on
-                    .get(p.for_job.as_str())
-                    .map_or(&[][..], Vec::as_slice),
-            );
+            let own = lands_on
+                .get(p.for_job.as_str())
+                .map_or(&[][..], Vec::as_slice);
+            self.preempt(p, own, &preemptors_on);
             let gone = self
                 .now
                 .saturating_add(i64::try_from(p.grace_s).unwrap_or(i64::MAX / 4));
@@ -815,8 +827,10 @@ impl<'p> Sim<'p> {
     }
 
     /// Each waiting job is booked as the plan booked it, as the controller passes it on
-    /// (`booked`): placed at that start, it lands where it was booked.
-    fn pass_bookings_on(&mut self, mut booked: BTreeMap<String, PriorBooking>) {
+    /// (`booked`): placed at that start, it lands where it was booked. True when a job's
+    /// booking moved.
+    fn pass_bookings_on(&mut self, mut booked: BTreeMap<String, PriorBooking>) -> bool {
+        let mut moved = false;
         let now: BTreeSet<usize> = booked
             .keys()
             .filter_map(|id| self.job_by_id.get(id).copied())
@@ -832,9 +846,11 @@ impl<'p> Sim<'p> {
             if let Some(job) = self.jobs.get_mut(index).and_then(Slot::live_mut) {
                 job.job.booked = made;
                 job.revision += 1;
+                moved = true;
             }
         }
         self.booked = now;
+        moved
     }
 
     /// The nodes `d` places members on.
@@ -924,8 +940,13 @@ impl<'p> Sim<'p> {
     }
 
     /// Stops `p`'s victim; its members off `preemptor_nodes` hold their GPUs through
-    /// its grace.
-    fn preempt(&mut self, p: &Preemption, preemptor_nodes: &[&str]) {
+    /// its grace, unless a preemptor was placed on them (`preemptors_on`).
+    fn preempt(
+        &mut self,
+        p: &Preemption,
+        preemptor_nodes: &[&str],
+        preemptors_on: &BTreeSet<(&str, u32)>,
+    ) {
         let Some(&index) = self.job_by_id.get(&p.job) else {
             return;
         };
@@ -956,7 +977,11 @@ impl<'p> Sim<'p> {
                 continue;
             };
             self.stopping.stops_on(n, until);
-            if until > now && !preemptor_nodes.contains(&m.node.as_str()) {
+            let taken = m
+                .gpus
+                .iter()
+                .any(|g| preemptors_on.contains(&(m.node.as_str(), *g)));
+            if until > now && !preemptor_nodes.contains(&m.node.as_str()) && !taken {
                 let held = (job.member_milli(), run_started);
                 self.stopping.holds(&job.job, m, held, until);
             }
