@@ -321,7 +321,10 @@ mod tests {
         let saved = Memory::default();
         let mut m = saved.clone();
         assert!(m.remember(&plan, &BTreeMap::new()), "a new booking moved");
-        assert!(!m.remember(&plan, &BTreeMap::new()), "the same again did not");
+        assert!(
+            !m.remember(&plan, &BTreeMap::new()),
+            "the same again did not"
+        );
         let mut moved = plan.clone();
         moved.reservations[0].start_at = 900;
         assert!(m.remember(&moved, &BTreeMap::new()), "a later start moved");

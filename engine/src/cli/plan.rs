@@ -192,6 +192,10 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
         }
         PlanFormat::Table => table(&plan, io),
     }
+    // The process ends next and takes its memory back at once: freeing a 100,000-GPU
+    // snapshot and plan piece by piece was 4% of such a run.
+    std::mem::forget(plan);
+    std::mem::forget(snapshot);
     EXIT_OK
 }
 

@@ -138,7 +138,19 @@ impl Snapshot {
         mig_table: &MigTable,
     ) -> Result<Snapshot, Vec<SnapshotError>> {
         let mut errors = Vec::new();
-        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        // Each job repeating an earlier one's id, with that one's line: found before the
+        // jobs move, without copying an id.
+        let mut repeated: std::collections::HashMap<usize, usize> = Default::default();
+        {
+            let mut first: std::collections::HashMap<&str, usize> =
+                std::collections::HashMap::with_capacity(jobs.len());
+            for (k, job) in jobs.iter().enumerate() {
+                if let Some(line) = first.insert(job.id.as_str(), job.line) {
+                    first.insert(job.id.as_str(), line);
+                    repeated.insert(k, line);
+                }
+            }
+        }
         let node_index: BTreeMap<&str, usize> = fleet
             .nodes
             .iter()
@@ -147,14 +159,14 @@ impl Snapshot {
             .collect();
         let mut state = ClusterState::new(&fleet, mig_table);
         let mut states = Vec::with_capacity(jobs.len());
-        for job in jobs {
+        for (k, job) in jobs.into_iter().enumerate() {
             let error = |field: &str, message: String| SnapshotError {
                 job: job.id.clone(),
                 line: job.line,
                 field: field.to_string(),
                 message,
             };
-            if let Some(first) = seen.insert(job.id.clone(), job.line) {
+            if let Some(first) = repeated.get(&k) {
                 errors.push(error(
                     "id",
                     format!("duplicate id; it is also used on line {first}"),
@@ -166,10 +178,9 @@ impl Snapshot {
             } else {
                 let mut members = Vec::new();
                 for (k, p) in job.placement.iter().enumerate() {
-                    let field = format!("placement[{k}]");
                     match resolve(&fleet, &node_index, &mut state, mig_table, &job, p) {
                         Ok(choice) => members.push(choice),
-                        Err(m) => errors.push(error(&field, m)),
+                        Err(m) => errors.push(error(&format!("placement[{k}]"), m)),
                     }
                 }
                 Some(Running {

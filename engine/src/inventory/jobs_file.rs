@@ -101,12 +101,38 @@ pub struct PlacedMember {
     pub mig_starts: Vec<u32>,
 }
 
-/// A time: seconds (a number) or an RFC 3339 string.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// A time: seconds (a number) or an RFC 3339 string. Read by hand rather than as an
+/// untagged enum, which buffers every value to try each variant (a fifth of reading a
+/// large jobs file).
+#[derive(Debug, Clone)]
 enum Time {
     Seconds(f64),
     Text(String),
+}
+
+impl<'de> Deserialize<'de> for Time {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Time;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a time: seconds or RFC 3339 text")
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Time, E> {
+                Ok(Time::Seconds(v))
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Time, E> {
+                Ok(Time::Seconds(v as f64))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Time, E> {
+                Ok(Time::Seconds(v as f64))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Time, E> {
+                Ok(Time::Text(v.to_string()))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -233,9 +259,29 @@ pub fn parse_lines<'t>(
         if l.trim().is_empty() {
             continue;
         }
-        let mut de = serde_json::Deserializer::from_str(l);
-        let entry = serde_path_to_error::deserialize(&mut de)
-            .map_err(|e| json_error(file, line.saturating_sub(1), e))?;
+        // Read plainly; only a line in error is read again for its field's path.
+        let entry = match serde_json::from_str::<Entry>(l) {
+            Ok(entry) => entry,
+            Err(plain) => {
+                let mut de = serde_json::Deserializer::from_str(l);
+                return Err(
+                    match serde_path_to_error::deserialize::<_, Entry>(&mut de) {
+                        Err(e) => json_error(file, line.saturating_sub(1), e),
+                        // Read whole, but more follows it on the line.
+                        Ok(_) => JobsError {
+                            file: file.to_string(),
+                            line,
+                            field: None,
+                            message: format!(
+                                "{} at column {}; one job per line",
+                                without_position(&plain.to_string()),
+                                plain.column()
+                            ),
+                        },
+                    },
+                );
+            }
+        };
         jobs.push(job(file, line, entry)?);
     }
     Ok(jobs)
@@ -248,16 +294,19 @@ fn json_error(
 ) -> JobsError {
     let path = e.path().to_string();
     let inner = e.into_inner();
-    let message = inner.to_string();
-    let message = match message.rfind(" at line ") {
-        Some(i) => message.get(..i).unwrap_or(&message).to_string(),
-        None => message,
-    };
     JobsError {
         file: file.to_string(),
         line: offset + inner.line(),
         field: (path != ".").then_some(path),
-        message: super::fleet_file::plain_types(&message),
+        message: super::fleet_file::plain_types(&without_position(&inner.to_string())),
+    }
+}
+
+/// A serde_json message without its ` at line L column C` (the line is given apart).
+fn without_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(i) => message.get(..i).unwrap_or(message).to_string(),
+        None => message.to_string(),
     }
 }
 
@@ -631,6 +680,47 @@ mod tests {
             running.message.contains("no reservation"),
             "{}",
             running.message
+        );
+    }
+
+    #[test]
+    fn times_are_seconds_or_text_and_a_line_in_error_names_its_field() {
+        let job =
+            |at: &str| format!(r#"{{"id": "a", "gpus_per_member": 1, "submitted_at": {at}}}"#);
+        for (at, seconds) in [
+            ("600", 600),
+            ("-5", -5),
+            ("600.75", 600),
+            (r#""1970-01-01T00:10:00Z""#, 600),
+        ] {
+            let jobs = parse("t.jsonl", &job(at)).unwrap();
+            assert_eq!(jobs[0].submitted_at, Some(seconds), "{at}");
+        }
+        let text = parse("t.jsonl", &job(r#""soon""#)).unwrap_err();
+        assert_eq!(text.field.as_deref(), Some("submitted_at"));
+        assert!(text.message.contains("not a time"), "{}", text.message);
+        let kind = parse("t.jsonl", &format!("\n{}", job("[1]"))).unwrap_err();
+        assert_eq!(
+            (kind.line, kind.field.as_deref()),
+            (2, Some("submitted_at"))
+        );
+        assert!(
+            kind.message.contains("seconds or RFC 3339"),
+            "{}",
+            kind.message
+        );
+        let unknown = parse("t.jsonl", r#"{"id": "a", "gpus": 1}"#).unwrap_err();
+        assert!(
+            unknown.message.contains("unknown field `gpus`"),
+            "{}",
+            unknown.message
+        );
+        let trailing = parse("t.jsonl", &format!("{} {{}}", job("1"))).unwrap_err();
+        assert!(
+            trailing.message.contains("trailing characters")
+                && trailing.message.contains("one job per line"),
+            "{}",
+            trailing.message
         );
     }
 
