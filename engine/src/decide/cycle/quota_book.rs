@@ -307,9 +307,22 @@ impl Cycle<'_> {
     fn quota_fits(
         &mut self,
         team: Option<usize>,
-        (pool, limit): Account,
+        account: Account,
         need: u64,
         start: i64,
+        end: Option<i64>,
+    ) -> bool {
+        self.quota_fits_knowing(team, account, need, (start, None), end)
+    }
+
+    /// [`Cycle::quota_fits`], given what the team's running jobs hold at `start` when the
+    /// caller has summed it already (a team's thousands of ends are not summed again).
+    fn quota_fits_knowing(
+        &mut self,
+        team: Option<usize>,
+        (pool, limit): Account,
+        need: u64,
+        (start, used_at_start): (i64, Option<u64>),
         end: Option<i64>,
     ) -> bool {
         let mut points: Vec<i64> = self
@@ -323,7 +336,14 @@ impl Cycle<'_> {
         points.into_iter().all(|p| {
             let (booked, held) = self.quota_bookings.at(team, pool, p);
             let limit = held.map_or(limit, |h| h.min(limit));
-            self.team_used_at(team, pool, p) + booked + need <= limit
+            let used = match used_at_start.filter(|_| p == start) {
+                Some(used) => {
+                    debug_assert_eq!(used, self.team_used_at(team, pool, p), "used at {p}");
+                    used
+                }
+                None => self.team_used_at(team, pool, p),
+            };
+            used + booked + need <= limit
         })
     }
 
@@ -402,8 +422,17 @@ impl Cycle<'_> {
                     read_to = Some((at, h));
                 }
             }
-            let fits_running = used_now.saturating_sub(freed) + need <= limit;
-            if fits_running && self.quota_fits(team, account, need, t, runtime.map(|r| t + r)) {
+            let used = used_now.saturating_sub(freed);
+            let fits_running = used + need <= limit;
+            if fits_running
+                && self.quota_fits_knowing(
+                    team,
+                    account,
+                    need,
+                    (t, Some(used)),
+                    runtime.map(|r| t + r),
+                )
+            {
                 return Some(t);
             }
             // Where the running jobs alone leave too little, only their next end can
