@@ -309,6 +309,13 @@ pub fn actions(
             out.push(wait(p, reason, u.message.clone()));
         }
     }
+    // Each preemptor's longest victim grace, read once (each preemptor looked through
+    // every preemption of the plan: quadratic with thousands of them).
+    let mut graces: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for e in &plan.preemptions {
+        let grace = graces.entry(e.for_job.as_str()).or_insert(0);
+        *grace = (*grace).max(e.grace_s);
+    }
     for e in &plan.preemptions {
         for p in view
             .members
@@ -338,7 +345,8 @@ pub fn actions(
             continue;
         }
         if d.action == PlanAction::Place && !d.victims.is_empty() {
-            preempting(&mut out, view, pods, plan, d, &members, now);
+            let grace = graces.get(d.job.as_str()).copied().unwrap_or(0);
+            preempting(&mut out, view, pods, (d, grace), &members, now);
             continue;
         }
         // A write the band alone would not make carries the current band: a band held
@@ -574,23 +582,16 @@ pub const WAITING_FOR_STOP: &str = "WaitingForStop";
 /// A preemptor placed by this plan: its members' nodes are held for it, each with the
 /// condition that says what it waits for, in one write per member before any victim is
 /// evicted (without the key a nomination would not be believed: only the condition).
+/// `grace` is the longest of its victims' graces.
 fn preempting(
     out: &mut Vec<Action>,
     view: &QueueView,
     pods: &BTreeMap<String, PodSeen>,
-    plan: &Plan,
-    d: &Decision,
+    (d, grace): (&Decision, u64),
     members: &[&PodSeen],
     now: i64,
 ) {
     let nodes: Vec<&str> = d.placement.iter().map(|a| a.node.as_str()).collect();
-    let grace = plan
-        .preemptions
-        .iter()
-        .filter(|e| e.for_job == d.job)
-        .map(|e| e.grace_s)
-        .max()
-        .unwrap_or(0);
     // A nomination it takes over was held for victims still stopping: hold as long.
     let taken_over = d
         .victims
