@@ -43,8 +43,9 @@ pub struct SourceFile {
     pub name: String,
     /// Shared so diagnostics can render excerpts without copying the file.
     pub text: std::sync::Arc<str>,
-    /// Byte offsets where each line starts.
-    line_starts: Vec<usize>,
+    /// Byte offsets where each line starts (u32, as spans are: a large policy has a
+    /// line every few dozen bytes).
+    line_starts: Vec<u32>,
     /// (byte offset, characters before it) about every [`MARK_EVERY`] bytes; empty for an
     /// ASCII file, where a column is a byte count. A column is then counted from the
     /// nearest mark, not from its line's start: a diagnostic on a line of megabytes costs
@@ -66,7 +67,10 @@ impl SourceFile {
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> SourceFile {
         let text: String = text.into();
         let line_starts = std::iter::once(0)
-            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .chain(
+                text.match_indices('\n')
+                    .map(|(i, _)| u32::try_from(i + 1).unwrap_or(u32::MAX)),
+            )
             .collect();
         let char_marks = if text.is_ascii() {
             Vec::new()
@@ -106,8 +110,13 @@ impl SourceFile {
     /// The 0-based line holding byte `offset` (clamped to the file) and where it starts.
     fn line_at(&self, offset: usize) -> (usize, usize) {
         let offset = offset.min(self.text.len());
-        let line = self.line_starts.partition_point(|&s| s <= offset).max(1) - 1;
-        (line, self.line_starts.get(line).copied().unwrap_or(0))
+        let line = self
+            .line_starts
+            .partition_point(|&s| s as usize <= offset)
+            .max(1)
+            - 1;
+        let start = self.line_starts.get(line).map_or(0, |&s| s as usize);
+        (line, start)
     }
 
     /// The length in bytes of the line holding byte `offset`.
@@ -116,8 +125,7 @@ impl SourceFile {
         let end = self
             .line_starts
             .get(line + 1)
-            .copied()
-            .unwrap_or(self.text.len());
+            .map_or(self.text.len(), |&s| s as usize);
         end - start
     }
 
@@ -136,7 +144,11 @@ impl SourceFile {
 
     /// The byte offset of a 1-based line and column, clamped to the file.
     pub fn offset(&self, pos: LineCol) -> usize {
-        let Some(&start) = self.line_starts.get(pos.line.saturating_sub(1)) else {
+        let Some(start) = self
+            .line_starts
+            .get(pos.line.saturating_sub(1))
+            .map(|&s| s as usize)
+        else {
             return self.text.len();
         };
         let line = self.text.get(start..).unwrap_or("");

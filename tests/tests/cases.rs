@@ -158,6 +158,58 @@ fn language_cases() {
     );
 }
 
+/// A plain check frees the policy's tree as it lowers it; an editor's keeps it whole. Both
+/// report the same and lower the same program, for every case and every bundled policy
+/// (a policy directory's files checked together, as `gantry check DIR` does).
+#[test]
+fn a_plain_check_and_an_editors_agree_on_every_case_and_policy() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut policies: Vec<Vec<(String, String)>> = case_paths()
+        .iter()
+        .map(|p| {
+            vec![(
+                p.display().to_string(),
+                std::fs::read_to_string(p).unwrap_or_default(),
+            )]
+        })
+        .collect();
+    for dir in [
+        "policies/onprem-dgx",
+        "policies/cloud-burst",
+        "policies/hybrid",
+        "examples/tour",
+        "examples/openb",
+        "examples/plan",
+        "examples/autoscale",
+        "examples/autoscale/on-demand",
+        "examples/autoscale/static",
+    ] {
+        let mut files: Vec<_> = std::fs::read_dir(root.join(dir))
+            .map(|d| d.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        files.retain(|p: &std::path::PathBuf| p.extension().is_some_and(|e| e == "gantry"));
+        files.sort();
+        assert!(!files.is_empty(), "{dir} holds no policy");
+        policies.push(
+            files
+                .iter()
+                .map(|p| {
+                    (
+                        p.display().to_string(),
+                        std::fs::read_to_string(p).unwrap_or_default(),
+                    )
+                })
+                .collect(),
+        );
+    }
+    for files in &policies {
+        let plain = lang::check(files);
+        let editor = lang::check_for_editor(files);
+        assert_eq!(plain.diagnostics, editor.diagnostics, "{}", files[0].0);
+        assert_eq!(plain.program, editor.program, "{}", files[0].0);
+    }
+}
+
 #[test]
 fn every_code_in_the_registry_has_a_case() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases");

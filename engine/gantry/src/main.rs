@@ -12,6 +12,10 @@ fn main() -> std::process::ExitCode {
     // setting is refused the allocator works as before, so the error is ignored.
     #[cfg(all(unix, not(target_env = "musl")))]
     let _ = tikv_jemalloc_ctl::background_thread::write(true);
+    #[cfg(all(unix, not(target_env = "musl")))]
+    if engine::pages::returns_freed_pages_at_once(std::env::args_os().nth(1).as_deref()) {
+        return_freed_pages_at_once();
+    }
     // Huge pages pay for the decision cycles of `plan` and `serve`, not for the rest
     // (engine/src/pages.rs).
     if !engine::pages::wants_huge_pages(std::env::args_os().nth(1).as_deref()) {
@@ -23,4 +27,18 @@ fn main() -> std::process::ExitCode {
     let mut io = engine::cli::Io::terminal(stdout, std::io::stderr());
     io.cluster = Some(std::sync::Arc::new(cluster::Connector));
     std::process::ExitCode::from(engine::cli::run(std::env::args_os(), &mut io))
+}
+
+/// Sets jemalloc's dirty-page decay to 0 for every arena, present and future: freed pages
+/// go back to the kernel at once (engine/src/pages.rs says for which commands). Refused
+/// settings leave the allocator as it was.
+#[cfg(all(unix, not(target_env = "musl")))]
+fn return_freed_pages_at_once() {
+    use tikv_jemalloc_ctl::{Access, AsName};
+    let _ = "arenas.dirty_decay_ms\0".name().write(0isize);
+    let arenas: u32 = "arenas.narenas\0".name().read().unwrap_or(0);
+    for arena in 0..arenas {
+        let key = format!("arena.{arena}.dirty_decay_ms\0");
+        let _ = key.as_str().name().write(0isize);
+    }
 }

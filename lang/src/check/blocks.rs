@@ -153,12 +153,15 @@ const MAX_INHERITANCE: usize = 8;
 
 impl<'a> Checker<'a> {
     /// Checks a block's own statements against its schema and merges in its base's.
-    pub(crate) fn fields(
+    pub(crate) fn fields<'b>(
         &mut self,
-        b: &'a ast::Block,
+        b: &'b ast::Block,
         module: ModuleId,
         depth: usize,
-    ) -> Fields<'a> {
+    ) -> Fields<'b>
+    where
+        'a: 'b,
+    {
         let header = b.name.as_ref().map_or(b.kind_span, |n| n.span);
         let mut fields = Fields {
             assigns: Vec::new(),
@@ -320,7 +323,7 @@ impl<'a> Checker<'a> {
 
     // ---- typed field accessors ---------------------------------------------------------
 
-    fn field_expr(&mut self, f: &Fields<'a>, key: &str) -> Option<(&'a ast::Expr, ModuleId)> {
+    fn field_expr<'b>(&mut self, f: &Fields<'b>, key: &str) -> Option<(&'b ast::Expr, ModuleId)> {
         let (v, m) = f.get(key)?;
         match &v.kind {
             ValueKind::Expr(e) => Some((e, m)),
@@ -354,7 +357,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn field_quantity(&mut self, f: &Fields<'a>, key: &str, dim: Dim) -> Option<f64> {
+    fn field_quantity(&mut self, f: &Fields<'_>, key: &str, dim: Dim) -> Option<f64> {
         let (e, m) = self.field_expr(f, key)?;
         let n = self.const_of(e, &Ty::Q(dim), m)?;
         if n < 0.0 {
@@ -368,12 +371,12 @@ impl<'a> Checker<'a> {
         Some(n)
     }
 
-    fn seconds(&mut self, f: &Fields<'a>, key: &str) -> Option<u64> {
+    fn seconds(&mut self, f: &Fields<'_>, key: &str) -> Option<u64> {
         self.field_quantity(f, key, Dim::Duration)
             .map(|s| s.round() as u64)
     }
 
-    fn mib(&mut self, f: &Fields<'a>, key: &str) -> Option<u64> {
+    fn mib(&mut self, f: &Fields<'_>, key: &str) -> Option<u64> {
         self.field_quantity(f, key, Dim::Bytes)
             .map(|s| s.round() as u64)
     }
@@ -400,12 +403,12 @@ impl<'a> Checker<'a> {
         Some(n as u32)
     }
 
-    fn count(&mut self, f: &Fields<'a>, key: &str) -> Option<u32> {
+    fn count(&mut self, f: &Fields<'_>, key: &str) -> Option<u32> {
         let (e, m) = self.field_expr(f, key)?;
         self.count_expr(e, m, &format!("`{key}`"))
     }
 
-    fn word(&mut self, f: &Fields<'a>, key: &str, set: WordSet) -> Option<String> {
+    fn word(&mut self, f: &Fields<'_>, key: &str, set: WordSet) -> Option<String> {
         let (e, m) = self.field_expr(f, key)?;
         let t = self.expr(e, Some(&Ty::Word(set)), &Ctx::plain(m))?;
         match t.ir {
@@ -414,7 +417,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn string(&mut self, f: &Fields<'a>, key: &str) -> Option<String> {
+    fn string(&mut self, f: &Fields<'_>, key: &str) -> Option<String> {
         let (e, m) = self.field_expr(f, key)?;
         let t = self.expr(e, Some(&Ty::Str), &Ctx::plain(m))?;
         match t.ir {
@@ -423,7 +426,7 @@ impl<'a> Checker<'a> {
         }
     }
 
-    fn reference(&mut self, f: &Fields<'a>, key: &str, kind: DefKind) -> Option<String> {
+    fn reference(&mut self, f: &Fields<'_>, key: &str, kind: DefKind) -> Option<String> {
         let (e, m) = self.field_expr(f, key)?;
         self.reference_expr(e, m, kind)
     }
@@ -440,7 +443,7 @@ impl<'a> Checker<'a> {
         self.spans.insert(key, span);
     }
 
-    fn value_span(f: &Fields<'a>, key: &str) -> Option<Span> {
+    fn value_span(f: &Fields<'_>, key: &str) -> Option<Span> {
         f.get(key).map(|(v, _)| v.span)
     }
 
@@ -448,7 +451,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_pool(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
         name: &str,
     ) -> Option<ir::Pool> {
@@ -491,7 +494,7 @@ impl<'a> Checker<'a> {
         })
     }
 
-    fn node_range(&mut self, f: &Fields<'a>) -> Option<(u32, u32)> {
+    fn node_range(&mut self, f: &Fields<'_>) -> Option<(u32, u32)> {
         let (v, m) = f.get("nodes")?;
         match &v.kind {
             ValueKind::Expr(e) => self.count_expr(e, m, "a node count").map(|n| (n, n)),
@@ -525,7 +528,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_tier(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
         name: &str,
     ) -> Option<ir::Tier> {
@@ -579,7 +582,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_team(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
         name: &str,
         cohort: Option<&str>,
@@ -670,7 +673,7 @@ impl<'a> Checker<'a> {
     /// namespace name or an identity may hold, with `*` for any run of characters.
     fn patterns(
         &mut self,
-        f: &Fields<'a>,
+        f: &Fields<'_>,
         key: &str,
         team: &str,
         kind: Pattern,
@@ -700,7 +703,7 @@ impl<'a> Checker<'a> {
     }
 
     /// A `true`/`false` field (absent: false); its span is remembered under `key`.
-    fn flag(&mut self, f: &Fields<'a>, field: &str, key: &str) -> bool {
+    fn flag(&mut self, f: &Fields<'_>, field: &str, key: &str) -> bool {
         let Some((e, m)) = self.field_expr(f, field) else {
             return false;
         };
@@ -723,7 +726,7 @@ impl<'a> Checker<'a> {
     }
 
     /// `16 gpu`, `8 gpu in dgx`, or a list of those.
-    fn quota(&mut self, f: &Fields<'a>, key: &str, team: &str) -> Option<ir::Quota> {
+    fn quota(&mut self, f: &Fields<'_>, key: &str, team: &str) -> Option<ir::Quota> {
         let (e, m) = self.field_expr(f, key)?;
         self.remember(format!("team/{team}/{key}"), e.span);
         let parts: Vec<&ast::Expr> = match &e.kind {
@@ -771,7 +774,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_cohort(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
         name: &str,
     ) -> Option<ir::Cohort> {
@@ -797,7 +800,7 @@ impl<'a> Checker<'a> {
         })
     }
 
-    pub(crate) fn lower_placement(&mut self, b: &'a ast::Block, module: ModuleId) -> ir::Placement {
+    pub(crate) fn lower_placement(&mut self, b: &ast::Block, module: ModuleId) -> ir::Placement {
         let f = self.fields(b, module, 0);
         let mut p = ir::Placement::default();
         if let Some(g) = self.word(&f, "gang", types::GANG) {
@@ -849,7 +852,7 @@ impl<'a> Checker<'a> {
 
     /// `on`/`easy` (one reservation), `off`, `conservative` or `conservative(depth = K)`
     /// with K a count or `all`: (backfill on, reservation depth).
-    fn backfill_mode(&mut self, e: &'a ast::Expr, m: ModuleId) -> Option<(bool, u32)> {
+    fn backfill_mode(&mut self, e: &ast::Expr, m: ModuleId) -> Option<(bool, u32)> {
         const HELP: &str = "write `backfill = on` (EASY: a reservation for the first blocked job), `backfill = conservative(depth = 100)` (the first 100 blocked jobs each get one; `depth = all` for every one) or `backfill = off`";
         match &e.kind {
             ast::ExprKind::Path(p) if p.len() == 1 => {
@@ -913,7 +916,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_warm(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
         name: &str,
     ) -> Option<ir::WarmPool> {
@@ -1009,7 +1012,7 @@ impl<'a> Checker<'a> {
 
     fn windows(
         &mut self,
-        v: &'a ast::Value,
+        v: &ast::Value,
         _m: ModuleId,
         warm: &str,
     ) -> Option<(Vec<ir::TimeWindow>, String)> {
@@ -1105,7 +1108,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_autoscale(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
     ) -> Option<ir::Autoscale> {
         let f = self.fields(b, module, 0);
@@ -1243,7 +1246,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_gpu(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
         name: &str,
     ) -> Option<ir::GpuModel> {
@@ -1306,7 +1309,7 @@ impl<'a> Checker<'a> {
 
     pub(crate) fn lower_node(
         &mut self,
-        b: &'a ast::Block,
+        b: &ast::Block,
         module: ModuleId,
         name: &str,
     ) -> Option<ir::NodeShape> {
@@ -1393,11 +1396,7 @@ impl<'a> Checker<'a> {
         Some(out)
     }
 
-    pub(crate) fn lower_rule(
-        &mut self,
-        r: &'a ast::RuleDecl,
-        module: ModuleId,
-    ) -> Option<ir::Rule> {
+    pub(crate) fn lower_rule(&mut self, r: &ast::RuleDecl, module: ModuleId) -> Option<ir::Rule> {
         let ctx = Ctx {
             module,
             job: true,
@@ -1405,7 +1404,9 @@ impl<'a> Checker<'a> {
             idle: false,
             self_pool: None,
         };
-        let condition = self.expr(&r.condition, Some(&Ty::Bool), &ctx).map(|t| t.ir);
+        let moved = self.detached.condition(r);
+        let condition = moved.as_ref().unwrap_or(&r.condition);
+        let condition = self.expr(condition, Some(&Ty::Bool), &ctx).map(|t| t.ir);
         let message = r.message.as_ref().map(|m| m.value.to_string());
         let action = match r.action {
             ast::RuleAction::Deny => Some(ir::RuleAction::Deny {
@@ -1453,6 +1454,10 @@ impl<'a> Checker<'a> {
             return self.lower_rule(r, def.module).map(Lowered::Rule);
         }
         let b = def.block?;
+        // A plain check moved the block out of the tree (`detach`): lowered from there
+        // and dropped after.
+        let whole = self.detached.block(b);
+        let b = whole.as_ref().unwrap_or(b);
         Some(match def.kind {
             DefKind::Pool => Lowered::Pool(self.lower_pool(b, def.module, name)?),
             DefKind::Tier => Lowered::Tier(self.lower_tier(b, def.module, name)?),

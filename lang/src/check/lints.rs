@@ -9,8 +9,9 @@ use super::Checker;
 use crate::codes;
 use crate::diagnostic::Diagnostic;
 use crate::ir::{PreemptMode, Program};
-use crate::source::Span;
+use crate::source::{FileId, Span};
 use crate::syntax::ast::{self, BinaryOp, BlockKind, ExprKind, ItemKind, StmtKind, ValueKind};
+use std::collections::BTreeMap;
 
 const MINUTE: f64 = 60.0;
 const HOUR: f64 = 3600.0;
@@ -62,8 +63,20 @@ pub(crate) fn run(c: &mut Checker<'_>, p: &Program) {
 }
 
 fn lints(c: &mut Checker<'_>, p: &Program) {
+    for d in std::mem::take(&mut c.tree_lints) {
+        c.error(d);
+    }
+    lend_without_cohort(c, p);
+    clamp_above_max(c, p);
+    min_runtime_over_max_lost(c, p);
+    gpu_models(c, p);
+}
+
+/// The lints that read the policy's own syntax tree (units as written, zones): worked out
+/// before lowering, as a plain check frees each block's tree once it is lowered.
+pub(crate) fn tree_lints(files: &[FileId], asts: &BTreeMap<FileId, ast::File>) -> Vec<Diagnostic> {
     let mut found = Vec::new();
-    for block in policy_blocks(c) {
+    for block in policy_blocks(files, asts) {
         durations(block, &mut found);
         if block.kind == BlockKind::Autoscale {
             for s in &block.body {
@@ -76,17 +89,14 @@ fn lints(c: &mut Checker<'_>, p: &Program) {
             zones(block, &mut found);
         }
     }
-    for d in found {
-        c.error(d);
-    }
-    lend_without_cohort(c, p);
-    clamp_above_max(c, p);
-    min_runtime_over_max_lost(c, p);
-    gpu_models(c, p);
+    found
 }
 
 /// Every block of the policy's own files (not the standard library's), nested ones too.
-fn policy_blocks<'a>(c: &Checker<'a>) -> Vec<&'a ast::Block> {
+fn policy_blocks<'a>(
+    files: &[FileId],
+    asts: &'a BTreeMap<FileId, ast::File>,
+) -> Vec<&'a ast::Block> {
     fn walk<'a>(b: &'a ast::Block, out: &mut Vec<&'a ast::Block>) {
         out.push(b);
         for s in &b.body {
@@ -95,14 +105,8 @@ fn policy_blocks<'a>(c: &Checker<'a>) -> Vec<&'a ast::Block> {
             }
         }
     }
-    let files = c
-        .world
-        .modules
-        .first()
-        .map(|m| m.files.clone())
-        .unwrap_or_default();
     let mut out = Vec::new();
-    for (_, file) in c.asts.iter().filter(|(id, _)| files.contains(id)) {
+    for (_, file) in asts.iter().filter(|(id, _)| files.contains(id)) {
         for item in &file.items {
             if let ItemKind::Block(b) = &item.kind {
                 walk(b, &mut out);

@@ -5,6 +5,7 @@
 mod analysis;
 mod bindings;
 mod blocks;
+mod detach;
 mod exprs;
 pub mod index;
 mod lints;
@@ -23,7 +24,9 @@ use types::DefKind;
 #[derive(Debug)]
 pub struct Checked {
     pub sources: SourceMap,
-    /// The parsed user files (not the stdlib modules), in the order given.
+    /// The parsed user files (not the stdlib modules), in the order given: editor checks
+    /// only ([`check_for_editor`]). A plain check frees each part of the tree once it is
+    /// lowered, so it hands back none.
     pub files: Vec<(FileId, ast::File)>,
     /// Present when no error was found (warnings allowed).
     pub program: Option<Program>,
@@ -81,9 +84,17 @@ fn check_with(files: Vec<(String, String)>, editor: bool) -> Checked {
     let order: Vec<FileId> = parsed.iter().map(|(id, _)| *id).collect();
     let mut asts: BTreeMap<FileId, ast::File> = parsed.into_iter().collect();
     load_imports(&mut world, &mut sources, &mut asts, 0, &mut diagnostics);
+    let tree_lints = lints::tree_lints(&order, &asts);
+    let detached = if editor {
+        detach::Detached::default()
+    } else {
+        detach::Detached::take(&order, &mut asts)
+    };
     let (program, index) = {
         let mut checker = Checker::new(&world, &asts);
         checker.editor = editor;
+        checker.detached = detached;
+        checker.tree_lints = tree_lints;
         checker.collect_definitions();
         checker.resolve_imports();
         let program = checker.lower();
@@ -95,10 +106,14 @@ fn check_with(files: Vec<(String, String)>, editor: bool) -> Checked {
         };
         (program, index)
     };
-    let parsed = order
-        .into_iter()
-        .filter_map(|id| asts.remove(&id).map(|ast| (id, ast)))
-        .collect();
+    let parsed = if editor {
+        order
+            .into_iter()
+            .filter_map(|id| asts.remove(&id).map(|ast| (id, ast)))
+            .collect()
+    } else {
+        Vec::new()
+    };
     sort_diagnostics(&mut diagnostics);
     let has_errors = diagnostics.iter().any(Diagnostic::is_error);
     Checked {
@@ -267,6 +282,10 @@ pub(crate) struct Checker<'a> {
     /// Teams whose guarantee did not lower (an error reported there): lowered as 0, so
     /// the analyses that read it stay quiet rather than repeat that error.
     pub unlowered_guarantees: std::collections::BTreeSet<String>,
+    /// The parts of the policy's tree a plain check frees as it lowers them.
+    pub detached: detach::Detached,
+    /// The lints read from the policy's tree, worked out before lowering.
+    pub tree_lints: Vec<Diagnostic>,
 }
 
 type VisibleNames<'a> =
@@ -296,6 +315,8 @@ impl<'a> Checker<'a> {
             type_names: std::collections::HashMap::new(),
             visible: std::cell::RefCell::default(),
             unlowered_guarantees: std::collections::BTreeSet::new(),
+            detached: detach::Detached::default(),
+            tree_lints: Vec::new(),
         }
     }
 

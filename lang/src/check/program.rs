@@ -81,7 +81,9 @@ impl Checker<'_> {
             std::collections::HashMap::new();
         for module in modules {
             let blocks = self.unnamed.get(module).cloned().unwrap_or_default();
-            for b in blocks {
+            for header in blocks {
+                let whole = self.detached.block(header);
+                let b = whole.as_ref().unwrap_or(header);
                 match b.kind {
                     ast::BlockKind::Placement => {
                         if let Some(first) = placement {
@@ -98,7 +100,7 @@ impl Checker<'_> {
                             }
                             continue;
                         }
-                        placement = Some(b);
+                        placement = Some(header);
                         program.placement = self.lower_placement(b, module);
                     }
                     ast::BlockKind::Autoscale => {

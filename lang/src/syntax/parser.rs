@@ -472,7 +472,7 @@ impl Builder<'_> {
         let span = self.span(&p);
         let kind = match p.as_rule() {
             Rule::use_decl => ItemKind::Use(Box::new(self.use_decl(p))),
-            Rule::rule_decl => ItemKind::Rule(self.rule_decl(p)?),
+            Rule::rule_decl => ItemKind::Rule(Box::new(self.rule_decl(p)?)),
             Rule::block => ItemKind::Block(Box::new(self.block(p)?)),
             _ => return None,
         };
