@@ -1,6 +1,7 @@
 //! Property tests beside the cargo-fuzz targets in `lang/fuzz` (which need nightly):
-//! mutated and random inputs never panic any stage; `fmt` is idempotent; `fmt` preserves
-//! meaning (the same IR before and after).
+//! mutated and random inputs never panic any stage, and a plain check reports and lowers
+//! what an editor's does; `fmt` is idempotent; `fmt` preserves meaning (the same IR before
+//! and after).
 
 #![allow(
     clippy::indexing_slicing,
@@ -227,6 +228,10 @@ proptest! {
             let _ = d.render(&checked.sources, false);
             let _ = d.to_json(&checked.sources);
         }
+        // A plain check frees the tree as it lowers it; an editor's keeps it whole.
+        let editor = lang::check_for_editor(&[("fuzz.gantry".into(), text.clone())]);
+        prop_assert_eq!(&checked.diagnostics, &editor.diagnostics, "on:\n{}", text);
+        prop_assert_eq!(&checked.program, &editor.program, "on:\n{}", text);
         if let Ok(formatted) = lang::format::format_source(&text) {
             let again = lang::format::format_source(&formatted);
             prop_assert_eq!(again.as_ref().ok(), Some(&formatted), "fmt is not idempotent on:\n{}", text);
