@@ -127,12 +127,15 @@ pub fn snapshot(
     let mut taken_over: BTreeSet<String> = BTreeSet::new();
     // Each round gives up nominations or leaves jobs out, so the jobs run out first.
     let mut snapshot = loop {
-        let jobs: Vec<_> = view
-            .jobs
-            .iter()
-            .filter(|j| !left_out.contains(&j.id))
-            .cloned()
-            .collect();
+        // Sized once: a filtered collect grows by doubling, moving every job (about
+        // 600 bytes each, tens of MB at production shape) at each step.
+        let mut jobs = Vec::with_capacity(view.jobs.len());
+        jobs.extend(
+            view.jobs
+                .iter()
+                .filter(|j| !left_out.contains(&j.id))
+                .cloned(),
+        );
         let errors = match Snapshot::build(view.fleet.clone(), jobs, Vec::new(), &policy.mig) {
             Ok(s) => break s,
             Err(errors) => errors,

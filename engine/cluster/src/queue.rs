@@ -169,6 +169,8 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         fleet: seen.fleet,
         seal: trust.seal.cloned(),
         refused_evictions: stores.refused_evictions.clone(),
+        // At most a job per pod: sized once rather than moved at each doubling.
+        jobs: Vec::with_capacity(stores.pods.objects.len()),
         ..QueueView::default()
     };
     let (program, now, predictions) = (trust.program, trust.now, trust.predictions);

@@ -139,6 +139,7 @@ impl Stores {
             ));
         }
         let mut seen = Seen::default();
+        seen.fleet.nodes.reserve_exact(self.nodes.objects.len());
         for n in self.nodes.objects.values() {
             // A node without GPUs is not in the fleet, but what was assumed of it (a
             // GPU count past the cap, an unreadable quantity) is still said.
