@@ -5,10 +5,11 @@
 //! peaked at 25× its size with both).
 //!
 //! What stays in the tree: every block's header (kind, name, `in`, `from`, spans;
-//! definitions borrow their names from it) with its body moved out, blocks another block inherits from
-//! (`from NAME` reads them whenever that block is lowered), blocks with nested blocks
-//! (the innermost definition around an error is looked up in the tree after lowering),
-//! cohorts (their teams move out one by one), `use` items and the rest of each rule.
+//! definitions borrow their names from it) with its body moved out, blocks another block
+//! inherits from (`from NAME` reads them whenever that block is lowered), blocks with
+//! nested blocks (the innermost definition around an error is looked up in the tree after
+//! lowering), cohorts (their teams move out one by one), `use` items and the rest of each
+//! rule.
 
 use crate::source::FileId;
 use crate::syntax::ast::{self, BlockKind, ItemKind, StmtKind};
@@ -94,21 +95,10 @@ impl Detached {
     }
 
     /// The whole block whose body was moved out of `b`, if it was (each is handed out once):
-    /// `b`'s header around its body.
+    /// `b`'s header (its body empty) around its body.
     pub(crate) fn block(&mut self, b: &ast::Block) -> Option<ast::Block> {
         let body = take_at(&mut self.bodies, block_at(b), "block")?;
-        Some(ast::Block {
-            template: b.template,
-            kind: b.kind,
-            kind_span: b.kind_span,
-            name: b.name.clone(),
-            quoted_name: b.quoted_name,
-            target: b.target.clone(),
-            base: b.base.clone(),
-            body,
-            one_line: b.one_line,
-            closing: Vec::new(),
-        })
+        Some(ast::Block { body, ..b.clone() })
     }
 
     /// The condition of rule `r`, if it was moved out (each is handed out once).

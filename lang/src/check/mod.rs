@@ -79,8 +79,8 @@ fn check_with(files: Vec<(String, String)>, editor: bool) -> Checked {
         files: parsed.iter().map(|(id, _)| *id).collect(),
         ..Module::default()
     });
-    // The policy's trees move into the map the checker reads and back out after: a 10 MB
-    // policy's tree is hundreds of MB, too much to hold twice.
+    // The policy's trees move into the map the checker reads (and, for an editor, back out
+    // after): a 10 MB policy's tree is over a hundred MB, too much to hold twice.
     let order: Vec<FileId> = parsed.iter().map(|(id, _)| *id).collect();
     let mut asts: BTreeMap<FileId, ast::File> = parsed.into_iter().collect();
     load_imports(&mut world, &mut sources, &mut asts, 0, &mut diagnostics);
