@@ -100,7 +100,7 @@ struct View<'a> {
 impl<'a> View<'a> {
     fn new(stores: &'a Stores, plan: &'a Plan) -> View<'a> {
         let mut busy = BTreeSet::new();
-        for p in stores.pods.objects.values() {
+        for p in stores.pods.objects().values() {
             if p.placeholder.is_some() {
                 continue;
             }
@@ -121,7 +121,7 @@ impl<'a> View<'a> {
             busy.extend(d.placement.iter().map(|a| a.node.as_str()));
         }
         let mut by_pool: BTreeMap<&str, Vec<&NodeSeen>> = BTreeMap::new();
-        for n in stores.nodes.objects.values().filter(|n| n.has_gpus()) {
+        for n in stores.nodes.objects().values().filter(|n| n.has_gpus()) {
             if let Some(p) = n.node.pool.as_deref() {
                 by_pool.entry(p).or_default().push(n);
             }
@@ -283,7 +283,7 @@ fn placeholders(
     let ours = |p: &&PodSeen| p.namespace == settings.namespace && p.placeholder.is_some();
     let mut by_pool: BTreeMap<&str, Vec<&PodSeen>> = BTreeMap::new();
     let mut names: BTreeSet<&str> = BTreeSet::new();
-    for p in stores.pods.objects.values().filter(ours) {
+    for p in stores.pods.objects().values().filter(ours) {
         names.insert(p.name.as_str());
         if let (Some(pool), false) = (p.placeholder.as_deref(), p.terminating) {
             by_pool.entry(pool).or_default().push(p);
@@ -294,7 +294,7 @@ fn placeholders(
         busy.contains(node)
             || stores
                 .nodes
-                .objects
+                .objects()
                 .get(node)
                 .is_some_and(|n| n.closed.is_some() || n.interrupted.is_some())
     };
@@ -401,7 +401,7 @@ fn marks(program: &Program, plan: &Plan, stores: &Stores, view: &View<'_>) -> Ve
         let_go.extend(going.into_iter().skip(short));
     }
     let mut out = Vec::new();
-    for n in stores.nodes.objects.values().filter(|n| n.has_gpus()) {
+    for n in stores.nodes.objects().values().filter(|n| n.has_gpus()) {
         if n.interrupted.is_some() {
             continue;
         }
@@ -465,7 +465,7 @@ fn provisioning(
         .provreqs
         .as_ref()
         .map(|c| {
-            c.objects
+            c.objects()
                 .values()
                 .filter(|r| r.namespace == settings.namespace && r.pool.is_some())
                 .collect()
@@ -576,7 +576,7 @@ pub fn gauges(
 ) -> Vec<engine::serve::metrics::PoolGauge> {
     // One pass over nodes and one over pods, whatever the number of pools.
     let mut nodes: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for n in stores.nodes.objects.values().filter(|n| n.has_gpus()) {
+    for n in stores.nodes.objects().values().filter(|n| n.has_gpus()) {
         if let Some(p) = n.node.pool.as_deref() {
             let e = nodes.entry(p).or_default();
             e.0 += 1;
@@ -584,7 +584,7 @@ pub fn gauges(
         }
     }
     let mut held: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
-    for p in stores.pods.objects.values() {
+    for p in stores.pods.objects().values() {
         if let (Some(pool), true) = (
             p.placeholder.as_deref(),
             p.namespace == namespace && !p.terminating,

@@ -49,7 +49,15 @@ pub fn cycle_with(
     memory: &Memory,
     now: i64,
 ) -> Result<(QueueView, Plan, Vec<Action>), String> {
-    cycle_kept(stores, policy, memory, now, &mut Decider::new())
+    cycle_kept(stores, policy, memory, now, &mut Kept::default())
+}
+
+/// What a controller keeps from one cycle to the next: the view ([`queue::ViewKeeper`])
+/// and the placer's indexes ([`Decider`]). Neither changes a plan, only its cost.
+#[derive(Debug, Default)]
+pub struct Kept {
+    pub view: queue::ViewKeeper,
+    pub decider: Decider,
 }
 
 /// What `/v1/queue` shows of a cycle: its jobs, and the gated pods it does not queue.
@@ -77,14 +85,14 @@ pub fn queue_report(view: &QueueView, plan: &Plan, leading: bool) -> QueueReport
     report
 }
 
-/// [`cycle_with`] through a [`Decider`] kept from the last cycle (same plan, less work
-/// when the fleet has not changed).
+/// [`cycle_with`] through what the last cycle [`Kept`] (same plan, less work for what did
+/// not change).
 pub fn cycle_kept(
     stores: &Stores,
     policy: &LoadedPolicy,
     memory: &Memory,
     now: i64,
-    decider: &mut Decider,
+    kept: &mut Kept,
 ) -> Result<(QueueView, Plan, Vec<Action>), String> {
     let trust = queue::Trust {
         seal: stores.seal.as_ref(),
@@ -92,8 +100,8 @@ pub fn cycle_kept(
         now,
         predictions: memory.predictions.on.then_some(&memory.predictions),
     };
-    let mut view = queue::view(stores, trust)?;
-    let mut snapshot = snapshot(&mut view, &stores.pods.objects, policy)?;
+    let mut view = kept.view.view(stores, trust)?;
+    let mut snapshot = snapshot(&mut view, stores.pods.objects(), policy)?;
     // Reasons become pod conditions, which must not count down (`crate::telling`).
     snapshot.wall_clock = true;
     snapshot.usage = memory.usage.clone();
@@ -102,8 +110,8 @@ pub fn cycle_kept(
     for js in snapshot.jobs.iter_mut().filter(|js| js.running.is_none()) {
         js.job.booked = memory.booked.0.get(&js.job.id).cloned();
     }
-    let plan = decider.decide(&policy.program, &snapshot, now);
-    let actions = enact::actions(&view, &stores.pods.objects, &plan, now);
+    let plan = kept.decider.decide(&policy.program, &snapshot, now);
+    let actions = enact::actions(&view, stores.pods.objects(), &plan, now);
     Ok((view, plan, actions))
 }
 
@@ -136,7 +144,12 @@ pub fn snapshot(
                 .filter(|j| !left_out.contains(&j.id))
                 .cloned(),
         );
-        let errors = match Snapshot::build(view.fleet.clone(), jobs, Vec::new(), &policy.mig) {
+        let errors = match Snapshot::build(
+            std::sync::Arc::clone(&view.fleet),
+            jobs,
+            Vec::new(),
+            &policy.mig,
+        ) {
             Ok(s) => break s,
             Err(errors) => errors,
         };
@@ -536,8 +549,8 @@ pub async fn run(q: Queue) {
         predict_runtimes,
     } = q;
     let mut memory = Memory::default();
-    // The placer's indexes, kept from cycle to cycle (plans are `decide`'s).
-    let mut decider = Decider::new();
+    // The view and the placer's indexes, kept from cycle to cycle (plans are `decide`'s).
+    let mut kept_by_cycles = Kept::default();
     // The policy revision whose tiers' PriorityClasses were last checked.
     let mut classes_checked: Option<String> = None;
     let mut loaded = false;
@@ -681,7 +694,7 @@ pub async fn run(q: Queue) {
                 memory.clone(),
                 capacity_settings.clone(),
             );
-            let mut kept = std::mem::take(&mut decider);
+            let mut kept = std::mem::take(&mut kept_by_cycles);
             let cycle = tokio::task::spawn_blocking(move || {
                 let s = match stores.lock() {
                     Ok(s) => s,
@@ -703,7 +716,7 @@ pub async fn run(q: Queue) {
             .await;
             match cycle {
                 Ok((decided, kept)) => {
-                    decider = kept;
+                    kept_by_cycles = kept;
                     decided
                 }
                 // A panicked cycle leaves nothing kept: the next one starts fresh.
@@ -731,8 +744,8 @@ pub async fn run(q: Queue) {
             // nominate, evict, release) is carried out before the next decision, which
             // must see it.
             let sifted = match stores.lock() {
-                Ok(s) => teller.sift(actions, &s.pods.objects),
-                Err(p) => teller.sift(actions, &p.into_inner().pods.objects),
+                Ok(s) => teller.sift(actions, s.pods.objects()),
+                Err(p) => teller.sift(actions, p.into_inner().pods.objects()),
             };
             let (tellings, decisive): (Vec<Action>, Vec<Action>) =
                 sifted.into_iter().partition(crate::teller::only_tells);

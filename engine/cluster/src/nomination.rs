@@ -253,11 +253,20 @@ fn standing(
 /// Running jobs with a member stopping hold their GPUs until they are gone, charged to
 /// no team and never picked as victims again.
 fn stopping_holders(out: &mut QueueView, pods: &BTreeMap<String, PodSeen>) {
+    // Few pods stop at once: most cycles have none, and then no job is looked at.
+    let stopping: BTreeSet<&str> = pods
+        .iter()
+        .filter(|(_, p)| p.terminating)
+        .map(|(k, _)| k.as_str())
+        .collect();
+    if stopping.is_empty() {
+        return;
+    }
     for j in out.jobs.iter_mut().filter(|j| !j.placement.is_empty()) {
-        let stopping = out.members.get(&j.id).is_some_and(|keys| {
-            keys.iter()
-                .any(|k| pods.get(k).is_some_and(|p| p.terminating))
-        });
+        let stopping = out
+            .members
+            .get(&j.id)
+            .is_some_and(|keys| keys.iter().any(|k| stopping.contains(k.as_str())));
         if stopping && !out.nominated.contains_key(&j.id) {
             j.team = Some(FOREIGN.into());
             j.tier = Some(FOREIGN.into());

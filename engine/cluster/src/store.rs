@@ -9,13 +9,20 @@ use crate::pods::PodSeen;
 use engine::serve::state::Seen;
 use std::collections::BTreeMap;
 
-/// One kind's cache: objects by key, and the relist in progress.
+/// One kind's cache: objects by key, the relist in progress, and which keys changed
+/// lately (the journal a reader that keeps what it derived asks: [`Cache::since`]).
 #[derive(Debug)]
 pub struct Cache<T> {
-    pub objects: BTreeMap<String, T>,
+    /// Changed only through [`Cache::apply`], which journals every change.
+    objects: BTreeMap<String, T>,
     relist: Option<BTreeMap<String, T>>,
     /// A first complete list has been applied.
     pub synced: bool,
+    /// Counts the changes readers saw.
+    generation: u64,
+    /// The keys changed since generation `journal_from`, one per change, in order.
+    journal: Vec<String>,
+    journal_from: u64,
 }
 
 impl<T> Default for Cache<T> {
@@ -24,9 +31,26 @@ impl<T> Default for Cache<T> {
             objects: BTreeMap::new(),
             relist: None,
             synced: false,
+            generation: 0,
+            journal: Vec::new(),
+            journal_from: 0,
         }
     }
 }
+
+/// What changed in a cache since a reader last looked ([`Cache::since`]).
+#[derive(Debug, PartialEq)]
+pub enum Since<'a> {
+    Nothing,
+    /// These keys (repeats possible), each added, replaced or deleted.
+    Keys(&'a [String]),
+    /// Too much to list (a relist, or more changes than the journal keeps).
+    Everything,
+}
+
+/// Journal entries kept beyond one per object: past that, a reader behind rebuilds
+/// whole, which costs no more than reading that many changes.
+const JOURNAL_SLACK: usize = 1024;
 
 /// A watch event, converted: the watcher's `Event` without the API type.
 #[derive(Debug)]
@@ -57,13 +81,59 @@ impl<T> Cache<T> {
             Change::InitDone => {
                 self.objects = self.relist.take().unwrap_or_default();
                 self.synced = true;
+                self.generation += 1;
+                self.journal.clear();
+                self.journal_from = self.generation;
                 true
             }
             Change::Apply(key, value) => {
-                self.objects.insert(key, value);
+                self.objects.insert(key.clone(), value);
+                self.journaled(key);
                 true
             }
-            Change::Delete(key) => self.objects.remove(&key).is_some(),
+            Change::Delete(key) => {
+                let gone = self.objects.remove(&key).is_some();
+                if gone {
+                    self.journaled(key);
+                }
+                gone
+            }
+        }
+    }
+
+    fn journaled(&mut self, key: String) {
+        self.generation += 1;
+        if self.journal.len() >= self.objects.len() + JOURNAL_SLACK {
+            // Readers this far behind rebuild whole.
+            self.journal.clear();
+            self.journal_from = self.generation;
+            return;
+        }
+        self.journal.push(key);
+    }
+
+    /// Every object, by key.
+    pub fn objects(&self) -> &BTreeMap<String, T> {
+        &self.objects
+    }
+
+    /// The cache's generation: pass it to [`Cache::since`] later.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// What changed since the cache was at `generation`.
+    pub fn since(&self, generation: u64) -> Since<'_> {
+        if generation == self.generation {
+            return Since::Nothing;
+        }
+        match generation
+            .checked_sub(self.journal_from)
+            .and_then(|i| usize::try_from(i).ok())
+            .and_then(|i| self.journal.get(i..))
+        {
+            Some(keys) if generation < self.generation => Since::Keys(keys),
+            _ => Since::Everything,
         }
     }
 }
@@ -105,18 +175,14 @@ impl Stores {
                 self.refused_evictions.insert(key(a), why.clone());
             }
         }
-        let pods = &self.pods.objects;
+        let pods = self.pods.objects();
         self.refused_evictions.retain(|k, _| pods.contains_key(k));
     }
 }
 
-/// How many problems are listed by name in the notes; the rest are counted.
-const NOTES_SHOWN: usize = 10;
-
 impl Stores {
-    /// The fleet (nodes with GPUs, by name), what runs on it, closed nodes and notes.
     /// `Err` until every watched kind's cache holds a complete first list.
-    pub fn seen(&self) -> Result<Seen, String> {
+    pub fn synced(&self) -> Result<(), String> {
         let unsynced: Vec<&str> = [
             (!self.nodes.synced).then_some("nodes"),
             (!self.pods.synced).then_some("pods"),
@@ -132,15 +198,28 @@ impl Stores {
         .into_iter()
         .flatten()
         .collect();
-        if !unsynced.is_empty() {
-            return Err(format!(
+        if unsynced.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
                 "waiting for the first complete list of {}",
                 unsynced.join(" and ")
-            ));
+            ))
         }
+    }
+}
+
+/// How many problems are listed by name in the notes; the rest are counted.
+const NOTES_SHOWN: usize = 10;
+
+impl Stores {
+    /// The fleet (nodes with GPUs, by name), what runs on it, closed nodes and notes.
+    /// `Err` until every watched kind's cache holds a complete first list.
+    pub fn seen(&self) -> Result<Seen, String> {
+        self.synced()?;
         let mut seen = Seen::default();
-        seen.fleet.nodes.reserve_exact(self.nodes.objects.len());
-        for n in self.nodes.objects.values() {
+        seen.fleet.nodes.reserve_exact(self.nodes.objects().len());
+        for n in self.nodes.objects().values() {
             // A node without GPUs is not in the fleet, but what was assumed of it (a
             // GPU count past the cap, an unreadable quantity) is still said.
             seen.notes.extend(n.notes.iter().cloned());
@@ -152,9 +231,14 @@ impl Stores {
                 seen.closed.insert(n.node.name.clone(), why.clone());
             }
         }
-        let gpu_node = |name: &str| self.nodes.objects.get(name).is_some_and(NodeSeen::has_gpus);
+        let gpu_node = |name: &str| {
+            self.nodes
+                .objects()
+                .get(name)
+                .is_some_and(NodeSeen::has_gpus)
+        };
         let mut unreadable = Vec::new();
-        for (key, p) in &self.pods.objects {
+        for (key, p) in self.pods.objects() {
             if p.placeholder.is_some() {
                 // Kube-scheduler preempts it for any real pod: its room is free.
                 continue;

@@ -55,7 +55,7 @@ async fn seen_healthy(h: &Harness, node: &str, healthy: u32) {
             .live
             .stores()
             .nodes
-            .objects
+            .objects()
             .get(node)
             .map(|n| n.node.gpus.iter().filter(|g| g.healthy).count() as u32);
         if seen == Some(healthy) {

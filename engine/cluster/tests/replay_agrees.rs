@@ -462,7 +462,7 @@ async fn through_the_replay(h: &Harness, jobs: &[Planned]) -> Seen {
     };
     let m = replay::replay(
         &h.policy.program,
-        view.fleet.clone(),
+        (*view.fleet).clone(),
         trace,
         &Config {
             estimates: if jobs.iter().any(|j| j.limited) {

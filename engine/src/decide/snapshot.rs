@@ -132,11 +132,13 @@ impl Snapshot {
     /// Validates `jobs` against `fleet` and resolves running placements to node indices.
     /// Every problem found is returned, not only the first.
     pub fn build(
-        fleet: Fleet,
+        fleet: impl Into<std::sync::Arc<Fleet>>,
         jobs: Vec<Job>,
         usage: Vec<UsageRecord>,
         mig_table: &MigTable,
     ) -> Result<Snapshot, Vec<SnapshotError>> {
+        // A caller that kept its fleet shares it (`Decider` then knows it at a glance).
+        let fleet: std::sync::Arc<Fleet> = fleet.into();
         let mut errors = Vec::new();
         // Each job repeating an earlier one's id, with that one's line: found before the
         // jobs move, without copying an id.
@@ -199,7 +201,7 @@ impl Snapshot {
         }
         if errors.is_empty() {
             Ok(Snapshot {
-                fleet: std::sync::Arc::new(fleet),
+                fleet,
                 jobs: states,
                 usage,
                 mig: mig_table.clone(),

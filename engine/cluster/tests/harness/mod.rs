@@ -150,7 +150,7 @@ impl Harness {
                 .live
                 .stores()
                 .pods
-                .objects
+                .objects()
                 .iter()
                 .map(|(k, p)| (k.clone(), p.resource_version.clone()))
                 .collect();
@@ -160,7 +160,7 @@ impl Harness {
                 .stores()
                 .jobs
                 .as_ref()
-                .map(|c| c.objects.keys().cloned().collect())
+                .map(|c| c.objects().keys().cloned().collect())
                 .unwrap_or_default();
             if want == have && jobs == jobs_seen {
                 return;

@@ -21,14 +21,19 @@
 //!   released; and a pod whose team is bound to namespaces that do not hold it (a pod
 //!   the webhooks never judged) is foreign, never charged to that team.
 
-use crate::owners::{Membership, Owners};
+mod keeper;
+
+pub use keeper::ViewKeeper;
+
 use crate::pods::PodSeen;
 use crate::seal::Seal;
 use crate::store::Stores;
+use engine::core::alloc::Request;
 use engine::core::fleet::Fleet;
 use engine::inventory::jobs_file::{Job, PlacedMember};
 use lang::ir::Program;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// The team and tier of a bound pod gantry did not admit: no policy name can be this, so
 /// the cycle never preempts it and charges no team for it.
@@ -96,7 +101,8 @@ impl Trust<'_> {
 /// The cluster as the decision cycle sees it.
 #[derive(Debug, Clone, Default)]
 pub struct QueueView {
-    pub fleet: Fleet,
+    /// Shared with the cycles before while no node and nothing a foreign pod holds changed.
+    pub fleet: Arc<Fleet>,
     /// Nodes (by fleet index) that take nothing new, with why.
     pub closed: BTreeMap<usize, String>,
     /// Nodes (by fleet index) going away: their jobs are requeued.
@@ -162,136 +168,22 @@ fn is_foreign(p: &PodSeen) -> bool {
 }
 
 /// The decision cycle's view of `stores`, believing of each pod what `trust` allows;
-/// `Err` until both are listed.
+/// `Err` until both are listed. A controller keeps a [`ViewKeeper`] instead, which makes
+/// the same view again from what changed.
 pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
-    let seen = stores.seen()?;
-    let mut out = QueueView {
-        fleet: seen.fleet,
-        seal: trust.seal.cloned(),
-        refused_evictions: stores.refused_evictions.clone(),
-        // At most a job per pod: sized once rather than moved at each doubling.
-        jobs: Vec::with_capacity(stores.pods.objects.len()),
-        ..QueueView::default()
-    };
-    let (program, now, predictions) = (trust.program, trust.now, trust.predictions);
-    // Namespaces are checked only when some team is bound to them: most policies bind
-    // none, and this runs for every pod in every cycle.
-    let trust = Trust {
-        program: trust
-            .program
-            .filter(|p| p.teams.iter().any(|t| t.namespaces.is_some())),
-        ..trust
-    };
-    // Pods that claim more than they were given, as the view believes them: usually none.
-    let doubted: BTreeMap<&str, (PodSeen, bool)> = stores
-        .pods
-        .objects
-        .iter()
-        .filter_map(|(k, p)| Some((k.as_str(), trust.doubt(p)?)))
-        .collect();
-    let index: BTreeMap<String, usize> = out
-        .fleet
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.clone(), i))
-        .collect();
-    for (name, why) in &seen.closed {
-        if let Some(&i) = index.get(name) {
-            out.closed.insert(i, why.clone());
-        }
-    }
-    for n in stores.nodes.objects.values() {
-        if let (Some(why), Some(&i)) = (&n.interrupted, index.get(&n.node.name)) {
-            out.interrupted.insert(i, why.clone());
-        }
-    }
-    // Group gantry's pods into jobs; take foreign and CPU-only pods out of the fleet.
-    let owners = Owners::new(stores.jobs.as_ref().map(|c| &c.objects));
-    let mut groups: BTreeMap<String, (u32, Vec<&PodSeen>)> = BTreeMap::new();
-    for (k, p) in &stores.pods.objects {
-        if let (true, false, Some(error)) = (p.gated, p.terminating, &p.asks_error) {
-            out.unqueued.push(Unqueued::of(
-                p,
-                "InvalidLabels",
-                format!(
-                    "gantry cannot queue this pod: {error}; fix the label (a gated pod's labels may change) and it is queued"
-                ),
-            ));
-        }
-        let p = match doubted.get(k.as_str()) {
-            Some((copy, stranger)) => {
-                if *stranger && p.gated && p.asks.is_some() && !p.terminating {
-                    let team = p.asks.as_deref().and_then(|j| j.team.as_deref());
-                    out.unqueued.push(Unqueued::of(
-                        p,
-                        "TeamNotBound",
-                        format!(
-                            "gantry does not queue this pod: team `{}` is not bound to namespace `{}` in the policy; use a team the namespace admits",
-                            team.unwrap_or("(the default team)"),
-                            p.namespace
-                        ),
-                    ));
-                }
-                copy
-            }
-            None => p,
-        };
-        if p.placeholder.is_some() {
-            // Holds a node for the autoscaler, not for work: any job may take its room.
-            continue;
-        }
-        if let (Some(job), true, false) = (p.holds.as_deref(), p.node.is_some(), is_foreign(p)) {
-            if p.holds_gpus() {
-                let key = (
-                    job.team.clone().unwrap_or_default(),
-                    job.tier.clone().unwrap_or_default(),
-                );
-                *out.bound.entry(key).or_insert(0.0) += engine::serve::queue::member_gpus(job);
-            }
-        }
-        let holds_gpus = p.holds_gpus();
-        if let (Some(job), Some(node)) = (p.holds.as_deref(), p.node.as_deref()) {
-            if holds_gpus && is_foreign(p) && job.shape.member.mig_profile.is_none() {
-                // Busy, not broken: it holds its GPUs as a running job of no team and no
-                // tier of the policy's, which is never a victim and charges no one.
-                let mut held = job.clone();
-                held.id = p.key();
-                held.team = Some(FOREIGN.into());
-                held.tier = Some(FOREIGN.into());
-                out.jobs.push(held);
-                continue;
-            }
-            if is_foreign(p) || !holds_gpus {
-                if let Some(&i) = index.get(node) {
-                    take_out(&mut out.fleet, i, job);
-                }
-                continue;
-            }
-        }
-        let ours = p.holds.is_some() || p.assigned.is_some() || (p.gated && p.asks.is_some());
-        if !ours || is_foreign(p) {
-            continue;
-        }
-        let (key, size) = match owners.membership(p) {
-            Membership::Single => (p.key(), 1),
-            Membership::Gang(name, size) => (name, size),
-            Membership::OwnerUnseen(_) if p.holds.is_none() && p.assigned.is_none() => {
-                out.owner_unseen.push(p.key());
-                continue;
-            }
-            // Placed already: it holds what it holds, as a job of its own.
-            Membership::OwnerUnseen(_) => (p.key(), 1),
-        };
-        let entry = groups.entry(key).or_insert((size, Vec::new()));
-        entry.0 = entry.0.max(size);
-        entry.1.push(p);
-    }
-    for (id, (size, mut pods)) in groups {
-        pods.sort_by(|a, b| a.name.cmp(&b.name));
-        group(&mut out, &id, &pods, size);
-    }
-    out.jobs.sort_by(|a, b| a.id.cmp(&b.id));
+    ViewKeeper::default().view(stores, trust)
+}
+
+/// What depends on the clock, applied to the grouped jobs: runtimes outlived,
+/// predictions, nominations.
+fn after_grouping(
+    mut out: QueueView,
+    stores: &Stores,
+    seal: Option<&Seal>,
+    program: Option<&Program>,
+    now: i64,
+    predictions: Option<&crate::predictions::Predictions>,
+) -> Result<QueueView, String> {
     outlived_estimates(&mut out.jobs, now);
     if let Some(p) = predictions {
         // Before nominations: a nominated job shows as running from its nomination on.
@@ -307,7 +199,7 @@ pub fn view(stores: &Stores, trust: Trust<'_>) -> Result<QueueView, String> {
         learned.apply(&mut out.jobs);
         out.learned = Some(learned);
     }
-    crate::nomination::apply(&mut out, &stores.pods.objects, trust.seal, program, now);
+    crate::nomination::apply(&mut out, stores.pods.objects(), seal, program, now);
     Ok(out)
 }
 
@@ -330,12 +222,12 @@ fn outlived_estimates(jobs: &mut [Job], now: i64) {
 }
 
 /// Takes what a foreign or CPU-only pod holds out of its node: CPU and memory, whole
-/// GPUs (the highest free indices), MIG instances (as in use).
-fn take_out(fleet: &mut Fleet, node: usize, job: &Job) {
+/// GPUs (the highest free indices), MIG instances (as in use); `m` is one member's
+/// request.
+fn take_out(fleet: &mut Fleet, node: usize, m: &Request) {
     let Some(n) = fleet.nodes.get_mut(node) else {
         return;
     };
-    let m = &job.shape.member;
     n.cpu_milli = n.cpu_milli.saturating_sub(m.cpu_milli);
     n.memory_mib = n.memory_mib.saturating_sub(m.memory_mib);
     if m.mig_profile.is_some() {
