@@ -23,7 +23,12 @@ pub struct Cache<T> {
     /// The keys changed since generation `journal_from`, one per change, in order.
     journal: Vec<String>,
     journal_from: u64,
+    /// Tells this cache from any other, whose generations count something else.
+    id: u64,
 }
+
+/// Each cache's id: a reader kept for one cache must not read another's generations.
+static NEXT_CACHE_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl<T> Default for Cache<T> {
     fn default() -> Self {
@@ -34,6 +39,7 @@ impl<T> Default for Cache<T> {
             generation: 0,
             journal: Vec::new(),
             journal_from: 0,
+            id: NEXT_CACHE_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 }
@@ -115,6 +121,11 @@ impl<T> Cache<T> {
     /// Every object, by key.
     pub fn objects(&self) -> &BTreeMap<String, T> {
         &self.objects
+    }
+
+    /// This cache, as told from every other in the process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The cache's generation: pass it to [`Cache::since`] later.

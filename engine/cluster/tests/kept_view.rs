@@ -457,3 +457,45 @@ fn a_cache_journals_what_changed_and_a_relist_changes_everything() {
     c.apply(Change::Apply("y".into(), 0));
     assert_eq!(c.since(g), cluster::store::Since::Keys(&["y".to_string()]));
 }
+
+#[test]
+fn a_keeper_handed_other_stores_reads_them_whole() {
+    let (policy, _dir) = policy(true);
+    let key = seal(0);
+    let one = |name: u8| {
+        let spec = PodSpec {
+            name,
+            namespace: 0,
+            team: Some("alpha"),
+            kind: PodKind::Gated {
+                gpus: 1,
+                gang: None,
+            },
+        };
+        convert_pod(&pod_json(&spec, &key))
+    };
+    // Two caches at the same generation, holding different pods.
+    let (mut a, mut b) = (empty(), empty());
+    let (k, p) = one(1);
+    a.pods.apply(Change::Apply(k, p));
+    let (k, p) = one(2);
+    b.pods.apply(Change::Apply(k, p));
+    assert_eq!(a.pods.generation(), b.pods.generation());
+    let mut keeper = ViewKeeper::default();
+    let view_of = |keeper: &mut ViewKeeper, s: &Stores| {
+        let t = Trust {
+            seal: s.seal.as_ref(),
+            program: Some(&policy.program),
+            now: NOW,
+            predictions: None,
+        };
+        let view = keeper.view(s, t).unwrap();
+        view.jobs.into_iter().map(|j| j.id).collect::<Vec<String>>()
+    };
+    assert_eq!(view_of(&mut keeper, &a), ["alpha/p1"]);
+    assert_eq!(
+        view_of(&mut keeper, &b),
+        ["alpha/p2"],
+        "b's pods, not a's kept"
+    );
+}

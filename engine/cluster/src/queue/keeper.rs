@@ -37,6 +37,8 @@ pub struct ViewKeeper {
 
 #[derive(Debug)]
 struct Kept {
+    /// The caches read (nodes, pods, owner Jobs): another's generations mean nothing.
+    caches: (u64, u64, Option<u64>),
     /// The inputs every pod's part read.
     seal: Option<crate::seal::Seal>,
     bindings: Bindings,
@@ -219,8 +221,14 @@ impl ViewKeeper {
         };
         let bindings = bindings(&trust);
         let owners_generation = stores.jobs.as_ref().map(|c| c.generation());
+        let caches = (
+            stores.nodes.id(),
+            stores.pods.id(),
+            stores.jobs.as_ref().map(|c| c.id()),
+        );
         let kept = self.kept.take().filter(|k| {
-            k.owners_generation == owners_generation
+            k.caches == caches
+                && k.owners_generation == owners_generation
                 && k.bindings == bindings
                 && match (&k.seal, trust.seal) {
                     (Some(a), Some(b)) => a.same_key(b),
@@ -233,6 +241,7 @@ impl ViewKeeper {
         let mut kept = match kept {
             Some(k) => k,
             None => Kept {
+                caches,
                 seal: trust.seal.cloned(),
                 bindings,
                 owners_generation,
