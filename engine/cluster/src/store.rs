@@ -6,6 +6,7 @@
 use crate::nodes::NodeSeen;
 use crate::owners::OwnerJob;
 use crate::pods::PodSeen;
+use engine::core::fleet::Fleet;
 use engine::serve::state::Seen;
 use std::collections::BTreeMap;
 
@@ -220,6 +221,32 @@ impl Stores {
     }
 }
 
+impl Stores {
+    /// The nodes with GPUs as the fleet, in name order, and those closed by themselves
+    /// (cordoned, not Ready, a node-condition taint), with why.
+    pub fn gpu_nodes(&self) -> (Fleet, BTreeMap<String, String>) {
+        let mut fleet = Fleet::default();
+        let mut closed = BTreeMap::new();
+        let nodes = self.nodes.objects();
+        fleet
+            .nodes
+            .reserve_exact(nodes.values().filter(|n| n.has_gpus()).count());
+        for n in nodes.values().filter(|n| n.has_gpus()) {
+            fleet.nodes.push(n.node.clone());
+            if let Some(why) = &n.closed {
+                closed.insert(n.node.name.clone(), why.clone());
+            }
+        }
+        (fleet, closed)
+    }
+}
+
+/// Why a node is closed by a pod bound there whose requests gantry cannot read: the
+/// scheduler counts it, gantry cannot, so the node takes nothing new.
+pub fn unreadable_closes(pod_key: &str) -> String {
+    format!("pod {pod_key} holds resources gantry cannot read")
+}
+
 /// How many problems are listed by name in the notes; the rest are counted.
 const NOTES_SHOWN: usize = 10;
 
@@ -229,19 +256,12 @@ impl Stores {
     pub fn seen(&self) -> Result<Seen, String> {
         self.synced()?;
         let mut seen = Seen::default();
-        seen.fleet.nodes.reserve_exact(self.nodes.objects().len());
+        // A node without GPUs is not in the fleet, but what was assumed of it (a GPU
+        // count past the cap, an unreadable quantity) is still said.
         for n in self.nodes.objects().values() {
-            // A node without GPUs is not in the fleet, but what was assumed of it (a
-            // GPU count past the cap, an unreadable quantity) is still said.
             seen.notes.extend(n.notes.iter().cloned());
-            if !n.has_gpus() {
-                continue;
-            }
-            seen.fleet.nodes.push(n.node.clone());
-            if let Some(why) = &n.closed {
-                seen.closed.insert(n.node.name.clone(), why.clone());
-            }
         }
+        (seen.fleet, seen.closed) = self.gpu_nodes();
         let gpu_node = |name: &str| {
             self.nodes
                 .objects()
@@ -283,7 +303,7 @@ impl Stores {
                     // nothing new.
                     seen.closed
                         .entry(node.clone())
-                        .or_insert_with(|| format!("pod {key} holds resources gantry cannot read"));
+                        .or_insert_with(|| unreadable_closes(key));
                 }
             }
         }

@@ -79,16 +79,7 @@ struct NodesPart {
 impl NodesPart {
     fn of(stores: &Stores) -> NodesPart {
         let mut part = NodesPart::default();
-        let nodes = stores.nodes.objects();
-        part.fleet
-            .nodes
-            .reserve_exact(nodes.values().filter(|n| n.has_gpus()).count());
-        for n in nodes.values().filter(|n| n.has_gpus()) {
-            part.fleet.nodes.push(n.node.clone());
-            if let Some(why) = &n.closed {
-                part.closed.insert(n.node.name.clone(), why.clone());
-            }
-        }
+        (part.fleet, part.closed) = stores.gpu_nodes();
         part.index = part
             .fleet
             .nodes
@@ -96,7 +87,7 @@ impl NodesPart {
             .enumerate()
             .map(|(i, n)| (n.name.clone(), i))
             .collect();
-        for n in nodes.values() {
+        for n in stores.nodes.objects().values() {
             if let (Some(why), Some(&i)) = (&n.interrupted, part.index.get(&n.node.name)) {
                 part.interrupted.insert(i, why.clone());
             }
@@ -362,7 +353,7 @@ impl Kept {
             if let Some(node) = part.unreadable_on.as_ref().filter(|n| gpu_node(n)) {
                 closed
                     .entry(node.clone())
-                    .or_insert_with(|| format!("pod {key} holds resources gantry cannot read"));
+                    .or_insert_with(|| crate::store::unreadable_closes(key));
             }
             if let Some((team_tier, gpus)) = &part.bound {
                 *bound.entry(team_tier).or_insert(0.0) += gpus;
