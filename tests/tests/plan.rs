@@ -200,6 +200,17 @@ fn a_team_borrows_idle_guarantee_and_the_owner_reclaims_it() {
     assert_eq!(p["preemptions"][0]["grace_s"], 120);
 }
 
+/// A reclaim counts a team's borrowing by what ran when the cycle started: a job the
+/// same cycle placed does not make its team's running jobs reclaimable.
+#[test]
+fn a_reclaim_counts_only_running_borrowers() {
+    let p = plan("reclaim_counts_running_borrowers_only");
+    assert_eq!(action(&p, "vision-new"), "place");
+    assert_eq!(decision(&p, "vision-new")["borrowing"], true);
+    assert_eq!(action(&p, "nlp-b"), "queue");
+    assert!(p["preemptions"].as_array().unwrap().is_empty(), "{p}");
+}
+
 #[test]
 fn a_lender_lends_no_more_than_its_lend() {
     let p = plan("lend_limit");

@@ -119,8 +119,9 @@ pub fn cycle_kept(
 /// knows it (the node shrank, a GPU failed under it) is a problem of one of two kinds. A
 /// nomination on that node is a promise that can no longer be kept: it is given up and
 /// the job waits again (`crate::nomination`), so pods that run keep what they hold;
-/// unless it fits once it takes over the GPUs that other nominations' victims stopping
-/// there hold (`nomination::take_over_stopping`). A
+/// unless it fits once it takes over the GPUs that pods stopping there hold: other
+/// nominations' victims, or pods whose nomination was withdrawn
+/// (`nomination::take_over_stopping`). A
 /// running pod that still does not fit is left out with a warning rather than stopping the
 /// queue, and its node is closed: what it holds it still holds, so its node takes nothing
 /// new rather than being counted free. One build when everything fits.
@@ -172,7 +173,7 @@ pub fn snapshot(
             let mut took = false;
             for id in &unfit {
                 if taken_over.insert(id.clone()) {
-                    took |= crate::nomination::take_over_stopping(view, id);
+                    took |= crate::nomination::take_over_stopping(view, pods, id);
                 }
             }
             if took {

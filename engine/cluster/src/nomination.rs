@@ -16,7 +16,9 @@
 //! unbound: the nomination is withdrawn rather than the pods evicted).
 //!
 //! Pods stopping for no standing nomination hold their GPUs until they are gone, as
-//! running jobs no team is charged for and no cycle picks as victims again.
+//! running jobs no team is charged for and no cycle picks as victims again; a standing
+//! nomination on their node that needs their room (it took over a withdrawn one's) has it
+//! once they are gone (`take_over_stopping`).
 
 use crate::pods::PodSeen;
 use crate::queue::{QueueView, FOREIGN};
@@ -274,11 +276,15 @@ fn stopping_holders(out: &mut QueueView, pods: &BTreeMap<String, PodSeen>) {
     }
 }
 
-/// The nomination of `id` does not fit its nodes: the members there of another
-/// nomination's victims, which hold their GPUs while they stop, are taken out for it. One
-/// plan may evict a job for one preemptor and count its GPUs as freed for another landing
-/// beside it (as the replay lets such a preemptor have them). True when any was.
-pub fn take_over_stopping(out: &mut QueueView, id: &str) -> bool {
+/// The nomination of `id` does not fit its nodes: the members there of other nominations'
+/// victims, and pods stopping there for no standing nomination, hold their GPUs while
+/// they stop; they are taken out for it. One plan may evict a job for one preemptor and
+/// count its GPUs as freed for another landing beside it (as the replay lets such a
+/// preemptor have them), and a nomination that took over a withdrawn one's room counted
+/// on the pods stopping there, whose own nomination no longer stands. Nothing is released
+/// onto a node while pods stop there (`enact`), so the room is the nomination's only once
+/// they are gone. True when any was taken out.
+pub fn take_over_stopping(out: &mut QueueView, pods: &BTreeMap<String, PodSeen>, id: &str) -> bool {
     let Some(n) = out.nominated.get(id) else {
         return false;
     };
@@ -290,23 +296,41 @@ pub fn take_over_stopping(out: &mut QueueView, id: &str) -> bool {
         .flat_map(|(_, o)| o.taken_out.iter().map(|j| j.id.as_str()))
         .collect();
     let mut taken = false;
+    // Jobs left holding nothing: dropped from the view.
+    let mut emptied: BTreeSet<String> = BTreeSet::new();
     for j in out
         .jobs
         .iter_mut()
-        .filter(|j| victims.contains(j.id.as_str()) && j.team.as_deref() == Some(FOREIGN))
+        .filter(|j| j.team.as_deref() == Some(FOREIGN) && !j.placement.is_empty())
     {
         let before = j.placement.len();
-        j.placement.retain(|m| !on.contains(m.node.as_str()));
+        if victims.contains(j.id.as_str()) {
+            j.placement.retain(|m| !on.contains(m.node.as_str()));
+        } else if !out.nominated.contains_key(&j.id) {
+            // One placement per member stopping on a nominated node: a stopping holder's
+            // members that still run keep theirs.
+            let keys = out.members.get(&j.id).map_or(&[][..], Vec::as_slice);
+            for node in keys
+                .iter()
+                .filter_map(|k| pods.get(k))
+                .filter(|p| p.terminating)
+                .filter_map(|p| p.node.as_deref())
+                .filter(|node| on.contains(node))
+            {
+                if let Some(at) = j.placement.iter().position(|m| m.node == node) {
+                    j.placement.remove(at);
+                }
+            }
+        }
         if j.placement.len() < before {
             taken = true;
             j.shape.members = j.placement.len() as u32;
+            if j.placement.is_empty() {
+                emptied.insert(j.id.clone());
+            }
         }
     }
-    out.jobs.retain(|j| {
-        !(j.placement.is_empty()
-            && victims.contains(j.id.as_str())
-            && j.team.as_deref() == Some(FOREIGN))
-    });
+    out.jobs.retain(|j| !emptied.contains(&j.id));
     taken
 }
 

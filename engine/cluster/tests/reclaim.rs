@@ -443,8 +443,83 @@ mod many_cycles {
         /// team is reclaimed from only while it borrows.
         #[test]
         fn reclaims_hold_their_choice_across_cycles(steps in prop::collection::vec(step(), 6..22)) {
-            let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-            runtime.block_on(async {
+            replay(&steps)?;
+        }
+    }
+
+    /// Found by the property test: a standard job that took over a withdrawn nomination
+    /// kept it for one cycle only, and with it gone a best_effort job of its team
+    /// reclaimed 8 GPUs from a team that held no more than its guarantee.
+    #[test]
+    fn a_reclaim_takes_nothing_from_a_team_at_its_guarantee_after_a_takeover() {
+        let arrive = |alpha, tier, gpus| Step::Arrive {
+            alpha,
+            tier,
+            gpus,
+            gang: false,
+        };
+        let steps = [
+            arrive(true, 1, 1),
+            arrive(true, 1, 1),
+            arrive(true, 1, 8),
+            arrive(false, 2, 8),
+            arrive(true, 2, 8),
+            Step::Finish {
+                pick: 12_056_188_959_811_820_993,
+            },
+            arrive(false, 1, 8),
+            arrive(true, 2, 2),
+        ];
+        replay(&steps).unwrap();
+    }
+
+    /// Found by the property test: alpha's job inside its guarantee reclaimed 2 GPUs from
+    /// beta, which held 5 of its 8; beta borrowed only by a job placed in the same cycle,
+    /// not released while pods stopped on its node.
+    #[test]
+    fn a_reclaim_counts_no_placement_of_the_same_cycle() {
+        let a = |alpha, tier, gpus| Step::Arrive {
+            alpha,
+            tier,
+            gpus,
+            gang: false,
+        };
+        let steps = [
+            a(false, 2, 8),
+            Step::Arrive {
+                alpha: true,
+                tier: 0,
+                gpus: 4,
+                gang: true,
+            },
+            a(false, 0, 2),
+            a(false, 0, 1),
+            a(true, 0, 1),
+            a(false, 1, 4),
+            a(false, 0, 1),
+            Step::Finish {
+                pick: 1_003_638_729_206_711_601,
+            },
+            Step::Finish {
+                pick: 1_199_645_719_172_115_488,
+            },
+            a(false, 2, 2),
+            a(true, 0, 2),
+            a(true, 1, 1),
+            a(true, 0, 2),
+        ];
+        replay(&steps).unwrap();
+    }
+
+    /// Plays `steps` on a fresh two-node cluster, a cycle after each, checking the
+    /// property test's invariants at every cycle.
+    fn replay(steps: &[Step]) -> Result<(), TestCaseError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
                 let h = harness().await;
                 let mut allocatable: BTreeMap<String, u32> =
                     [("n0".to_string(), 8), ("n1".to_string(), 8)].into();
@@ -598,8 +673,7 @@ mod many_cycles {
                     h.api.bind_released();
                 }
                 Ok(())
-            })?;
-        }
+            })
     }
 }
 
@@ -641,6 +715,38 @@ async fn a_nomination_taken_over_is_held_while_its_victims_stop() {
             "placed on {node} once the pods stopping there are gone"
         )) && message.contains("takes the room held for ml/b-0 (nomination withdrawn)"),
         "{message}"
+    );
+    // Once b-0's nomination is gone from its pod, the pods stopping for it still make
+    // room for b-s: its nomination stands, b-s picks no victim of its own and is not
+    // released while they stop. (b-0, within beta's guarantee, may reclaim again from
+    // alpha, which still borrows.)
+    for step in 2..=4 {
+        let (actions, _) = h.cycle_at(NOW + 10 * step).await;
+        let k = kinds(&actions);
+        assert!(
+            !k.iter().any(|a| a == "release b-s" || a == "nominate b-s"),
+            "step {step}: {k:?}"
+        );
+        assert!(
+            evictions(&actions)
+                .iter()
+                .all(|(_, for_job)| for_job != "ml/b-s"),
+            "step {step}: {k:?}"
+        );
+        let held = cluster::nomination::read(
+            h.pod("b-s")["metadata"]["annotations"]["gantry.dev/nominated-node"]
+                .as_str()
+                .unwrap_or_default(),
+        )
+        .map(|(n, u)| (n.to_string(), u));
+        assert_eq!(held, Some((node.clone(), taken_until)), "step {step}");
+    }
+    h.api.finish_deletions();
+    let (actions, _) = h.cycle_at(NOW + 50).await;
+    assert!(
+        kinds(&actions).contains(&"release b-s".to_string()),
+        "{:?}",
+        kinds(&actions)
     );
 }
 

@@ -9,9 +9,9 @@
 //! 2. Within a team, a job preempts jobs of lower tiers.
 //! 3. Across teams (Kueue's reclaimWithinCohort and borrowWithinCohort), a team's
 //!    guaranteed GPUs are its own. A job inside its team's guarantee reclaims from the
-//!    teams of its cohort that borrow, whatever their tier. A job of a higher tier preempts
-//!    another team's job only while that team borrows, and never takes it below its
-//!    guarantee. So a reclaim is never undone by priority, and no preemption loops.
+//!    teams of its cohort that borrow (at the cycle's start and still), whatever their
+//!    tier. A job of a higher tier preempts another team's job only while that team
+//!    borrows, and never takes it below its guarantee. So a reclaim is never undone by priority, and no preemption loops.
 //! 4. Among the victim sets that free the room: the one that takes the fewest GPUs below a
 //!    guarantee (a reclaim goes below the borrower's guarantee only when no other set
 //!    suffices), then the one whose highest victim tier is lowest (lower tiers go first,
@@ -496,7 +496,11 @@ impl<'a> Cycle<'a> {
     }
 
     /// Borrowing teams of `js`'s cohort, when `js` fits inside its team's guarantee
-    /// (overall or in one of its guaranteed pools).
+    /// (overall or in one of its guaranteed pools). A team borrows for a reclaim only by
+    /// what ran at the cycle's start and still does: jobs this cycle placed (which may
+    /// not start until pods stop) make no running job of their team reclaimable, as
+    /// Kueue skips a preemption that an admission in the same cycle invalidated; the next
+    /// cycle reclaims once they run, choosing among them too.
     pub(super) fn reclaimable(&self, js: &JobState) -> Vec<usize> {
         let team = self.job_team(js);
         let Some(cohort) = self.ledger.cohort(team) else {
@@ -515,6 +519,7 @@ impl<'a> Cycle<'a> {
         (0..self.program.teams.len())
             .filter(|i| Some(*i) != team && self.ledger.cohort(Some(*i)) == Some(cohort))
             .filter(|i| self.standing.get(*i).is_some_and(|st| st.borrowing))
+            .filter(|i| self.borrowing_at_start.get(*i) == Some(&true))
             .collect()
     }
 
