@@ -435,6 +435,18 @@ fn main() {
     println!(
         "a cycle of the settled queue, nothing new: {settled_ms:.1} ms as a leader runs it (kept from the last cycle), {cold_ms:.1} ms cold"
     );
+    println!("  kept, by step: {}", phases(&kept.phases));
+    // For profiling the settled cycle: `--settled-only N` runs it N times more and stops.
+    if let Some(n) = std::env::args()
+        .skip_while(|a| a != "--settled-only")
+        .nth(1)
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        for _ in 0..n {
+            controller::cycle_kept(&stores, &policy, &memory, 1_795_510_000, &mut kept).unwrap();
+        }
+        return;
+    }
     view_alone(&mut stores, &policy, rounds, &mut kept.view);
     arrival_to_settled_queue(&mut stores, &policy, &memory, rounds, &mut kept);
     println!(
@@ -533,6 +545,7 @@ fn arrival_to_settled_queue(
     let p = pod("late-1", "t1", "standard", 1, None, None);
     let key = pods::key(&p);
     let mut times = Vec::new();
+    let mut steps = Vec::new();
     let mut actions = Vec::new();
     for _ in 0..rounds {
         // Each round's cycle sees the pod's event (as a leader sees it once).
@@ -542,7 +555,9 @@ fn arrival_to_settled_queue(
             .unwrap()
             .2;
         times.push(t.elapsed());
+        steps.push(kept.phases);
     }
+    steps.sort_by_key(|p| p.view + p.snapshot + p.decide + p.actions);
     times.sort();
     let kinds: Vec<&str> = actions
         .iter()
@@ -555,7 +570,23 @@ fn arrival_to_settled_queue(
         times.last().unwrap().as_secs_f64() * 1e3,
         actions.len(),
     );
+    println!(
+        "  the median cycle, by step: {}",
+        phases(&steps[steps.len() / 2])
+    );
     stores.pods.apply(Change::Delete(key));
+}
+
+/// A cycle's steps as the bench prints them.
+fn phases(p: &controller::Phases) -> String {
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    format!(
+        "view {:.1} ms, snapshot {:.1} ms, decide {:.1} ms, actions {:.1} ms",
+        ms(p.view),
+        ms(p.snapshot),
+        ms(p.decide),
+        ms(p.actions)
+    )
 }
 
 /// Adds each action's writes to its kind's count.

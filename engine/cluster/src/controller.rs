@@ -58,6 +58,17 @@ pub fn cycle_with(
 pub struct Kept {
     pub view: queue::ViewKeeper,
     pub decider: Decider,
+    /// How long the last cycle's steps took.
+    pub phases: Phases,
+}
+
+/// The wall time of one cycle's steps: view, snapshot, decision, actions.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Phases {
+    pub view: std::time::Duration,
+    pub snapshot: std::time::Duration,
+    pub decide: std::time::Duration,
+    pub actions: std::time::Duration,
 }
 
 /// What `/v1/queue` shows of a cycle: its jobs, and the gated pods it does not queue.
@@ -100,7 +111,9 @@ pub fn cycle_kept(
         now,
         predictions: memory.predictions.on.then_some(&memory.predictions),
     };
+    let start = std::time::Instant::now();
     let mut view = kept.view.view(stores, trust)?;
+    let viewed = std::time::Instant::now();
     let mut snapshot = snapshot(&mut view, stores.pods.objects(), policy)?;
     // Reasons become pod conditions, which must not count down (`crate::telling`).
     snapshot.wall_clock = true;
@@ -110,8 +123,16 @@ pub fn cycle_kept(
     for js in snapshot.jobs.iter_mut().filter(|js| js.running.is_none()) {
         js.job.booked = memory.booked.0.get(&js.job.id).cloned();
     }
+    let built = std::time::Instant::now();
     let plan = kept.decider.decide(&policy.program, &snapshot, now);
+    let decided = std::time::Instant::now();
     let actions = enact::actions(&view, stores.pods.objects(), &plan, now);
+    kept.phases = Phases {
+        view: viewed - start,
+        snapshot: built - viewed,
+        decide: decided - built,
+        actions: decided.elapsed(),
+    };
     Ok((view, plan, actions))
 }
 

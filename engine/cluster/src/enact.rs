@@ -350,7 +350,8 @@ pub fn actions(
             continue;
         }
         // A write the band alone would not make carries the current band: a band held
-        // (`telling::sticky_band`) only saves a write, never goes out stale.
+        // (`telling::sticky_band`) only saves a write, never goes out stale. Worded only
+        // for a write (most waiting pods need none).
         let mut current = None;
         let (reason, message) = if d.action == PlanAction::Place {
             // Placed without victims: the plan may count GPUs that pods stopping there
@@ -370,13 +371,16 @@ pub fn actions(
             )
         } else {
             let Some(r) = &d.reason else { continue };
-            current = Some(waiting(r, now, None).1);
+            current = Some(r);
             waiting(r, now, members.first().copied())
         };
+        let mut words: Option<String> = None;
         for p in members {
             if needs_telling(p.waiting.as_ref(), &reason, &message) {
-                let words = current.as_ref().unwrap_or(&message).clone();
-                out.push(wait(p, reason.clone(), words));
+                let words = words.get_or_insert_with(|| {
+                    current.map_or_else(|| message.clone(), |r| waiting(r, now, None).1)
+                });
+                out.push(wait(p, reason.clone(), words.clone()));
             }
         }
     }

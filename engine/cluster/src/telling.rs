@@ -73,6 +73,8 @@ pub fn sticky_band(told: Option<&str>, told_at: Option<i64>, now: i64, p: usize)
 }
 
 /// Whether a pod told `told` (reason, message) needs telling `reason` and `message`.
+/// Compared as they are read, without copying either: a settled queue compares every
+/// waiting pod's condition each cycle.
 pub fn needs_telling(told: Option<&(String, String)>, reason: &str, message: &str) -> bool {
     let Some((old_reason, old_message)) = told else {
         return true;
@@ -80,29 +82,59 @@ pub fn needs_telling(told: Option<&(String, String)>, reason: &str, message: &st
     if old_reason != reason {
         return true;
     }
-    let (old_kind, old_times) = kind(old_message);
-    let (new_kind, new_times) = kind(message);
-    old_kind != new_kind
-        || old_times.len() != new_times.len()
-        || old_times
-            .iter()
-            .zip(&new_times)
-            .any(|(a, b)| a.abs_diff(*b) > TIME_SLACK_S.unsigned_abs())
+    if old_message == message {
+        return false;
+    }
+    let (mut old, mut new) = (Tokens::of(old_message), Tokens::of(message));
+    loop {
+        match (old.next(), new.next()) {
+            (None, None) => return false,
+            (Some(Token::Time(a)), Some(Token::Time(b)))
+                if a.abs_diff(b) > TIME_SLACK_S.unsigned_abs() =>
+            {
+                return true
+            }
+            // Times within the slack are the same kind.
+            (Some(Token::Time(_)), Some(Token::Time(_))) => {}
+            (a, b) if a != b => return true,
+            _ => {}
+        }
+    }
 }
 
-/// The message with its times and GPU counts taken out, and the times (Unix seconds).
-fn kind(message: &str) -> (String, Vec<i64>) {
-    let bytes = message.as_bytes();
-    let at = |i: usize| bytes.get(i).copied().unwrap_or_default();
-    let mut out = String::with_capacity(message.len());
-    let mut times = Vec::new();
-    let mut i = 0;
-    while i < bytes.len() {
+/// A message's kind as it is read: its characters, with each time (Unix seconds) and
+/// each GPU count (`24 GPUs`, `28 gpu`) one token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Token {
+    Char(char),
+    Time(i64),
+    Gpus,
+}
+
+struct Tokens<'a> {
+    message: &'a str,
+    i: usize,
+}
+
+impl<'a> Tokens<'a> {
+    fn of(message: &'a str) -> Tokens<'a> {
+        Tokens { message, i: 0 }
+    }
+}
+
+impl Iterator for Tokens<'_> {
+    type Item = Token;
+
+    fn next(&mut self) -> Option<Token> {
+        let (message, i) = (self.message, self.i);
+        let bytes = message.as_bytes();
+        if i >= bytes.len() {
+            return None;
+        }
+        let at = |i: usize| bytes.get(i).copied().unwrap_or_default();
         if let Some(t) = time_at(bytes, i) {
-            times.push(t);
-            out.push('\u{1}');
-            i += TIME_LEN;
-            continue;
+            self.i = i + TIME_LEN;
+            return Some(Token::Time(t));
         }
         let before = i.checked_sub(1).map(at);
         let starts_number = at(i).is_ascii_digit()
@@ -113,12 +145,11 @@ fn kind(message: &str) -> (String, Vec<i64>) {
                 .unwrap_or(bytes.len());
             let unit = message.get(end..end + 4);
             if unit.is_some_and(|u| u.eq_ignore_ascii_case(" gpu")) {
-                out.push('\u{2}');
-                i = end + 4;
-                if at(i).eq_ignore_ascii_case(&b's') {
-                    i += 1;
+                self.i = end + 4;
+                if at(self.i).eq_ignore_ascii_case(&b's') {
+                    self.i += 1;
                 }
-                continue;
+                return Some(Token::Gpus);
             }
         }
         // `i` is always at a character boundary here.
@@ -126,10 +157,9 @@ fn kind(message: &str) -> (String, Vec<i64>) {
             .get(i..)
             .and_then(|r| r.chars().next())
             .unwrap_or('\u{0}');
-        out.push(ch);
-        i += ch.len_utf8();
+        self.i = i + ch.len_utf8().max(1);
+        Some(Token::Char(ch))
     }
-    (out, times)
 }
 
 /// `2026-11-28T14:05Z`.
@@ -277,8 +307,104 @@ mod tests {
             "x9 GPU",
             "٣ GPU",
         ] {
-            let _ = kind(s);
+            assert!(Tokens::of(s).count() <= s.len());
             assert!(!needs_telling(told("R", s).as_ref(), "R", s));
+        }
+    }
+
+    /// The comparison as it was first written (copies of both messages, times and GPU
+    /// counts set aside), to check the streaming one against.
+    fn kind_reference(message: &str) -> (String, Vec<i64>) {
+        let bytes = message.as_bytes();
+        let at = |i: usize| bytes.get(i).copied().unwrap_or_default();
+        let mut out = String::with_capacity(message.len());
+        let mut times = Vec::new();
+        let mut i = 0;
+        while i < bytes.len() {
+            if let Some(t) = time_at(bytes, i) {
+                times.push(t);
+                out.push('\u{1}');
+                i += TIME_LEN;
+                continue;
+            }
+            let before = i.checked_sub(1).map(at);
+            let starts_number = at(i).is_ascii_digit()
+                && before.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == b'.'));
+            if starts_number {
+                let end = (i..bytes.len())
+                    .find(|&j| !(at(j).is_ascii_digit() || at(j) == b'.'))
+                    .unwrap_or(bytes.len());
+                let unit = message.get(end..end + 4);
+                if unit.is_some_and(|u| u.eq_ignore_ascii_case(" gpu")) {
+                    out.push('\u{2}');
+                    i = end + 4;
+                    if at(i).eq_ignore_ascii_case(&b's') {
+                        i += 1;
+                    }
+                    continue;
+                }
+            }
+            // `i` is always at a character boundary here.
+            let ch = message
+                .get(i..)
+                .and_then(|r| r.chars().next())
+                .unwrap_or('\u{0}');
+            out.push(ch);
+            i += ch.len_utf8();
+        }
+        (out, times)
+    }
+
+    fn needs_telling_reference(
+        told: Option<&(String, String)>,
+        reason: &str,
+        message: &str,
+    ) -> bool {
+        let Some((old_reason, old_message)) = told else {
+            return true;
+        };
+        if old_reason != reason {
+            return true;
+        }
+        let (old_kind, old_times) = kind_reference(old_message);
+        let (new_kind, new_times) = kind_reference(message);
+        old_kind != new_kind
+            || old_times.len() != new_times.len()
+            || old_times
+                .iter()
+                .zip(&new_times)
+                .any(|(a, b)| a.abs_diff(*b) > TIME_SLACK_S.unsigned_abs())
+    }
+
+    fn message() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just("team a uses ".to_string()),
+            Just(" GPUs".to_string()),
+            Just(" gpu".to_string()),
+            Just("; ".to_string()),
+            Just("é".to_string()),
+            Just(".".to_string()),
+            (0u32..40).prop_map(|n| n.to_string()),
+            (0u32..3).prop_map(|n| format!("{n} GPUs")),
+            (0i64..4).prop_map(|m| format!("2026-11-28T14:{:02}Z", m * 10)),
+            Just("2026-11-28T1".to_string()),
+            "[a-z ]{0,3}",
+        ];
+        proptest::collection::vec(piece, 0..8).prop_map(|v| v.concat())
+    }
+
+    proptest::proptest! {
+        /// Read as it streams, a message changes kind exactly when its copies did.
+        #[test]
+        fn the_streaming_comparison_agrees_with_the_copies(a in message(), b in message(), same_reason: bool) {
+            let was = told("R", &a);
+            let reason = if same_reason { "R" } else { "S" };
+            proptest::prop_assert_eq!(
+                needs_telling(was.as_ref(), reason, &b),
+                needs_telling_reference(was.as_ref(), reason, &b)
+            );
+            proptest::prop_assert!(!needs_telling(was.as_ref(), "R", &a));
         }
     }
 }

@@ -9,7 +9,6 @@ use crate::core::mig::{self, MigTable};
 use crate::core::packing::OnNode;
 use crate::core::placer::Choice;
 use crate::inventory::jobs_file::Job;
-use std::collections::BTreeMap;
 
 /// A running job's whereabouts.
 #[derive(Debug, Clone, PartialEq)]
@@ -144,8 +143,8 @@ impl Snapshot {
         // jobs move, without copying an id.
         let mut repeated: std::collections::HashMap<usize, usize> = Default::default();
         {
-            let mut first: std::collections::HashMap<&str, usize> =
-                std::collections::HashMap::with_capacity(jobs.len());
+            let mut first: rustc_hash::FxHashMap<&str, usize> =
+                rustc_hash::FxHashMap::with_capacity_and_hasher(jobs.len(), Default::default());
             for (k, job) in jobs.iter().enumerate() {
                 if let Some(line) = first.insert(job.id.as_str(), job.line) {
                     first.insert(job.id.as_str(), line);
@@ -153,7 +152,9 @@ impl Snapshot {
                 }
             }
         }
-        let node_index: BTreeMap<&str, usize> = fleet
+        // Hashed: looked up once per running member (tens of thousands at production
+        // shape), where a tree compared names all the way down.
+        let node_index: rustc_hash::FxHashMap<&str, usize> = fleet
             .nodes
             .iter()
             .enumerate()
@@ -244,7 +245,7 @@ pub fn member_milli(fleet: &Fleet, mig_table: &MigTable, member: &Request) -> u6
 /// is caught.
 fn resolve(
     fleet: &Fleet,
-    node_index: &BTreeMap<&str, usize>,
+    node_index: &rustc_hash::FxHashMap<&str, usize>,
     state: &mut ClusterState,
     mig_table: &MigTable,
     job: &Job,

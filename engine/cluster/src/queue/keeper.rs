@@ -342,13 +342,15 @@ impl Kept {
                 .is_some_and(crate::nodes::NodeSeen::has_gpus)
         };
         let mut bound: BTreeMap<&(String, String), f64> = BTreeMap::new();
-        let mut groups: BTreeMap<&str, (u32, Vec<&PodSeen>)> = BTreeMap::new();
+        let mut groups: BTreeMap<&str, (u32, Vec<super::Member<'_>>)> = BTreeMap::new();
         for ((key, part), stored) in self.pods.iter().zip(stores.pods.objects().values()) {
             out.unqueued.extend(part.unqueued.iter().cloned());
             if let Some((id, size)) = &part.group {
                 let entry = groups.entry(id.as_str()).or_insert((*size, Vec::new()));
                 entry.0 = entry.0.max(*size);
-                entry.1.push(part.doubted.as_deref().unwrap_or(stored));
+                entry
+                    .1
+                    .push((key, part.doubted.as_deref().unwrap_or(stored)));
             }
             if let Some(node) = part.unreadable_on.as_ref().filter(|n| gpu_node(n)) {
                 closed
@@ -372,7 +374,7 @@ impl Kept {
         }
         out.bound = bound.into_iter().map(|(k, v)| (k.clone(), v)).collect();
         for (id, (size, mut pods)) in groups {
-            pods.sort_by(|a, b| a.name.cmp(&b.name));
+            pods.sort_by(|(_, a), (_, b)| a.name.cmp(&b.name));
             group(&mut out, id, &pods, size);
         }
         out.jobs.sort_by(|a, b| a.id.cmp(&b.id));

@@ -256,38 +256,41 @@ fn take_out(fleet: &mut Fleet, node: usize, m: &Request) {
 }
 
 /// One group of pods (a single pod or a gang) as a running and/or a pending job.
-fn group(out: &mut QueueView, id: &str, pods: &[&PodSeen], size: u32) {
-    let placed = |p: &&PodSeen| p.holds.is_some() || p.assigned.is_some();
-    let released = |p: &&PodSeen| p.holds.is_some() || (p.assigned.is_some() && !p.gated);
-    let waiting: Vec<&PodSeen> = pods
+/// A pod of a group, with its store key (named once, not formatted again per cycle).
+pub(crate) type Member<'a> = (&'a String, &'a PodSeen);
+
+fn group(out: &mut QueueView, id: &str, pods: &[Member<'_>], size: u32) {
+    let placed = |p: &PodSeen| p.holds.is_some() || p.assigned.is_some();
+    let released = |p: &PodSeen| p.holds.is_some() || (p.assigned.is_some() && !p.gated);
+    let waiting: Vec<Member<'_>> = pods
         .iter()
         .copied()
-        .filter(|p| !placed(p) && p.gated && p.asks.is_some())
+        .filter(|(_, p)| !placed(p) && p.gated && p.asks.is_some())
         .collect();
-    let any_released = pods.iter().any(released);
-    let assigned_only: Vec<&PodSeen> = pods
-        .iter()
-        .copied()
-        .filter(|p| p.holds.is_none() && p.assigned.is_some() && p.gated)
-        .collect();
+    let any_released = pods.iter().any(|(_, p)| released(p));
+    let assigned_only = |p: &PodSeen| p.holds.is_none() && p.assigned.is_some() && p.gated;
     // An assignment that did not finish: nothing released, and not every member assigned.
     let complete = pods.len() as u32 >= size && waiting.is_empty();
-    if !any_released && !assigned_only.is_empty() && !complete {
-        out.reverts.extend(assigned_only.iter().map(|p| p.key()));
+    if !any_released && pods.iter().any(|(_, p)| assigned_only(p)) && !complete {
+        out.reverts.extend(
+            pods.iter()
+                .filter(|(_, p)| assigned_only(p))
+                .map(|(k, _)| (*k).clone()),
+        );
         pending(
             out,
             id,
             pods.iter()
                 .copied()
-                .filter(|p| p.gated && p.asks.is_some())
+                .filter(|(_, p)| p.gated && p.asks.is_some())
                 .collect(),
             size,
         );
         return;
     }
-    let running: Vec<&PodSeen> = pods.iter().copied().filter(placed).collect();
+    let running: Vec<Member<'_>> = pods.iter().copied().filter(|(_, p)| placed(p)).collect();
     if !running.is_empty() {
-        if running.iter().any(|p| p.holds.is_none() && p.gated) {
+        if running.iter().any(|(_, p)| p.holds.is_none() && p.gated) {
             out.committing.insert(id.to_string());
         }
         running_job(out, id, &running);
@@ -301,7 +304,10 @@ fn group(out: &mut QueueView, id: &str, pods: &[&PodSeen], size: u32) {
             let n = waiting.len() as u32;
             pending(
                 out,
-                &format!("{id}+{}", waiting.first().map_or("", |p| p.name.as_str())),
+                &format!(
+                    "{id}+{}",
+                    waiting.first().map_or("", |(_, p)| p.name.as_str())
+                ),
                 waiting,
                 n,
             );
@@ -309,8 +315,8 @@ fn group(out: &mut QueueView, id: &str, pods: &[&PodSeen], size: u32) {
     }
 }
 
-fn running_job(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
-    let Some(first) = pods.first() else {
+fn running_job(out: &mut QueueView, id: &str, pods: &[Member<'_>]) {
+    let Some((_, first)) = pods.first() else {
         return;
     };
     let Some(template) = first.holds.as_deref().or(first.asks.as_deref()) else {
@@ -321,7 +327,7 @@ fn running_job(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
     job.shape.members = pods.len() as u32;
     job.placement = pods
         .iter()
-        .map(|p| PlacedMember {
+        .map(|(_, p)| PlacedMember {
             node: p
                 .node
                 .clone()
@@ -334,13 +340,15 @@ fn running_job(out: &mut QueueView, id: &str, pods: &[&PodSeen]) {
         .collect();
     job.started_at = pods
         .iter()
-        .filter_map(|p| p.bound_at)
+        .filter_map(|(_, p)| p.bound_at)
         .min()
         .or(job.started_at);
-    job.submitted_at = pods.iter().filter_map(|p| p.created_at).min();
+    job.submitted_at = pods.iter().filter_map(|(_, p)| p.created_at).min();
     job.members_present = None;
-    out.members
-        .insert(id.to_string(), pods.iter().map(|p| p.key()).collect());
+    out.members.insert(
+        id.to_string(),
+        pods.iter().map(|(k, _)| (*k).clone()).collect(),
+    );
     out.jobs.push(job);
 }
 
@@ -373,13 +381,14 @@ fn disagreement(pods: &[&PodSeen]) -> Option<String> {
     None
 }
 
-fn pending(out: &mut QueueView, id: &str, pods: Vec<&PodSeen>, size: u32) {
-    let Some(template) = pods.first().and_then(|p| p.asks.as_deref()) else {
+fn pending(out: &mut QueueView, id: &str, pods: Vec<Member<'_>>, size: u32) {
+    let Some(template) = pods.first().and_then(|(_, p)| p.asks.as_deref()) else {
         return;
     };
-    if let Some(why) = disagreement(&pods) {
+    let seen: Vec<&PodSeen> = pods.iter().map(|(_, p)| *p).collect();
+    if let Some(why) = disagreement(&seen) {
         out.unqueued.extend(
-            pods.iter()
+            seen.iter()
                 .map(|p| Unqueued::of(p, "GangMismatch", why.clone())),
         );
         return;
@@ -389,10 +398,12 @@ fn pending(out: &mut QueueView, id: &str, pods: Vec<&PodSeen>, size: u32) {
     job.shape.members = size.max(1);
     let present = pods.len() as u32;
     job.members_present = (present < job.shape.members).then_some(present);
-    job.submitted_at = pods.iter().filter_map(|p| p.created_at).min();
+    job.submitted_at = pods.iter().filter_map(|(_, p)| p.created_at).min();
     job.placement = Vec::new();
     job.started_at = None;
-    out.members
-        .insert(id.to_string(), pods.iter().map(|p| p.key()).collect());
+    out.members.insert(
+        id.to_string(),
+        pods.iter().map(|(k, _)| (*k).clone()).collect(),
+    );
     out.jobs.push(job);
 }
