@@ -209,6 +209,13 @@ fn a_reclaim_counts_only_running_borrowers() {
     assert_eq!(decision(&p, "vision-new")["borrowing"], true);
     assert_eq!(action(&p, "nlp-b"), "queue");
     assert!(p["preemptions"].as_array().unwrap().is_empty(), "{p}");
+    // Told why no reclaim is looked for yet, and that one may come.
+    let message = decision(&p, "nlp-b")["reason"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("vision borrows only by jobs placed this cycle")
+            && message.contains("a later cycle may reclaim for this job"),
+        "{message}"
+    );
 }
 
 #[test]

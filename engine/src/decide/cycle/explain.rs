@@ -148,7 +148,10 @@ impl Cycle<'_> {
                 };
                 let r = Reason::new(code, message);
                 match code {
-                    ReasonCode::NoCapacity => self.capacity_reason(js, shape_no, shape, r),
+                    ReasonCode::NoCapacity => {
+                        let r = self.capacity_reason(js, shape_no, shape, r);
+                        self.reclaim_comes_later(js, r)
+                    }
                     ReasonCode::NoSuchModel => r.unblock(
                         "add a node with an allowed model to an allowed pool, or widen `models`/`pools`",
                     ),
@@ -325,6 +328,33 @@ impl Cycle<'_> {
             None => "fits when running jobs free capacity of this shape (no estimate: some of them give no runtime, or too many shapes wait)".to_string(),
         });
         self.protected_reason(js, shape, r, false)
+    }
+
+    /// `r`, saying so when `js` might reclaim from teams that borrow only by jobs this
+    /// cycle placed (a reclaim waits until they run: `preempt.rs`, rule 3).
+    fn reclaim_comes_later(&self, js: &JobState, mut r: Reason) -> Reason {
+        if r.code != ReasonCode::NoCapacity {
+            return r;
+        }
+        let names: Vec<&str> = self
+            .borrowing_since_start(js)
+            .iter()
+            .filter_map(|t| self.program.teams.get(*t))
+            .map(|t| t.name.as_str())
+            .collect();
+        if names.is_empty() {
+            return r;
+        }
+        let (they, borrow) = if names.len() == 1 {
+            ("it", "borrows")
+        } else {
+            ("them", "borrow")
+        };
+        r.message.push_str(&format!(
+            "; {} {borrow} only by jobs placed this cycle, so nothing is reclaimed from {they} yet: once those run, a later cycle may reclaim for this job",
+            names.join(", ")
+        ));
+        r
     }
 
     /// A `reserved` reason when `js` gets a reservation (see [`Cycle::reserve`]).

@@ -502,6 +502,18 @@ impl<'a> Cycle<'a> {
     /// Kueue skips a preemption that an admission in the same cycle invalidated; the next
     /// cycle reclaims once they run, choosing among them too.
     pub(super) fn reclaimable(&self, js: &JobState) -> Vec<usize> {
+        self.cohort_borrowers(js, true)
+    }
+
+    /// The teams [`Cycle::reclaimable`] passes over for `js`: they borrow now only by
+    /// jobs this cycle placed. A later cycle may reclaim from them once those run.
+    pub(super) fn borrowing_since_start(&self, js: &JobState) -> Vec<usize> {
+        self.cohort_borrowers(js, false)
+    }
+
+    /// Teams of `js`'s cohort that borrow now and did (`at_start`) or did not at the
+    /// cycle's start, when `js` fits inside its team's guarantee.
+    fn cohort_borrowers(&self, js: &JobState, at_start: bool) -> Vec<usize> {
         let team = self.job_team(js);
         let Some(cohort) = self.ledger.cohort(team) else {
             return Vec::new();
@@ -519,7 +531,7 @@ impl<'a> Cycle<'a> {
         (0..self.program.teams.len())
             .filter(|i| Some(*i) != team && self.ledger.cohort(Some(*i)) == Some(cohort))
             .filter(|i| self.standing.get(*i).is_some_and(|st| st.borrowing))
-            .filter(|i| self.borrowing_at_start.get(*i) == Some(&true))
+            .filter(|i| (self.borrowing_at_start.get(*i) == Some(&true)) == at_start)
             .collect()
     }
 
