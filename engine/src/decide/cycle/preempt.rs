@@ -11,7 +11,8 @@
 //!    guaranteed GPUs are its own. A job inside its team's guarantee reclaims from the
 //!    teams of its cohort that borrow (at the cycle's start and still), whatever their
 //!    tier. A job of a higher tier preempts another team's job only while that team
-//!    borrows, and never takes it below its guarantee. So a reclaim is never undone by priority, and no preemption loops.
+//!    borrows, and never takes it below its guarantee. So a reclaim is never undone by
+//!    priority, and no preemption loops.
 //! 4. Among the victim sets that free the room: the one that takes the fewest GPUs below a
 //!    guarantee (a reclaim goes below the borrower's guarantee only when no other set
 //!    suffices), then the one whose highest victim tier is lowest (lower tiers go first,
@@ -514,6 +515,17 @@ impl<'a> Cycle<'a> {
     /// Teams of `js`'s cohort that borrow now and did (`at_start`) or did not at the
     /// cycle's start, when `js` fits inside its team's guarantee.
     fn cohort_borrowers(&self, js: &JobState, at_start: bool) -> Vec<usize> {
+        // Most cycles no team starts borrowing: then there is none to look for.
+        let began = |t: usize| self.borrowing_at_start.get(t) != Some(&true);
+        if !at_start
+            && !self
+                .standing
+                .iter()
+                .enumerate()
+                .any(|(t, st)| st.borrowing && began(t))
+        {
+            return Vec::new();
+        }
         let team = self.job_team(js);
         let Some(cohort) = self.ledger.cohort(team) else {
             return Vec::new();
