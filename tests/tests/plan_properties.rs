@@ -1038,3 +1038,34 @@ proptest! {
         check_guarantee_comes_back(&case)?;
     }
 }
+
+/// A shrunk case of `reservations_are_kept_where_the_quota_binds`: a job its own quota
+/// holds waits for its team's jobs to end; on a node where only victims of other jobs
+/// run (none it may take), the kept search bounded the node by other jobs' ends alone
+/// and passed it over, naming a later end elsewhere than the search afresh found.
+#[test]
+fn a_quota_wait_is_the_same_from_the_kept_search_as_afresh() {
+    let spec = |gpus, runtime| JobSpec {
+        team: 0,
+        tier: 0,
+        members: 1,
+        gpus,
+        milli: 1000,
+        runtime,
+    };
+    let jobs = vec![
+        spec(1, Some(9429)),
+        spec(2, Some(4094)),
+        spec(1, Some(5828)),
+        spec(1, Some(13026)),
+        spec(1, Some(13025)),
+        spec(1, Some(8934)),
+        spec(4, None),
+        spec(1, Some(901)),
+        spec(1, None),
+        spec(4, None),
+    ];
+    let case = (2, 6, jobs);
+    check_quota_promises(&case, "on", Promises::Strict).unwrap();
+    check_quota_promises(&case, "conservative(depth = all)", Promises::FirstEta).unwrap();
+}

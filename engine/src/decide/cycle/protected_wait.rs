@@ -224,14 +224,24 @@ impl<'a> Cycle<'a> {
             let bound = if protected.is_empty() && !from_now {
                 // Victims preemptible now wait only for a job it may not preempt to end,
                 // no sooner than the first such end there (on a booked node, or for what
-                // the bookings leave to change).
-                let ends = self
-                    .others_on
-                    .on(n)
-                    .iter()
-                    .filter_map(|h| self.holders.get(*h).filter(|x| !x.evicted)?.ends_at)
-                    .filter(|e| *e > self.now)
-                    .min();
+                // the bookings leave to change). A victim of others it may not take is
+                // such a job too (asked only of those that would end sooner).
+                let end = |h: usize| {
+                    self.holders
+                        .get(h)
+                        .filter(|x| !x.evicted)?
+                        .ends_at
+                        .filter(|e| *e > self.now)
+                };
+                let mut ends = self.others_on.on(n).iter().filter_map(|h| end(*h)).min();
+                for &h in self.holders_on.get(n) {
+                    let Some(e) = end(h).filter(|e| ends.is_none_or(|m| *e < m)) else {
+                        continue;
+                    };
+                    if self.cause_of(h, asker).is_none() {
+                        ends = Some(e);
+                    }
+                }
                 let changes = self
                     .bookings
                     .boundaries_on(n, self.now, runtime)
