@@ -442,8 +442,21 @@ fn main() {
         .nth(1)
         .and_then(|n| n.parse::<usize>().ok())
     {
+        // The fastest of each step over the runs: what the code costs, with the VM's
+        // slower moments left out (for comparing two builds run one after the other).
+        let mut fastest: Option<controller::Phases> = None;
         for _ in 0..n {
             controller::cycle_kept(&stores, &policy, &memory, 1_795_510_000, &mut kept).unwrap();
+            let p = kept.phases;
+            fastest = Some(fastest.map_or(p, |f| controller::Phases {
+                view: f.view.min(p.view),
+                snapshot: f.snapshot.min(p.snapshot),
+                decide: f.decide.min(p.decide),
+                actions: f.actions.min(p.actions),
+            }));
+        }
+        if let Some(f) = fastest {
+            println!("  kept, the fastest of {n} by step: {}", phases(&f));
         }
         return;
     }
