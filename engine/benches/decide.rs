@@ -100,7 +100,7 @@ pub fn snapshot(program: &Program) -> Snapshot {
     let first = jobs(4000, "run-", 0, &names, &mut rng, true);
     let empty = Snapshot::build(fleet(1000), first.clone(), Vec::new(), &mig)
         .unwrap_or_else(|e| panic!("{e:?}"));
-    let plan = engine::decide::decide(program, &empty, 3600);
+    let plan = engine::cycle::decide(program, &empty, 3600);
     let mut all = Vec::new();
     for d in &plan.decisions {
         let Some(mut j) = first
@@ -121,7 +121,7 @@ fn bench(c: &mut Criterion) {
     let program = policy();
     let snap = snapshot(&program);
     let running = snap.jobs.iter().filter(|j| j.running.is_some()).count();
-    let plan = engine::decide::decide(&program, &snap, 7200);
+    let plan = engine::cycle::decide(&program, &snap, 7200);
     let placed = plan
         .decisions
         .iter()
@@ -145,11 +145,11 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("decide");
     group.sample_size(10);
     group.bench_function("1000x8_4000_running_only", |b| {
-        b.iter(|| engine::decide::decide(black_box(&program), black_box(&running_only), 7200))
+        b.iter(|| engine::cycle::decide(black_box(&program), black_box(&running_only), 7200))
     });
     group.sample_size(10);
     group.bench_function("1000x8_4000_running_5000_pending", |b| {
-        b.iter(|| engine::decide::decide(black_box(&program), black_box(&snap), 7200))
+        b.iter(|| engine::cycle::decide(black_box(&program), black_box(&snap), 7200))
     });
     group.finish();
 }

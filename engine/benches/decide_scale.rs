@@ -106,7 +106,7 @@ fn main() {
         let mut last = None;
         for _ in 0..runs {
             let start = Instant::now();
-            let plan = engine::decide::decide(&program, &snap, NOW);
+            let plan = engine::cycle::decide(&program, &snap, NOW);
             best = best.min(start.elapsed().as_secs_f64());
             placed = plan
                 .decisions
@@ -125,13 +125,13 @@ fn main() {
         // what the queue controller pays per cycle in steady state (`NaN` with `--once`).
         let mut kept = f64::NAN;
         if !once {
-            let mut decider = engine::decide::Decider::new();
+            let mut decider = engine::cycle::Decider::new();
             decider.decide(&program, &snap, NOW);
             for _ in 0..runs {
                 let start = Instant::now();
                 let plan = decider.decide(&program, &next, NOW);
                 kept = kept.min(start.elapsed().as_secs_f64());
-                assert_eq!(plan, engine::decide::decide(&program, &next, NOW));
+                assert_eq!(plan, engine::cycle::decide(&program, &next, NOW));
             }
         }
         let nlogn = n as f64 * (n as f64).log2();

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod core;
+pub mod cycle;
 pub mod decide;
 pub mod inventory;
 pub mod lsp;

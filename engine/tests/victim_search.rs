@@ -59,10 +59,10 @@ fn compare(
     preemptions: usize,
 ) -> Plan {
     engine::decide::check_victim_indexes(true);
-    let kept = engine::decide::decide(program, snapshot, NOW);
+    let kept = engine::cycle::decide(program, snapshot, NOW);
     engine::decide::check_victim_indexes(false);
     engine::decide::find_victims_afresh(true);
-    let afresh = engine::decide::decide(program, snapshot, NOW);
+    let afresh = engine::cycle::decide(program, snapshot, NOW);
     engine::decide::find_victims_afresh(false);
     assert!(
         kept.preemptions.len() > preemptions,

@@ -75,7 +75,7 @@ fn job(id: String, (members, gpus, runtime): Spec, submitted: i64) -> Job {
 
 fn decide(program: &lang::ir::Program, jobs: Vec<Job>) -> Plan {
     let snapshot = Snapshot::build(fleet(), jobs, Vec::new(), &MigTable::default()).unwrap();
-    engine::decide::decide(program, &snapshot, NOW)
+    engine::cycle::decide(program, &snapshot, NOW)
 }
 
 /// `jobs` with the ones `plan` placed turned into running jobs started now.

@@ -104,7 +104,7 @@ fn program(nodes: u32, backfill: &str) -> lang::ir::Program {
 fn decide(program: &lang::ir::Program, fleet: Fleet, jobs: Vec<Job>, now: i64) -> Plan {
     let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
     let snapshot = Snapshot::build(fleet, jobs, Vec::new(), &mig).unwrap();
-    engine::decide::decide(program, &snapshot, now)
+    engine::cycle::decide(program, &snapshot, now)
 }
 
 type Case = (u32, u32, usize, Vec<Spec>, Vec<Spec>);

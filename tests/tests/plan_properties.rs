@@ -856,7 +856,7 @@ fn check_closed(case: &Case, closed_mask: u8) -> Result<Option<usize>, TestCaseE
         .filter(|n| closed_mask & (1 << n) != 0)
         .collect();
     let closed: Vec<String> = snapshot.closed.iter().map(|n| format!("n{n}")).collect();
-    let plan = engine::decide::decide(&program, &snapshot, 5000);
+    let plan = engine::cycle::decide(&program, &snapshot, 5000);
     let mut placements = 0;
     for d in &plan.decisions {
         for a in &d.placement {

@@ -147,8 +147,8 @@ fn check(running: &[RunningSpec], pending: &[PendingSpec]) -> Result<usize, Test
     let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
     let jobs = jobs(running, pending);
     let snapshot = Snapshot::build(fleet(), jobs.clone(), Vec::new(), &mig).unwrap();
-    let plan = engine::decide::decide(&program, &snapshot, NOW);
-    prop_assert_eq!(&plan, &engine::decide::decide(&program, &snapshot, NOW));
+    let plan = engine::cycle::decide(&program, &snapshot, NOW);
+    prop_assert_eq!(&plan, &engine::cycle::decide(&program, &snapshot, NOW));
     let by_id: BTreeMap<&str, &Job> = jobs.iter().map(|j| (j.id.as_str(), j)).collect();
     let gpus = |j: &Job| u64::from(j.shape.member.num_gpu);
     // Team t0's usage after the plan stays within its burst, unless it started above.

@@ -114,7 +114,7 @@ fn gantry_starts(jobs: Vec<Job>) -> BTreeMap<String, Option<i64>> {
             .collect(),
     };
     let snapshot = Snapshot::build(fleet, jobs, Vec::new(), &MigTable::default()).unwrap();
-    let plan = engine::decide::decide(&program, &snapshot, 0);
+    let plan = engine::cycle::decide(&program, &snapshot, 0);
     let booked: BTreeMap<&str, i64> = plan
         .reservations
         .iter()

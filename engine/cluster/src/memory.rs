@@ -9,9 +9,9 @@
 
 use engine::core::fleet::Fleet;
 use engine::decide::plan::{Action, Plan};
+use engine::decide::scale_memory::{ScaleState, Start};
 use engine::decide::snapshot::UsageRecord;
 use engine::inventory::jobs_file::Job;
-use engine::scale::state::{ScaleState, Start};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
@@ -177,7 +177,7 @@ impl Memory {
             Some(MAX_STEP),
         );
         // Starts go with the usage of their time, as in a replay.
-        engine::scale::state::forget_starts(&mut self.starts, now);
+        engine::decide::scale_memory::forget_starts(&mut self.starts, now);
     }
 
     /// After a cycle: the autoscaler's next state, and a start for each job placed.
@@ -208,7 +208,7 @@ impl Memory {
                 .and_then(|a| pools.get(&a.node))
                 .cloned();
             let start = Start::of(d, plan.now, pool);
-            engine::scale::state::remember_start(&mut self.starts, start, plan.now);
+            engine::decide::scale_memory::remember_start(&mut self.starts, start, plan.now);
         }
         moved
     }

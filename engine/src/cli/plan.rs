@@ -5,10 +5,10 @@ use super::files::read_text;
 use super::{fail, Io, EXIT_OK, EXIT_USAGE};
 use crate::core::mig::MigTable;
 use crate::decide::plan::{Action, Plan};
+use crate::decide::scale_memory::ScaleState;
 use crate::decide::snapshot::{Event, Snapshot, UsageRecord};
 use crate::inventory::jobs_file::rfc3339_seconds;
 use crate::inventory::{catalog, fleet_file, jobs_file};
-use crate::scale::state::ScaleState;
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -169,7 +169,7 @@ pub fn run(args: &PlanArgs, io: &mut Io<'_>) -> u8 {
     if let Some(id) = &args.job {
         return story(&program, &snapshot, now, id, args.format, io);
     }
-    let mut plan = crate::decide::decide(&program, &snapshot, now);
+    let mut plan = crate::cycle::decide(&program, &snapshot, now);
     plan.policy_revision = revision;
     if let (Some(out), Some(state)) = (&args.state_out, &plan.state) {
         let text = serde_json::to_string_pretty(state).unwrap_or_default();
@@ -208,7 +208,7 @@ fn story(
     format: PlanFormat,
     io: &mut Io<'_>,
 ) -> u8 {
-    let Some((plan, lines)) = crate::decide::job_story(program, snapshot, now, id) else {
+    let Some((plan, lines)) = crate::cycle::job_story(program, snapshot, now, id) else {
         let _ = writeln!(
             io.stderr,
             "error: no job `{id}` in the jobs file; give the `id` of a pending or running job"

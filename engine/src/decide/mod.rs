@@ -11,11 +11,13 @@ pub mod fairshare;
 pub mod plan;
 pub mod quota;
 mod quota_block;
+pub mod scale_memory;
 pub mod snapshot;
 pub mod usage;
 
 pub use cycle::{
-    apply_policy_topology, decide, default_job, invalid_job, job_story, unassigned_job, Decider,
+    apply_policy_topology, decide_placement, default_job, invalid_job, placement_story,
+    unassigned_job, Placement, PlacementDecider,
 };
 #[doc(hidden)]
 pub use cycle::{check_victim_indexes, find_victims_afresh, record_holders_at_once};

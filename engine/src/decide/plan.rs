@@ -24,7 +24,7 @@ pub struct Plan {
     pub warm: Vec<WarmEntry>,
     /// The autoscaler's memory for the next cycle (pass it back as `--state`).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub state: Option<crate::scale::state::ScaleState>,
+    pub state: Option<super::scale_memory::ScaleState>,
     /// When jobs wait: the earliest later time this plan may change though nothing
     /// arrives or ends (a running job's protection ends: `min_runtime`, a checkpoint,
     /// `reclaim_within`; a running job's estimate nobody enforces passes). The

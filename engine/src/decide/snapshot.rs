@@ -28,7 +28,7 @@ pub struct JobState {
     /// share, or for MIG its instances' share of the GPU's compute slices.
     pub member_milli: u64,
     /// The caller's name for this state, when it keeps states between cycles: a
-    /// [`super::Decider`] remembers what it worked out of a state by it, so two states
+    /// [`super::PlacementDecider`] remembers what it worked out of a state by it, so two states
     /// it is given with one revision must agree in `job` and in `running` (all but
     /// `last_checkpoint_at`, which is read afresh each cycle). `None`: nothing is
     /// remembered.
@@ -64,7 +64,7 @@ pub struct UsageRecord {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Snapshot {
-    /// Shared, so a caller that keeps it between cycles lets [`super::Decider`] see at a
+    /// Shared, so a caller that keeps it between cycles lets [`super::PlacementDecider`] see at a
     /// glance that it has not changed.
     pub fleet: std::sync::Arc<Fleet>,
     pub jobs: Vec<JobState>,
@@ -72,9 +72,9 @@ pub struct Snapshot {
     /// MIG profiles of the fleet's GPU models.
     pub mig: MigTable,
     /// The autoscaler's memory from the previous cycle.
-    pub scale_state: crate::scale::state::ScaleState,
+    pub scale_state: super::scale_memory::ScaleState,
     /// Past job starts, for warm-pool sizes.
-    pub starts: Vec<crate::scale::state::Start>,
+    pub starts: Vec<super::scale_memory::Start>,
     /// Nodes with a spot interruption notice: their jobs are requeued and nothing new
     /// is placed on them.
     pub interrupted: std::collections::BTreeSet<usize>,
@@ -136,7 +136,7 @@ impl Snapshot {
         usage: Vec<UsageRecord>,
         mig_table: &MigTable,
     ) -> Result<Snapshot, Vec<SnapshotError>> {
-        // A caller that kept its fleet shares it (`Decider` then knows it at a glance).
+        // A caller that kept its fleet shares it (`PlacementDecider` then knows it at a glance).
         let fleet: std::sync::Arc<Fleet> = fleet.into();
         let mut errors = Vec::new();
         // Each job repeating an earlier one's id, with that one's line: found before the

@@ -12,15 +12,16 @@
 
 pub mod demand;
 mod eval;
-pub mod state;
 pub mod warm;
 
-use crate::decide::plan::{Action, Plan, ReasonCode, ScaleEntry, WarmEntry};
+use crate::decide::plan::{
+    human_duration, wall_time, Action, Plan, ReasonCode, ScaleEntry, WarmEntry,
+};
+use crate::decide::scale_memory::{Booting, PoolState, ScaleState};
 use crate::decide::snapshot::{JobState, Snapshot};
 use demand::Shape;
 use eval::Env;
 use lang::ir::{Autoscale, Pool, Program};
-use state::{Booting, PoolState, ScaleState};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// What the autoscaler decided, and its memory for the next cycle.
@@ -59,6 +60,39 @@ pub(crate) fn waiting<'s>(
         .filter_map(|d| by_id.get(d.job.as_str()).copied())
         .map(|j| (j, j.job.submitted_at.map_or(0, |s| (now - s).max(0))))
         .collect()
+}
+
+/// Adds autoscaling and warm pools to a placement's plan: the pools' scale and warm
+/// entries, the autoscaler's memory for the next cycle, and for a waiting job the new
+/// nodes will hold, the scale-up as its unblock and ETA. `judged` is the snapshot the
+/// placement judged (`decide::Placement::judged`). Nothing when the policy has neither.
+pub fn apply(program: &Program, judged: &Snapshot, plan: &mut Plan, now: i64) {
+    if program.autoscale.is_empty() && program.warm.is_empty() {
+        return;
+    }
+    let scaling = autoscale(program, judged, plan, now);
+    // A job the new nodes will hold says so.
+    for d in &mut plan.decisions {
+        let (Some(r), Some((pool, ready_at))) = (&mut d.reason, scaling.covered.get(&d.job)) else {
+            continue;
+        };
+        let eta = ready_at - now;
+        r.unblock = Some(if judged.wall_clock {
+            format!(
+                "fits in pool {pool} after scale-up (nodes ready by about {})",
+                wall_time(*ready_at)
+            )
+        } else {
+            format!(
+                "fits in pool {pool} after scale-up (nodes ready in about {})",
+                human_duration(eta)
+            )
+        });
+        r.eta_s = Some(r.eta_s.map_or(eta, |e| e.min(eta)));
+    }
+    plan.scale = scaling.scale;
+    plan.warm = scaling.warm;
+    plan.state = Some(scaling.state);
 }
 
 pub fn autoscale(program: &Program, snapshot: &Snapshot, plan: &Plan, now: i64) -> Scaling {

@@ -1,7 +1,7 @@
 //! Time windows in IANA zones (DST-correct through chrono-tz) and the start histories that
 //! warm-pool sizes are computed from.
 
-use super::state::Start;
+use crate::decide::scale_memory::Start;
 use chrono::{DateTime, Datelike, Duration, TimeZone, Timelike, Utc};
 use chrono_tz::Tz;
 use lang::ir::TimeWindow;

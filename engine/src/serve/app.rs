@@ -305,7 +305,7 @@ fn compute_plan(state: &AppState, bytes: &[u8]) -> Response {
             format!("the jobs have {members} members in all; /v1/plan takes at most {PLAN_MAX_MEMBERS} (run `gantry plan` for larger what-ifs)"),
         );
     }
-    let mut plan = crate::decide::decide(&policy.program, &snapshot, now);
+    let mut plan = crate::cycle::decide(&policy.program, &snapshot, now);
     plan.policy_revision.clone_from(&policy.revision);
     Json(plan).into_response()
 }

@@ -40,7 +40,7 @@ pub fn decide(
 ) -> (Snapshot, Plan) {
     let mig = MigTable::from_models(&catalog::merged(&program.gpu_models));
     let snapshot = Snapshot::build(fleet, jobs, Vec::new(), &mig).unwrap();
-    let plan = engine::decide::decide(program, &snapshot, now);
+    let plan = engine::cycle::decide(program, &snapshot, now);
     // Each test switch of the engine must leave the plan as it is: holder records written
     // at once rather than when first read, and victims searched afresh for every job
     // rather than through the kept cost indexes and memos (and every job tried, not
@@ -58,7 +58,7 @@ pub fn decide(
     ];
     for (switch, what) in switches {
         switch(true);
-        let switched = engine::decide::decide(program, &snapshot, now);
+        let switched = engine::cycle::decide(program, &snapshot, now);
         switch(false);
         assert_eq!(
             serde_json::to_string(&switched).unwrap(),
@@ -172,7 +172,7 @@ fn replay_with(
     let mut now = arrivals.front().and_then(|j| j.submitted_at).unwrap_or(0);
     // Kept across the cycles, as the controller and `simulate` keep it: its plans must be
     // `decide`'s, byte for byte.
-    let mut decider = engine::decide::Decider::new();
+    let mut decider = engine::cycle::Decider::new();
     for _ in 0..400 {
         while arrivals
             .front()

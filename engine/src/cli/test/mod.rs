@@ -255,7 +255,7 @@ fn run_case(
         scale_state,
         ..snapshot
     };
-    let plan = crate::decide::decide(program, &snapshot, now);
+    let plan = crate::cycle::decide(program, &snapshot, now);
     let pool_of = |node: &str| {
         snapshot
             .fleet

@@ -1,5 +1,5 @@
 //! [`Buffers`]: the cycle's lists that grow with the running jobs, handed by a kept
-//! [`super::Decider`] from one cycle to the next so they keep their room. Grown afresh
+//! [`super::PlacementDecider`] from one cycle to the next so they keep their room. Grown afresh
 //! each cycle, their entries were written to cold memory: a quarter of the time spent
 //! holding a running job went to storing its holder.
 

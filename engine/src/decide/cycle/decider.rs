@@ -1,4 +1,4 @@
-//! [`Decider`]: `decide` for a caller that runs cycle after cycle over one fleet (the
+//! [`PlacementDecider`]: `decide_placement` for a caller that runs cycle after cycle over one fleet (the
 //! queue controller, the replay). It keeps the placer's indexes and the running jobs'
 //! allocation between cycles, keyed by the fleet and MIG table it was built for, and
 //! brings them up to date from the snapshot each cycle; it remembers each job's team,
@@ -6,17 +6,16 @@
 //! state (`JobState::revision`). The plan is the one `decide` makes of the same inputs,
 //! byte for byte.
 
-use super::{decide_kept, Carried};
+use super::{decide_kept, Carried, Placement};
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
 use crate::core::placer::PlacerState;
-use crate::decide::plan::Plan;
 use crate::decide::snapshot::Snapshot;
 use lang::ir::Program;
 use std::sync::Arc;
 
 #[derive(Debug, Default)]
-pub struct Decider {
+pub struct PlacementDecider {
     kept: Option<Kept>,
 }
 
@@ -28,13 +27,18 @@ struct Kept {
     carried: Carried,
 }
 
-impl Decider {
-    pub fn new() -> Decider {
-        Decider::default()
+impl PlacementDecider {
+    pub fn new() -> PlacementDecider {
+        PlacementDecider::default()
     }
 
-    /// The plan [`super::decide`] makes of the same inputs.
-    pub fn decide(&mut self, program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+    /// The placement [`super::decide_placement`] makes of the same inputs.
+    pub fn decide<'s>(
+        &mut self,
+        program: &Program,
+        snapshot: &'s Snapshot,
+        now: i64,
+    ) -> Placement<'s> {
         let (mig, carried) = match self.kept.take() {
             // The same fleet at a glance when the caller kept its `Arc`; else compared.
             Some(k)
@@ -65,12 +69,12 @@ impl Decider {
             }
         };
         let fleet = Arc::clone(&snapshot.fleet);
-        let (plan, _, carried) = decide_kept(program, snapshot, now, None, Some(carried));
+        let (placement, _, carried) = decide_kept(program, snapshot, now, None, Some(carried));
         self.kept = carried.map(|carried| Kept {
             fleet,
             mig,
             carried,
         });
-        plan
+        placement
     }
 }

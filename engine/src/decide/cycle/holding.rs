@@ -112,7 +112,7 @@ impl<'a> Holder<'a> {
 pub(super) struct Unrecorded<'a> {
     /// Whether the records are written (then the lists below stay empty).
     written: bool,
-    /// Each running job's team index and tier, in snapshot order (a buffer a `Decider`
+    /// Each running job's team index and tier, in snapshot order (a buffer a `PlacementDecider`
     /// keeps: grown afresh each cycle, it was reallocated a dozen times).
     running: Vec<(Option<usize>, Option<&'a Tier>)>,
     /// Placements so far, in order.

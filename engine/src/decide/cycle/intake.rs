@@ -3,10 +3,11 @@
 //! and the checks that deny a job outright (a team or tier the policy does not know, or
 //! none where the policy needs one), shared with the webhook and the extender.
 
-use super::{decide_cycle, story, Carried};
-use crate::decide::plan::{Plan, Preemption, Reason, ReasonCode};
+use super::{decide_cycle, story, Carried, Placement};
+use crate::decide::plan::{Preemption, Reason, ReasonCode};
 use crate::decide::snapshot::{JobState, Snapshot};
 use lang::ir::Program;
+use std::borrow::Cow;
 
 /// Jobs that name no team or tier get the policy's default ones (`default = true`), before
 /// admission rules; `None` when no job needs one (nothing is copied then).
@@ -26,20 +27,26 @@ pub(super) fn with_defaults(program: &Program, snapshot: &Snapshot) -> Option<Sn
     Some(defaulted)
 }
 
-pub(super) fn decide_defaulted(
+pub(super) fn decide_defaulted<'s>(
     program: &Program,
-    snapshot: &Snapshot,
+    snapshot: Cow<'s, Snapshot>,
     now: i64,
     story: Option<story::Story>,
     kept: Option<Carried>,
-) -> (Plan, Option<story::Story>, Option<Carried>) {
+) -> (Placement<'s>, Option<story::Story>, Option<Carried>) {
     if snapshot.interrupted.is_empty() {
-        return decide_cycle(program, snapshot, now, Vec::new(), story, kept);
+        let (plan, story, kept) = decide_cycle(program, &snapshot, now, Vec::new(), story, kept);
+        let placement = Placement {
+            plan,
+            judged: snapshot,
+        };
+        return (placement, story, kept);
     }
     // Spot interruptions: jobs on noticed nodes stop (after the pool's notice) and are
     // queued again from their last checkpoint, one interruption and preemption more, so
     // the policy's rules can route them elsewhere; nothing new goes on those nodes.
-    let mut requeued = snapshot.clone();
+    // The defaulted copy, when there is one, is queued again in place.
+    let mut requeued = snapshot.into_owned();
     let mut stops = Vec::new();
     for js in &mut requeued.jobs {
         let Some(run) = &js.running else { continue };
@@ -47,11 +54,11 @@ pub(super) fn decide_defaulted(
             .members
             .iter()
             .map(|c| c.node)
-            .find(|n| snapshot.interrupted.contains(n))
+            .find(|n| requeued.interrupted.contains(n))
         else {
             continue;
         };
-        let n = snapshot.fleet.nodes.get(node);
+        let n = requeued.fleet.nodes.get(node);
         let notice = n
             .and_then(|n| n.pool.as_deref())
             .and_then(|p| program.pool(p))
@@ -76,7 +83,12 @@ pub(super) fn decide_defaulted(
         js.job.spot_interruptions += 1;
         js.job.preemptions += 1;
     }
-    decide_cycle(program, &requeued, now, stops, story, kept)
+    let (plan, story, kept) = decide_cycle(program, &requeued, now, stops, story, kept);
+    let placement = Placement {
+        plan,
+        judged: Cow::Owned(requeued),
+    };
+    (placement, story, kept)
 }
 
 /// A team or tier the policy does not know, or a tier the team may not use.

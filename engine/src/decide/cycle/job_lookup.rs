@@ -1,5 +1,5 @@
 //! A job's team, tier, priority and runtime estimate as the policy reads them: teams and
-//! tiers as indexes into the policy, remembered by revision when a [`super::Decider`]
+//! tiers as indexes into the policy, remembered by revision when a [`super::PlacementDecider`]
 //! keeps them.
 
 use super::Cycle;
@@ -45,7 +45,7 @@ impl<'a> Cycle<'a> {
         Some((team, tier))
     }
 
-    /// The job's team index and tier, remembered by revision when a [`super::Decider`]
+    /// The job's team index and tier, remembered by revision when a [`super::PlacementDecider`]
     /// keeps them.
     pub(super) fn resolve(&mut self, js: &JobState) -> (Option<usize>, Option<&'a Tier>) {
         let (team, tier) = self.resolve_ix(js);

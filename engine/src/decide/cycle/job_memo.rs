@@ -1,4 +1,4 @@
-//! [`JobMemo`]: what a kept [`super::Decider`] remembers of the job states it was given
+//! [`JobMemo`]: what a kept [`super::PlacementDecider`] remembers of the job states it was given
 //! with a revision (`JobState::revision`): each one's team and tier as indexes into the
 //! policy. A cycle holds every running job again; reading each one's names cost more
 //! than anything else it did for the job (the strings lie all over the heap).

@@ -37,11 +37,11 @@ mod victim_reach;
 mod walk_free;
 mod walk_memo;
 
-pub use decider::Decider;
+pub use decider::PlacementDecider;
 #[doc(hidden)]
 pub use holding::record_holders_at_once;
 pub use intake::{default_job, invalid_job, unassigned_job};
-pub use story::job_story;
+pub use story::placement_story;
 #[doc(hidden)]
 pub use victim_cost::{check_victim_indexes, find_victims_afresh};
 
@@ -64,6 +64,7 @@ use crate::core::placer::{Choice, Placer, PlacerState};
 use lang::ir::Program;
 use reserve::Reserved;
 use rustc_hash::FxHashMap as HashMap;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// (team, tier, used, guaranteed, need) milli-GPUs, and the pool they are in (`None`: all).
@@ -224,12 +225,12 @@ struct Cycle<'a> {
     preemptions: Vec<Preemption>,
     /// The story of one job, when asked for (`gantry plan --job`).
     story: Option<story::Story>,
-    /// Jobs' teams and tiers by revision, kept by a [`Decider`].
+    /// Jobs' teams and tiers by revision, kept by a [`PlacementDecider`].
     memo: Option<job_memo::JobMemo>,
     /// The job being placed (its address in the snapshot) with its team and tier
     /// indexes: the placement reads them dozens of times (see `Cycle::job_team`).
     placing: Option<(usize, Option<usize>, Option<usize>)>,
-    /// The running batch's charges, kept by a [`Decider`].
+    /// The running batch's charges, kept by a [`PlacementDecider`].
     carry: Option<running_carry::RunningCarry>,
     /// The running members for the placer (a buffer kept with the others in [`Carried`]).
     running: Vec<crate::core::placer::RunningMember<'a>>,
@@ -262,22 +263,32 @@ enum Outcome {
     Blocked(Reason),
 }
 
-pub fn decide(program: &Program, snapshot: &Snapshot, now: i64) -> Plan {
+/// What placement decided, and the snapshot it judged: the caller's, or a copy with the
+/// policy's default team and tier filled in and the jobs on noticed spot nodes queued
+/// again. Autoscaling (`crate::scale`) reads the plan and this snapshot.
+#[derive(Debug)]
+pub struct Placement<'s> {
+    pub plan: Plan,
+    pub judged: Cow<'s, Snapshot>,
+}
+
+/// The placement part of a decision cycle (no autoscaling: `crate::cycle::decide` adds it).
+pub fn decide_placement<'s>(program: &Program, snapshot: &'s Snapshot, now: i64) -> Placement<'s> {
     decide_with_story(program, snapshot, now, None).0
 }
 
-/// [`decide`], telling `story`'s job's story as it goes.
-fn decide_with_story(
+/// [`decide_placement`], telling `story`'s job's story as it goes.
+fn decide_with_story<'s>(
     program: &Program,
-    snapshot: &Snapshot,
+    snapshot: &'s Snapshot,
     now: i64,
     story: Option<story::Story>,
-) -> (Plan, Option<story::Story>) {
-    let (plan, story, _) = decide_kept(program, snapshot, now, story, None);
-    (plan, story)
+) -> (Placement<'s>, Option<story::Story>) {
+    let (placement, story, _) = decide_kept(program, snapshot, now, story, None);
+    (placement, story)
 }
 
-/// What a [`super::Decider`] keeps from one cycle for the next.
+/// What a [`super::PlacementDecider`] keeps from one cycle for the next.
 #[derive(Debug)]
 struct Carried {
     placer: PlacerState,
@@ -311,18 +322,19 @@ impl Capacity {
 }
 
 /// What a decision cycle works with besides its inputs: the story asked for and what
-/// the last cycle left (see [`super::Decider`]).
-fn decide_kept(
+/// the last cycle left (see [`super::PlacementDecider`]).
+fn decide_kept<'s>(
     program: &Program,
-    snapshot: &Snapshot,
+    snapshot: &'s Snapshot,
     now: i64,
     story: Option<story::Story>,
     kept: Option<Carried>,
-) -> (Plan, Option<story::Story>, Option<Carried>) {
-    match intake::with_defaults(program, snapshot) {
-        Some(defaulted) => intake::decide_defaulted(program, &defaulted, now, story, kept),
-        None => intake::decide_defaulted(program, snapshot, now, story, kept),
-    }
+) -> (Placement<'s>, Option<story::Story>, Option<Carried>) {
+    let judged = match intake::with_defaults(program, snapshot) {
+        Some(defaulted) => Cow::Owned(defaulted),
+        None => Cow::Borrowed(snapshot),
+    };
+    intake::decide_defaulted(program, judged, now, story, kept)
 }
 
 /// Reads ahead in queue order so each job's records are in cache when its turn comes:
@@ -490,7 +502,7 @@ fn decide_cycle(
         carry.begin(carried_teams, names_kept);
         carry
     });
-    let mut plan = cycle.run();
+    let plan = cycle.run();
     let story = cycle.story.take();
     let memo = cycle.memo.take();
     let carry = cycle.carry.take();
@@ -510,32 +522,6 @@ fn decide_cycle(
         capacity: Some(capacity),
         buffers,
     });
-    if !program.autoscale.is_empty() || !program.warm.is_empty() {
-        let scaling = crate::scale::autoscale(program, snapshot, &plan, now);
-        // A job the new nodes will hold says so.
-        for d in &mut plan.decisions {
-            let (Some(r), Some((pool, ready_at))) = (&mut d.reason, scaling.covered.get(&d.job))
-            else {
-                continue;
-            };
-            let eta = ready_at - now;
-            r.unblock = Some(if snapshot.wall_clock {
-                format!(
-                    "fits in pool {pool} after scale-up (nodes ready by about {})",
-                    super::plan::wall_time(*ready_at)
-                )
-            } else {
-                format!(
-                    "fits in pool {pool} after scale-up (nodes ready in about {})",
-                    super::plan::human_duration(eta)
-                )
-            });
-            r.eta_s = Some(r.eta_s.map_or(eta, |e| e.min(eta)));
-        }
-        plan.scale = scaling.scale;
-        plan.warm = scaling.warm;
-        plan.state = Some(scaling.state);
-    }
     (plan, story, kept)
 }
 

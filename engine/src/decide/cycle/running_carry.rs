@@ -1,5 +1,5 @@
 //! [`RunningCarry`]: the running batch's quota and fair-share charges, carried by a kept
-//! [`super::Decider`] from one cycle to the next. Most running jobs are the same from
+//! [`super::PlacementDecider`] from one cycle to the next. Most running jobs are the same from
 //! cycle to cycle (same revision, `JobState::revision`); their charges stay in each
 //! team's sums, and only the jobs that started or went since are added or taken off.
 //!

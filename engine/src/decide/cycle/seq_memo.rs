@@ -1,4 +1,4 @@
-//! [`SeqMemo`]: what a kept [`super::Decider`] worked out of job states given with a
+//! [`SeqMemo`]: what a kept [`super::PlacementDecider`] worked out of job states given with a
 //! revision (`JobState::revision`), by revision. A caller that keeps its states keeps
 //! their order, so a cycle asks in nearly the order the last one did: each answer is
 //! looked for a few entries on from the last one found, not hashed.

@@ -5,7 +5,7 @@
 use super::{Blocked, Cycle};
 use crate::core::placer::Choice;
 use crate::decide::admission::rule_results;
-use crate::decide::plan::{human_duration, Plan};
+use crate::decide::plan::human_duration;
 use crate::decide::plan::{Action, Decision};
 use crate::decide::quota::gpus;
 use crate::decide::snapshot::{JobState, Snapshot};
@@ -18,15 +18,16 @@ pub(super) struct Story {
     pub lines: Vec<String>,
 }
 
-/// Runs one cycle as `decide` does and tells what happened to job `id`: the rules, its
-/// place in the queue, the quota arithmetic, the placement tried, the victim sets
-/// considered and why each was not used, and the outcome. `None` when no job has that id.
-pub fn job_story(
+/// Runs one cycle's placement as `decide_placement` does and tells what happened to job
+/// `id`: the rules, its place in the queue, the quota arithmetic, the placement tried, the
+/// victim sets considered and why each was not used, and the outcome. `None` when no job
+/// has that id.
+pub fn placement_story<'s>(
     program: &Program,
-    snapshot: &Snapshot,
+    snapshot: &'s Snapshot,
     now: i64,
     id: &str,
-) -> Option<(Plan, Vec<String>)> {
+) -> Option<(super::Placement<'s>, Vec<String>)> {
     let original = snapshot.jobs.iter().find(|j| j.id() == id)?;
     let mut lines = Vec::new();
     let named = |what: &str, v: &Option<String>| match v {

@@ -1,5 +1,5 @@
 //! [`TypicalMemo`]: the cycle's typical workload (`Workload::typical` of every job's
-//! member shape), counted by a kept [`super::Decider`] from each job's shape number and
+//! member shape), counted by a kept [`super::PlacementDecider`] from each job's shape number and
 //! memory as remembered by revision, so an unchanged job's shape is not compared again.
 
 use super::seq_memo::SeqMemo;

@@ -30,10 +30,10 @@ use super::trace::{NodeEvent, NodeEventKind, Trace};
 use crate::core::fleet::Fleet;
 use crate::core::mig::MigTable;
 use crate::decide::plan::{Action, Decision, Plan, Preemption};
+use crate::decide::scale_memory::Start;
 use crate::decide::snapshot::{Snapshot, UsageRecord};
 use crate::inventory::catalog;
 use crate::inventory::jobs_file::PriorBooking;
-use crate::scale::state::Start;
 use jobs::{Counts, SimJob, Slot, Slots};
 use lang::ir::Program;
 use nodes::SimNode;
@@ -168,7 +168,7 @@ struct Sim<'p> {
     fleet_index: HashMap<String, usize>,
     snapshot: Snapshot,
     /// Keeps the placer's indexes between cycles (the plans are `decide`'s).
-    decider: crate::decide::Decider,
+    decider: crate::cycle::Decider,
     jobs: Slots,
     /// The slots touched since the last cycle (a buffer kept between cycles).
     touched: Vec<usize>,
@@ -321,7 +321,7 @@ impl<'p> Sim<'p> {
             states_built: 0,
             fleet_index: HashMap::new(),
             snapshot,
-            decider: crate::decide::Decider::new(),
+            decider: crate::cycle::Decider::new(),
             jobs: Slots::new(jobs),
             touched: Vec::new(),
             job_by_id,
@@ -914,9 +914,13 @@ impl<'p> Sim<'p> {
                     return;
                 };
                 if warm {
-                    // Through the controller's own history keeping (`scale::state`).
+                    // Through the controller's own history keeping (`decide::scale_memory`).
                     let start = Start::of(d, free_at, prices.first().map(|(p, _)| p.clone()));
-                    crate::scale::state::remember_start(&mut self.snapshot.starts, start, self.now);
+                    crate::decide::scale_memory::remember_start(
+                        &mut self.snapshot.starts,
+                        start,
+                        self.now,
+                    );
                 }
                 if free_at > self.now {
                     self.starting_later.insert(index);

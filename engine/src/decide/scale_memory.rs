@@ -1,5 +1,6 @@
-//! What the autoscaler remembers between cycles, as an explicit input and output of the
-//! pure decision (so a replay is deterministic), and the start history warm pools read.
+//! What the autoscaler remembers between cycles (`scale` reads and writes it), carried by
+//! the snapshot and returned in the plan as an explicit input and output of the pure
+//! decision (so a replay is deterministic), and the start history warm pools read.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -64,7 +65,7 @@ const EXPIRY_SLACK_S: i64 = 3600;
 
 impl Start {
     /// The start of the job `d` places, at `at` (when its work begins), on `pool`.
-    pub fn of(d: &crate::decide::plan::Decision, at: i64, pool: Option<String>) -> Start {
+    pub fn of(d: &super::plan::Decision, at: i64, pool: Option<String>) -> Start {
         Start {
             at,
             pool,
