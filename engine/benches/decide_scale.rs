@@ -26,7 +26,7 @@
 )]
 
 // The allocator `gantry` ships with (engine/gantry/src/main.rs), with transparent huge
-// pages as `gantry plan` and `serve` keep them (.cargo/config.toml, engine/src/pages.rs).
+// pages as `gantry plan` and `serve` keep them (.cargo/config.toml, engine/gantry/src/pages.rs).
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

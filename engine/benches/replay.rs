@@ -109,8 +109,9 @@ fn cpu_seconds() -> f64 {
 }
 
 fn main() {
-    // As `gantry simulate` runs: without transparent huge pages (engine/src/pages.rs).
-    engine::pages::small_pages_only();
+    // As `gantry simulate` runs: without transparent huge pages (engine/gantry/src/pages.rs).
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let write = args
         .iter()

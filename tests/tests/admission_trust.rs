@@ -19,10 +19,10 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine as _;
-use engine::serve::app::app;
-use engine::serve::state::{AppState, FleetFile};
 use http_body_util::BodyExt;
 use serde_json::Value;
+use serve::app::app;
+use serve::state::{AppState, FleetFile};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tower::ServiceExt;
@@ -195,7 +195,7 @@ fn the_shipped_validating_webhook_spares_gantrys_own_identity() {
         .unwrap();
     let spared = format!(
         "request.userInfo.username != '{}'",
-        engine::serve::trust::DEFAULT_CONTROLLER
+        serve::trust::DEFAULT_CONTROLLER
     );
     assert!(validating.contains(&spared), "{validating}");
 }

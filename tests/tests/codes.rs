@@ -65,9 +65,9 @@ fn explain_prints_the_long_form_with_its_example() {
     for c in CODES {
         let mut out = Vec::new();
         let mut err = Vec::new();
-        let code = engine::cli::run(
+        let code = cli::run(
             ["gantry", "explain", &c.code.to_lowercase()],
-            &mut engine::cli::Io::captured(&mut out, &mut err),
+            &mut cli::Io::captured(&mut out, &mut err),
         );
         let out = String::from_utf8(out).unwrap();
         assert_eq!(code, 0, "{}", c.code);

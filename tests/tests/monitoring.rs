@@ -1,7 +1,7 @@
 //! The Grafana dashboard and the Prometheus alerts in `deploy/monitoring/` load and ask
 //! only for what gantry exports: the dashboard is valid JSON with panels and queries, the
 //! PrometheusRule has the alerts operators need, and every `gantry_*` metric a query
-//! names is one the server writes (`engine/src/serve/metrics.rs`, `queue.rs`; histograms
+//! names is one the server writes (`engine/serve/src/metrics.rs`, `queue.rs`; histograms
 //! with their `_bucket`, `_sum` and `_count` series). A renamed metric breaks this test,
 //! not a dashboard nobody looks at until the incident.
 
@@ -49,7 +49,7 @@ fn metric_names(text: &str) -> BTreeSet<String> {
 /// series.
 fn exported() -> BTreeSet<String> {
     let mut names = BTreeSet::new();
-    for file in ["engine/src/serve/metrics.rs", "engine/src/serve/queue.rs"] {
+    for file in ["engine/serve/src/metrics.rs", "engine/serve/src/queue.rs"] {
         let source = std::fs::read_to_string(repo().join(file)).unwrap();
         for line in source.lines().filter(|l| l.contains("# TYPE gantry_")) {
             for part in line.split("# TYPE ").skip(1) {

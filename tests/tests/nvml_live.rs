@@ -11,7 +11,7 @@
 )]
 
 use engine::inventory::catalog;
-use engine::inventory::nvml::{self, probe};
+use engine::inventory::nvml;
 use std::process::Command;
 
 /// `nvidia-smi`'s view of each GPU, in its own index order (NVML's).

@@ -43,8 +43,8 @@ fn place(case: &str, extra: &[&str]) -> Value {
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
     let code = {
-        let mut io = engine::cli::Io::captured(&mut out, &mut err);
-        engine::cli::run(args, &mut io)
+        let mut io = cli::Io::captured(&mut out, &mut err);
+        cli::run(args, &mut io)
     };
     assert_eq!(code, 0, "{case}: {}", String::from_utf8_lossy(&err));
     serde_json::from_slice(&out).unwrap()

@@ -57,8 +57,8 @@ fn plan_text_with(case: &str, extra: &[&str]) -> String {
     args.extend(extra.iter().map(|a| a.to_string()));
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = {
-        let mut io = engine::cli::Io::captured(&mut out, &mut err);
-        engine::cli::run(args, &mut io)
+        let mut io = cli::Io::captured(&mut out, &mut err);
+        cli::run(args, &mut io)
     };
     assert_eq!(code, 0, "{case}: {}", String::from_utf8_lossy(&err));
     String::from_utf8(out).unwrap()
@@ -900,8 +900,8 @@ fn a_story_for_a_job_that_is_not_there_is_an_error() {
     .map(|a| a.to_string())
     .collect();
     let code = {
-        let mut io = engine::cli::Io::captured(&mut out, &mut err);
-        engine::cli::run(args, &mut io)
+        let mut io = cli::Io::captured(&mut out, &mut err);
+        cli::run(args, &mut io)
     };
     assert_eq!(code, 2);
     assert!(String::from_utf8_lossy(&err).contains("no job `nope`"));
@@ -1007,8 +1007,8 @@ fn a_job_starting_at_its_booked_time_lands_where_it_was_booked() {
     .collect();
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = {
-        let mut io = engine::cli::Io::captured(&mut out, &mut err);
-        engine::cli::run(args, &mut io)
+        let mut io = cli::Io::captured(&mut out, &mut err);
+        cli::run(args, &mut io)
     };
     std::fs::remove_file(&tmp).ok();
     assert_eq!(code, 0, "{}", String::from_utf8_lossy(&err));

@@ -14,10 +14,10 @@
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use base64::Engine as _;
-use engine::serve::app::app;
-use engine::serve::state::{AppState, FleetFile};
 use http_body_util::BodyExt;
 use serde_json::Value;
+use serve::app::app;
+use serve::state::{AppState, FleetFile};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tower::ServiceExt;
@@ -392,7 +392,7 @@ fn watched(name: &str, text: &str) -> (PathBuf, Arc<AppState>, String) {
     std::fs::write(dir.join("main.gantry"), text).unwrap();
     let state = Arc::new(AppState::new(Box::new(|| 5)));
     let first = state.reload_policy(&dir).unwrap();
-    engine::serve::watch(state.clone(), &dir).unwrap();
+    serve::watch(state.clone(), &dir).unwrap();
     (dir, state, first)
 }
 
@@ -413,7 +413,7 @@ async fn revisions_served(state: &Arc<AppState>, for_ms: u64) -> Vec<String> {
 fn revision_of(text: &str, name: &str) -> String {
     let dir = scratch(name);
     std::fs::write(dir.join("main.gantry"), text).unwrap();
-    let (_, hash) = engine::serve::state::read_policy(&dir).unwrap();
+    let (_, hash) = serve::state::read_policy(&dir).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     hash
 }
@@ -511,7 +511,7 @@ async fn a_swapped_git_sync_checkout_is_reloaded() {
     let served = root.join("current/policies/p");
     let state = Arc::new(AppState::new(Box::new(|| 5)));
     let first = state.reload_policy(&served).unwrap();
-    engine::serve::watch(state.clone(), &served).unwrap();
+    serve::watch(state.clone(), &served).unwrap();
     for (i, name) in ["b", "c"].into_iter().enumerate() {
         let text = format!("{ONE_POOL}# commit {i}\n");
         checkout(name, &text);

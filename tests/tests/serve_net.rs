@@ -12,10 +12,10 @@
 
 use engine::inventory::fleet_file;
 use engine::inventory::nvml::{self, HostReading};
-use engine::serve::listen::{self, Deadlines};
-use engine::serve::state::{AppState, FleetFile, HostProbe, NvmlInventory};
-use engine::serve::{app::app, tls, Events};
 use serde_json::Value;
+use serve::listen::{self, Deadlines};
+use serve::state::{AppState, FleetFile, HostProbe, NvmlInventory};
+use serve::{app::app, tls, Events};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -454,7 +454,7 @@ async fn nvml_failing_mid_run_keeps_the_last_inventory_visible() {
 fn tick_every_100ms(
     state: Arc<AppState>,
     policy_dir: PathBuf,
-    source: Option<Arc<dyn engine::serve::state::InventorySource>>,
+    source: Option<Arc<dyn serve::state::InventorySource>>,
 ) -> (
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<()>,

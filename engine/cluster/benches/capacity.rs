@@ -19,9 +19,9 @@ use cluster::controller;
 use cluster::memory::Memory;
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
-use engine::serve::state::AppState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
+use serve::state::AppState;
 use std::collections::BTreeMap;
 use std::time::Instant;
 

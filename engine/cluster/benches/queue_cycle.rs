@@ -23,9 +23,9 @@ use cluster::controller;
 use cluster::enact::Action;
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
-use engine::serve::state::AppState;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
+use serve::state::AppState;
 use std::time::Instant;
 
 // The controller runs in the `gantry` binary, which ships with jemalloc.
@@ -500,7 +500,7 @@ fn main() {
 /// nothing new, and kept after one pod's event (the pod applied again).
 fn view_alone(
     stores: &mut Stores,
-    policy: &engine::serve::state::LoadedPolicy,
+    policy: &serve::state::LoadedPolicy,
     rounds: usize,
     keeper: &mut cluster::queue::ViewKeeper,
 ) {
@@ -550,7 +550,7 @@ fn view_alone(
 /// taken away again after).
 fn arrival_to_settled_queue(
     stores: &mut Stores,
-    policy: &engine::serve::state::LoadedPolicy,
+    policy: &serve::state::LoadedPolicy,
     memory: &cluster::memory::Memory,
     rounds: usize,
     kept: &mut controller::Kept,

@@ -15,9 +15,9 @@
 
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
-use engine::serve::state::{AppState, InventorySource, Seen};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
+use serve::state::{AppState, InventorySource, Seen};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -225,7 +225,7 @@ fn main() {
     stats("snapshot: caches + occupancy", build);
 
     // 3. Extender filter calls through the app: a 1-GPU research pod, 500 candidates.
-    let app = engine::serve::app::app(state.clone());
+    let app = serve::app::app(state.clone());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

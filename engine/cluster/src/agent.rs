@@ -3,11 +3,11 @@
 //! patched only when something differs and at most once per `min_patch_interval`.
 
 use engine::inventory::nvml::publish::{self, Published};
-use engine::serve::state::{AgentOptions, AgentReader};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Map, Value};
+use serve::state::{AgentOptions, AgentReader};
 use std::time::{Duration, Instant};
 
 /// The field manager of the agent's patches.

@@ -29,9 +29,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The PriorityClass placeholders run at (value −1: above cluster-autoscaler's
 /// expendable cutoff of −10, below every real pod).
-pub use engine::serve::extender::PLACEHOLDER_CLASS;
+pub use serve::extender::PLACEHOLDER_CLASS;
 /// Label on a placeholder pod; its value is the pool.
-pub use engine::serve::extender::PLACEHOLDER_LABEL;
+pub use serve::extender::PLACEHOLDER_LABEL;
 /// What a placeholder runs (it never does anything).
 pub const PAUSE_IMAGE: &str = "registry.k8s.io/pause:3.9";
 /// cluster-autoscaler does not remove a node with this annotation.
@@ -177,7 +177,7 @@ pub fn placeholder(settings: &Settings, pool: &str, name: &str, gpus: u32, why: 
             "enableServiceLinks": false,
             "nodeSelector": {settings.pool_label.as_str(): pool},
             "tolerations": [
-                {"key": engine::serve::pod::POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"},
+                {"key": serve::pod::POOL_LABEL, "operator": "Equal", "value": pool, "effect": "NoSchedule"},
                 {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
             ],
             "containers": [{
@@ -573,7 +573,7 @@ pub fn gauges(
     program: &Program,
     stores: &Stores,
     namespace: &str,
-) -> Vec<engine::serve::metrics::PoolGauge> {
+) -> Vec<serve::metrics::PoolGauge> {
     // One pass over nodes and one over pods, whatever the number of pools.
     let mut nodes: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for n in stores.nodes.objects().values().filter(|n| n.has_gpus()) {
@@ -603,7 +603,7 @@ pub fn gauges(
         .map(|pool| {
             let (count, gpus) = nodes.get(pool.name.as_str()).copied().unwrap_or_default();
             let (pending, bound) = held.get(pool.name.as_str()).copied().unwrap_or_default();
-            engine::serve::metrics::PoolGauge {
+            serve::metrics::PoolGauge {
                 pool: pool.name.clone(),
                 capacity: serde_json::to_value(pool.capacity)
                     .ok()

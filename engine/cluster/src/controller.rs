@@ -13,12 +13,12 @@ use crate::store::Stores;
 use engine::cycle::Decider;
 use engine::decide::plan::Plan;
 use engine::decide::snapshot::Snapshot;
-use engine::serve::queue::QueueReport;
-use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 use serde_json::json;
+use serve::queue::QueueReport;
+use serve::state::{AppState, LoadedPolicy};
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -856,10 +856,10 @@ impl Drop for AbortOnDrop {
 }
 
 /// The decision log's line for an action carried out (see
-/// `engine::serve::decision_log`): placements, evictions with their cause, and waiting
+/// `serve::decision_log`): placements, evictions with their cause, and waiting
 /// reasons that changed. Assignments (the first phase of a placement) are at debug level.
 pub(crate) fn log_enacted(a: &Action) {
-    use engine::serve::decision_log::{admit, TARGET};
+    use serve::decision_log::{admit, TARGET};
     let level = match a {
         Action::Assign { .. } | Action::Unassign { .. } | Action::Placed { .. } => {
             tracing::Level::DEBUG

@@ -39,7 +39,7 @@ pub mod teller;
 pub mod telling;
 pub mod watch;
 
-use engine::serve::state::{
+use serve::state::{
     AgentOptions, AgentReader, ClusterConnector, ClusterOptions, Connecting, InventorySource,
     Running,
 };

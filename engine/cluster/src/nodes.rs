@@ -17,9 +17,9 @@
 use engine::core::fleet::{Gpu, Node};
 use engine::inventory::catalog;
 use engine::inventory::nvml::publish;
-use engine::serve::quantity;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serve::quantity;
 use std::collections::BTreeMap;
 
 pub const GPU: &str = "nvidia.com/gpu";

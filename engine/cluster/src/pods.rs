@@ -1,24 +1,24 @@
 //! A Kubernetes Pod as what the engine reads of it: the same fields the admission webhook
-//! reads ([`engine::serve::pod::Pod`]), copied from k8s-openapi's types so one mapping
+//! reads ([`serve::pod::Pod`]), copied from k8s-openapi's types so one mapping
 //! (effective requests, GPUs and MIG instances, team and tier labels) serves the webhook,
 //! the extender and the cluster view alike.
 
 use engine::inventory::jobs_file::Job;
-use engine::serve::pod as wire;
 use k8s_openapi::api::core::v1 as core;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use serve::pod as wire;
 use std::collections::BTreeMap;
 
 /// The node the controller chose for a gated member: the first phase of placing a job.
-pub use engine::serve::admission::ASSIGNED_ANNOTATION;
+pub use serve::admission::ASSIGNED_ANNOTATION;
 /// Set on a pod the controller evicted: the job it made room for and why.
-pub use engine::serve::admission::PREEMPTED_ANNOTATION;
+pub use serve::admission::PREEMPTED_ANNOTATION;
 /// The scheduling gate that holds a GPU pod in gantry's queue (added by the mutating
 /// webhook with `serve --queue`).
-pub use engine::serve::admission::QUEUE_GATE;
+pub use serve::admission::QUEUE_GATE;
 /// Set on a preemptor's pods while its victims stop: the node held for each (see
 /// `crate::nomination`).
-pub use engine::serve::trust::{
+pub use serve::trust::{
     NOMINATED_ANNOTATION, NOMINATION_SEAL_ANNOTATION, PREEMPTION_SEAL_ANNOTATION,
 };
 /// The pod condition saying why a pod waits.

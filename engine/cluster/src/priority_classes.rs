@@ -75,7 +75,7 @@ mod tests {
         let Ok(dir) = dir else { return };
         let text = "use std.nodes.{dgx_h100}\nuse std.tiers\npool p { capacity = reserved; node = dgx_h100; nodes = 1 }\n";
         assert!(std::fs::write(dir.path().join("policy.gantry"), text).is_ok());
-        let policy = engine::serve::state::load_policy(dir.path(), 0);
+        let policy = serve::state::load_policy(dir.path(), 0);
         assert!(policy.is_ok(), "{:?}", policy.as_ref().err());
         let Ok(policy) = policy else { return };
         let program = &policy.program;

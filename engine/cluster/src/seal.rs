@@ -11,7 +11,7 @@ use ring::hmac;
 use ring::rand::{SecureRandom, SystemRandom};
 
 /// The annotation holding an assignment's seal.
-pub use engine::serve::trust::SEAL_ANNOTATION;
+pub use serve::trust::SEAL_ANNOTATION;
 
 /// The key, and its text as kept in its Secret.
 #[derive(Clone)]

@@ -7,7 +7,7 @@ use crate::nodes::NodeSeen;
 use crate::owners::OwnerJob;
 use crate::pods::PodSeen;
 use engine::core::fleet::Fleet;
-use engine::serve::state::Seen;
+use serve::state::Seen;
 use std::collections::BTreeMap;
 
 /// One kind's cache: objects by key, the relist in progress, and which keys changed

@@ -5,7 +5,6 @@ use crate::nodes;
 use crate::owners;
 use crate::pods;
 use crate::store::{Cache, Change, Stores};
-use engine::serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -13,6 +12,7 @@ use kube::api::DynamicObject;
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Client, Config};
+use serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 

@@ -34,10 +34,10 @@ use cluster::pods::{NOMINATED_ANNOTATION, NOMINATION_SEAL_ANNOTATION};
 use cluster::seal::SEAL_ANNOTATION;
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
-use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use serve::state::{AppState, LoadedPolicy};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

@@ -17,9 +17,9 @@ mod apiserver;
 use apiserver::{FakeApi, Kind};
 use cluster::agent;
 use engine::inventory::nvml::{publish, HostReading};
-use engine::serve::state::AgentOptions;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{json, Value};
+use serve::state::AgentOptions;
 use std::path::PathBuf;
 use std::time::Duration;
 

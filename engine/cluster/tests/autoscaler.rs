@@ -18,9 +18,9 @@ mod objects;
 
 use apiserver::{FakeApi, Kind};
 use cluster::watch::Live;
-use engine::serve::state::{AppState, ClusterOptions};
 use objects::{gang_member as member, gpu_node as node};
 use serde_json::{json, Value};
+use serve::state::{AppState, ClusterOptions};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

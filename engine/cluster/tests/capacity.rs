@@ -20,10 +20,10 @@ use cluster::controller;
 use cluster::memory::Memory;
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
-use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use objects::{gang_member as member, gpu_node as node};
 use serde_json::{json, Value};
+use serve::state::{AppState, LoadedPolicy};
 use std::sync::Arc;
 
 /// Tuesday 2026-11-24 08:46:40 UTC.

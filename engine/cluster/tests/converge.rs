@@ -15,9 +15,9 @@ mod harness;
 
 use apiserver::{FakeApi, Kind};
 use cluster::watch::Live;
-use engine::serve::state::{ClusterOptions, InventorySource, Seen};
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use serve::state::{ClusterOptions, InventorySource, Seen};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -14,8 +14,8 @@ use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
 use engine::core::mig::MigTable;
 use engine::inventory::catalog;
-use engine::serve::occupancy::Occupancy;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use serve::occupancy::Occupancy;
 use std::fmt::Write;
 
 #[derive(serde::Deserialize)]

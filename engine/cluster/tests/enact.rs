@@ -16,10 +16,10 @@ use cluster::controller;
 use cluster::enact::Action;
 use cluster::store::{Change, Stores};
 use cluster::{nodes, pods};
-use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use objects::{gang_member as member, gpu_node};
 use serde_json::{json, Value};
+use serve::state::{AppState, LoadedPolicy};
 use std::sync::Arc;
 
 const NOW: i64 = 1_795_510_000;

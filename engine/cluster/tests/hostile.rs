@@ -19,9 +19,9 @@ use apiserver::{FakeApi, Fault, Kind};
 use cluster::memory::{Memory, CONFIG_MAP, KEY, UNREADABLE_KEY};
 use cluster::watch::Live;
 use engine::decide::snapshot::UsageRecord;
-use engine::serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use harness::{gated, node};
 use serde_json::{json, Value};
+use serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -386,7 +386,7 @@ async fn healthz_is_answered_throughout() {
             .uri("/healthz")
             .body(axum::body::Body::empty())
             .unwrap();
-        let response = engine::serve::app::app(state.clone())
+        let response = serve::app::app(state.clone())
             .oneshot(request)
             .await
             .unwrap();

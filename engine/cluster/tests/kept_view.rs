@@ -20,11 +20,11 @@ use cluster::queue::{self, Trust, ViewKeeper};
 use cluster::seal::SEAL_ANNOTATION;
 use cluster::store::{Cache, Change, Stores};
 use cluster::{nodes, owners, pods};
-use engine::serve::state::{AppState, LoadedPolicy};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use proptest::prelude::*;
 use serde_json::{json, Value};
+use serve::state::{AppState, LoadedPolicy};
 use std::sync::Arc;
 
 const NOW: i64 = 1_795_510_000;

@@ -15,8 +15,8 @@ mod apiserver;
 
 use apiserver::{FakeApi, Kind};
 use cluster::watch::Live;
-use engine::serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use serde_json::{json, Value};
+use serve::state::{AppState, ClusterOptions, InventorySource, Seen};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -331,7 +331,7 @@ async fn the_extender_judges_nodes_on_what_bound_pods_leave_free() {
     let state = Arc::new(AppState::new(Box::new(|| 1_795_510_000)));
     state.reload_policy(dir.path()).unwrap();
     state.refresh_inventory(&live).unwrap();
-    let app = engine::serve::app::app(state.clone());
+    let app = serve::app::app(state.clone());
 
     // 8 GPUs: train-0 is full, train-1 has 5 healthy GPUs free, train-2 is not Ready,
     // train-3 is cordoned, infer-0 has only 4 GPUs, b200-0 is empty.

@@ -19,9 +19,9 @@ use apiserver::{FakeApi, Kind};
 use cluster::controller;
 use cluster::enact::Action;
 use cluster::watch::Live;
-use engine::serve::state::{AppState, ClusterOptions};
 use harness::*;
 use serde_json::{json, Value};
+use serve::state::{AppState, ClusterOptions};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -465,7 +465,7 @@ async fn the_leader_keeps_the_engines_memory_in_a_config_map() {
 /// pod onto its node and keeps every other pod off it, whatever annotations they carry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_extender_keeps_released_pods_room_for_them() {
-    use engine::serve::state::InventorySource;
+    use serve::state::InventorySource;
     use tower::ServiceExt;
     let h = harness().await;
     h.api
@@ -486,7 +486,7 @@ async fn the_extender_keeps_released_pods_room_for_them() {
         1,
         "the promise counts"
     );
-    let app = engine::serve::app::app(state);
+    let app = serve::app::app(state);
     let filter = |pod: Value| {
         let app = app.clone();
         let node = node.clone();

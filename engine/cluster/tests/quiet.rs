@@ -202,7 +202,7 @@ async fn writes_are_counted_by_verb_and_resource() {
     };
     assert_eq!(grew("patch", "pods/status"), 1, "{after:?}");
     assert_eq!(grew("create", "events"), 1, "{after:?}");
-    let state = engine::serve::state::AppState::new(Box::new(|| NOW));
+    let state = serve::state::AppState::new(Box::new(|| NOW));
     state.metrics.set_api_writes(after);
     let text = state.metrics.render(None, &Default::default());
     assert!(

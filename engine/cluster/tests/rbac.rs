@@ -15,9 +15,9 @@ mod apiserver;
 mod harness;
 
 use apiserver::rbac::{needs, rules, Rule};
-use engine::serve::state::AppState;
 use harness::*;
 use serde_json::json;
+use serve::state::AppState;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

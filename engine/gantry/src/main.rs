@@ -1,5 +1,7 @@
-//! The `gantry` binary: hands arguments and standard streams to the engine's CLI, with the
+//! The `gantry` binary: hands arguments and standard streams to the CLI (the `cli` crate), with the
 //! Kubernetes cluster view (the `cluster` crate) plugged in for `serve`.
+
+mod pages;
 
 #[cfg(all(unix, not(target_env = "musl")))]
 #[global_allocator]
@@ -13,24 +15,24 @@ fn main() -> std::process::ExitCode {
     #[cfg(all(unix, not(target_env = "musl")))]
     let _ = tikv_jemalloc_ctl::background_thread::write(true);
     #[cfg(all(unix, not(target_env = "musl")))]
-    if engine::pages::returns_freed_pages_at_once(std::env::args_os().nth(1).as_deref()) {
+    if pages::returns_freed_pages_at_once(std::env::args_os().nth(1).as_deref()) {
         return_freed_pages_at_once();
     }
     // Huge pages pay for the decision cycles of `plan` and `serve`, not for the rest
-    // (engine/src/pages.rs).
-    if !engine::pages::wants_huge_pages(std::env::args_os().nth(1).as_deref()) {
-        engine::pages::small_pages_only();
+    // (pages.rs).
+    if !pages::wants_huge_pages(std::env::args_os().nth(1).as_deref()) {
+        pages::small_pages_only();
     }
     // Standard output is buffered, not locked: `lsp` speaks JSON-RPC on it from other
     // threads, and `serve` logs to standard error from other threads.
     let stdout = std::io::BufWriter::new(std::io::stdout());
-    let mut io = engine::cli::Io::terminal(stdout, std::io::stderr());
+    let mut io = cli::Io::terminal(stdout, std::io::stderr());
     io.cluster = Some(std::sync::Arc::new(cluster::Connector));
-    std::process::ExitCode::from(engine::cli::run(std::env::args_os(), &mut io))
+    std::process::ExitCode::from(cli::run(std::env::args_os(), &mut io))
 }
 
 /// Sets jemalloc's dirty-page decay to 0 for every arena, present and future: freed pages
-/// go back to the kernel at once (engine/src/pages.rs says for which commands). Refused
+/// go back to the kernel at once (pages.rs says for which commands). Refused
 /// settings leave the allocator as it was.
 #[cfg(all(unix, not(target_env = "musl")))]
 fn return_freed_pages_at_once() {

@@ -1,5 +1,6 @@
-//! Where the fleet comes from, outside the pure core: fleet files (JSON or TOML) and the
-//! catalog of known GPU models.
+//! Where the fleet and the jobs come from, as text given to the core: fleet files (JSON or
+//! TOML), jobs files, NVML readings (the `probe` crate reads the driver) and the catalog
+//! of known GPU models.
 
 pub mod catalog;
 pub mod fleet_file;

@@ -4,10 +4,10 @@
 pub fn gantry(args: &[&str]) -> (u8, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = {
-        let mut io = engine::cli::Io::captured(&mut out, &mut err);
+        let mut io = cli::Io::captured(&mut out, &mut err);
         let mut all = vec!["gantry"];
         all.extend_from_slice(args);
-        engine::cli::run(all, &mut io)
+        cli::run(all, &mut io)
     };
     (
         code,

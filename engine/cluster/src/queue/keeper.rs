@@ -158,7 +158,7 @@ impl PodPart {
                     job.team.clone().unwrap_or_default(),
                     job.tier.clone().unwrap_or_default(),
                 );
-                part.bound = Some((team_tier, engine::serve::queue::member_gpus(job)));
+                part.bound = Some((team_tier, serve::queue::member_gpus(job)));
             }
         }
         let holds_gpus = p.holds_gpus();

@@ -154,10 +154,7 @@ impl Unqueued {
             pod: p.key(),
             reason,
             message,
-            gpus: p
-                .asks
-                .as_deref()
-                .map_or(0.0, engine::serve::queue::member_gpus),
+            gpus: p.asks.as_deref().map_or(0.0, serve::queue::member_gpus),
         }
     }
 }

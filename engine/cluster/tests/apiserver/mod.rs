@@ -149,8 +149,8 @@ pub struct FakeApi {
 }
 
 /// The cluster view's options for tests: Nodes and Pods only, the default pool label.
-pub fn view_options(timeout: Duration) -> engine::serve::state::ClusterOptions {
-    engine::serve::state::ClusterOptions {
+pub fn view_options(timeout: Duration) -> serve::state::ClusterOptions {
+    serve::state::ClusterOptions {
         kubeconfig: None,
         in_cluster: false,
         pool_label: "gantry.dev/pool".into(),

@@ -265,14 +265,14 @@ enum Outcome {
 
 /// What placement decided, and the snapshot it judged: the caller's, or a copy with the
 /// policy's default team and tier filled in and the jobs on noticed spot nodes queued
-/// again. Autoscaling (`crate::scale`) reads the plan and this snapshot.
+/// again. Autoscaling (the `scale` module) reads the plan and this snapshot.
 #[derive(Debug)]
 pub struct Placement<'s> {
     pub plan: Plan,
     pub judged: Cow<'s, Snapshot>,
 }
 
-/// The placement part of a decision cycle (no autoscaling: `crate::cycle::decide` adds it).
+/// The placement part of a decision cycle (no autoscaling: `cycle::decide` adds it).
 pub fn decide_placement<'s>(program: &Program, snapshot: &'s Snapshot, now: i64) -> Placement<'s> {
     decide_with_story(program, snapshot, now, None).0
 }

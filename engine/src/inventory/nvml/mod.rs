@@ -1,9 +1,7 @@
-//! Live GPU inventory from NVML. `probe` talks to the driver through nvml-wrapper on a
-//! thread of its own and returns a [`HostReading`] — plain data, serialisable, so a reading
-//! from a real machine is a test fixture. [`node_from_reading`] turns a reading into the
-//! fleet's [`Node`]; it is pure and runs in tests without a GPU.
-
-pub mod probe;
+//! Live GPU inventory from NVML, as data. The `probe` crate talks to the driver through
+//! nvml-wrapper on a thread of its own and returns a [`HostReading`] — plain data,
+//! serialisable, so a reading from a real machine is a test fixture. [`node_from_reading`]
+//! turns a reading into the fleet's [`Node`]; it is pure and runs in tests without a GPU.
 pub mod publish;
 
 use crate::core::fleet::{Fleet, Gpu, MigInstance, Node};
