@@ -20,4 +20,6 @@ pub use cycle::{
     unassigned_job, Placement, PlacementDecider,
 };
 #[doc(hidden)]
-pub use cycle::{check_victim_indexes, find_victims_afresh, record_holders_at_once};
+pub use cycle::{
+    check_victim_indexes, find_victims_afresh, keep_nothing, memos_off, record_holders_at_once,
+};

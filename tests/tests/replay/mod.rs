@@ -42,11 +42,11 @@ pub fn decide(
     let snapshot = Snapshot::build(fleet, jobs, Vec::new(), &mig).unwrap();
     let plan = engine::cycle::decide(program, &snapshot, now);
     // Each test switch of the engine must leave the plan as it is: holder records written
-    // at once rather than when first read, and victims searched afresh for every job
-    // rather than through the kept cost indexes and memos (and every job tried, not
-    // turned away by the memo of shapes that did not fit).
+    // at once rather than when first read, victims searched afresh for every job rather
+    // than through the kept cost indexes and memos (and every job tried, not turned away
+    // by the memo of shapes that did not fit), and every cache within the cycle off.
     type Switch = (fn(bool), &'static str);
-    let switches: [Switch; 2] = [
+    let switches: [Switch; 3] = [
         (
             engine::decide::record_holders_at_once,
             "holder records written at once",
@@ -55,6 +55,7 @@ pub fn decide(
             engine::decide::find_victims_afresh,
             "victims searched afresh",
         ),
+        (engine::decide::memos_off, "the cycle's caches off"),
     ];
     for (switch, what) in switches {
         switch(true);
@@ -173,7 +174,9 @@ fn replay_with(
     // Kept across the cycles, as the controller and `simulate` keep it: its plans must be
     // `decide`'s, byte for byte.
     let mut decider = engine::cycle::Decider::new();
-    for _ in 0..400 {
+    // Another, with what it keeps switched off now and then: its plan is `decide`'s too.
+    let mut switched_decider = engine::cycle::Decider::new();
+    for cycle in 0..400 {
         while arrivals
             .front()
             .is_some_and(|j| j.submitted_at.unwrap_or(0) <= now)
@@ -204,6 +207,17 @@ fn replay_with(
             serde_json::to_string(&kept).unwrap(),
             serde_json::to_string(&plan).unwrap(),
             "a kept Decider's plan differs from decide's at {}",
+            now
+        );
+        let keep_nothing = cycle % 8 == 7;
+        engine::decide::keep_nothing(keep_nothing);
+        let switched = switched_decider.decide(program, &with_revisions(&snapshot), now);
+        engine::decide::keep_nothing(false);
+        prop_assert_eq!(
+            serde_json::to_string(&switched).unwrap(),
+            serde_json::to_string(&plan).unwrap(),
+            "a Decider keeping nothing ({}) differs from decide's at {}",
+            keep_nothing,
             now
         );
         for p in &plan.preemptions {

@@ -39,6 +39,10 @@ impl PlacementDecider {
         snapshot: &'s Snapshot,
         now: i64,
     ) -> Placement<'s> {
+        if super::cache::nothing_is_kept() {
+            self.kept = None;
+            return decide_kept(program, snapshot, now, None, None).0;
+        }
         let (mig, carried) = match self.kept.take() {
             // The same fleet at a glance when the caller kept its `Arc`; else compared.
             Some(k)

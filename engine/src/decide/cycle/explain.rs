@@ -133,7 +133,7 @@ impl Cycle<'_> {
                 };
                 let over = match (code, shape.members > 1) {
                     (ReasonCode::NoCapacity, true) => {
-                        if !self.gang_ceilings.contains_key(&shape_no) {
+                        if self.memos_off || !self.gang_ceilings.contains_key(&shape_no) {
                             let why = self.gang_over_ceiling(shape);
                             self.gang_ceilings.insert(shape_no, why);
                         }
@@ -673,13 +673,14 @@ impl Cycle<'_> {
                 )
             }),
         );
-        if let Some(hit) = self.eta_memo.get(shape_no, &key) {
-            return *hit;
+        // With the memos off, a hit is worked out again, as the memo's own answer
+        // was: counted against the budget once, as with the memos on.
+        match self.eta_memo.get(shape_no, &key) {
+            Some(hit) if !self.memos_off => return *hit,
+            Some(_) => {}
+            None if self.eta_estimates >= ETA_BUDGET => return None,
+            None => self.eta_estimates += 1,
         }
-        if self.eta_estimates >= ETA_BUDGET {
-            return None;
-        }
-        self.eta_estimates += 1;
         // Room now means something other than capacity holds the job: no estimate.
         let eta = self
             .earliest_start(shape, runtime, self.now, &[])

@@ -2,7 +2,7 @@
 //! settled once after it) and each placement, in placer, quota and fair share; a holder's
 //! record, and giving a victim's GPUs up or back while preemption searches.
 
-use super::running_carry::Charge;
+use super::cache::running_carry::Charge;
 use super::test_switches::{self, Switch};
 use super::{preempt, Cycle, Standing};
 use crate::core::alloc::Request;

@@ -53,14 +53,14 @@ impl Cycle<'_> {
             self.lending_waits.known.clear();
             self.lending_waits.version = version;
         }
-        if let Some(known) = self.lending_waits.known.get(&key) {
-            return *known;
+        // A walk, counted against the cycle's budget of estimates (with the memos off, a
+        // known wait is walked again uncounted, as the first walk was counted).
+        match self.lending_waits.known.get(&key) {
+            Some(known) if !self.memos_off => return *known,
+            Some(_) => {}
+            None if self.eta_estimates >= super::explain::ETA_BUDGET => return None,
+            None => self.eta_estimates += 1,
         }
-        // A walk, counted against the cycle's budget of estimates.
-        if self.eta_estimates >= super::explain::ETA_BUDGET {
-            return None;
-        }
-        self.eta_estimates += 1;
         // The end index is built only for a walk (a cycle past its budget builds none).
         self.index_ends();
         let wait = self.walk_lending(&key);

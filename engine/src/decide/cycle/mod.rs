@@ -1,7 +1,7 @@
 //! The decision cycle itself; see the module docs of `decide`.
 
 mod bookings;
-mod buffers;
+mod cache;
 mod decider;
 mod explain;
 mod gang_quota_wait;
@@ -9,7 +9,6 @@ mod holder_lists;
 mod holding;
 mod intake;
 mod job_lookup;
-mod job_memo;
 mod ledger_pools;
 mod lending_wait;
 mod mig_hold;
@@ -26,25 +25,22 @@ mod quota_gate;
 mod quota_victims;
 mod reserve;
 mod reserved_victims;
-mod running_carry;
-mod seq_memo;
-mod shape_memo;
 mod story;
 mod test_switches;
-mod typical_memo;
 mod victim_cost;
 mod victim_reach;
 mod walk_free;
-mod walk_memo;
 
+#[doc(hidden)]
+pub use cache::{keep_nothing, memos_off};
 pub use decider::PlacementDecider;
 #[doc(hidden)]
 pub use holding::record_holders_at_once;
 pub use intake::{default_job, invalid_job, unassigned_job};
 pub use story::placement_story;
-#[doc(hidden)]
 pub use victim_cost::{check_victim_indexes, find_victims_afresh};
 
+use cache::{buffers, job_memo, running_carry, shape_memo, typical_memo};
 use holding::Holder;
 use job_memo::Resolved;
 
@@ -124,6 +120,8 @@ struct Cycle<'a> {
     /// Tests' reference: no kept cost index, victim memo or memo of shapes that did not
     /// fit is read ([`victim_cost::find_victims_afresh`]).
     victims_afresh: bool,
+    /// Tests' reference: the caches within the cycle are off ([`cache::memos_off`]).
+    memos_off: bool,
     /// Running jobs (preemption candidates) by node.
     holders_on: holder_lists::HolderLists,
     /// Running jobs rule 1 protects for a while, by node, and whether there are any.
@@ -440,6 +438,7 @@ fn decide_cycle(
         running_submits: None,
         no_victims: shape_memo::ShapeMemo::default(),
         victims_afresh: test_switches::is_on(test_switches::Switch::VictimsAfresh),
+        memos_off: cache::memos_are_off(),
         reach: victim_reach::TeamReach::default(),
         lowest_victim_priority: None,
         holders_on,

@@ -76,7 +76,7 @@ impl<'a> Cycle<'a> {
             Ok(()) => {
                 // Free capacity only grows when a running job is released; until then a
                 // shape that did not fit still does not.
-                let known = (!self.victims_afresh)
+                let known = (!self.victims_afresh && !self.memos_off)
                     .then(|| self.unfit.get(shape_no, &within_key))
                     .flatten()
                     .filter(|(epoch, at, _)| {

@@ -366,7 +366,10 @@ impl<'a> Cycle<'a> {
             // is in the log; until one, a search finds what the last one found.
             let key = (self.asker_numbers.number(&asker), job, within_key);
             let log = self.log_mark();
-            if !self.victims_afresh && self.no_victims.get(shape_no, &key) == Some(&log) {
+            if !self.victims_afresh
+                && !self.memos_off
+                && self.no_victims.get(shape_no, &key) == Some(&log)
+            {
                 self.tell(js, |_| {
                     "preemption: no victim set (none was found for this shape earlier in the cycle)"
                         .into()

@@ -5,7 +5,7 @@
 //! with its oldest job; ties by submit time and id (numbers in ids as numbers: `job-9`
 //! before `job-10`, as Slurm orders job ids).
 
-use super::job_memo::Resolved;
+use super::cache::job_memo::Resolved;
 use super::Cycle;
 use crate::core::gang::JobShape;
 use crate::core::natural::NaturalId;

@@ -214,7 +214,7 @@ impl<'a> Cycle<'a> {
             need,
             pool,
         );
-        if let Some(q) = self.guarantee_blocks.get(&key) {
+        if let Some(q) = self.guarantee_blocks.get(&key).filter(|_| !self.memos_off) {
             return q.clone();
         }
         let q = self.format_guarantee_block(js, ix, (used, guaranteed, pool), need);
@@ -246,7 +246,7 @@ impl<'a> Cycle<'a> {
 
     /// `q` written out (its message and what unblocks it), memoised.
     pub(super) fn quota_words(&mut self, q: &QuotaBlock) -> (String, String) {
-        if let Some(words) = self.quota_words.get(q) {
+        if let Some(words) = self.quota_words.get(q).filter(|_| !self.memos_off) {
             return words.clone();
         }
         let words = (q.message(&self.ledger), q.unblock(&self.ledger));

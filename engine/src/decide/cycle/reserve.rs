@@ -5,9 +5,9 @@
 //! required topology group.
 
 use super::bookings::{booked_gpus, Booking, NodeBooking};
+use super::cache::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::protected_wait::ProtectedWait;
 use super::walk_free::{FlatWalk, NodeFreeWalk, WalkFree};
-use super::walk_memo::{EventKey, Reuse, WalkKey, WalkMemo, Walked};
 use super::{Blocked, Cycle};
 use crate::core::alloc::Request;
 use crate::core::gang::{self, JobShape};
@@ -469,7 +469,8 @@ impl Cycle<'_> {
         level: Option<TopologyLevel>,
     ) -> (RoomKey, RoomIndex) {
         let key: RoomKey = (shape.member.clone(), shape.pools.clone(), level);
-        let mut index = match self.room_cache.remove(&key) {
+        let kept = self.room_cache.remove(&key).filter(|_| !self.memos_off);
+        let mut index = match kept {
             Some(index) => index,
             None => self.room_index(&key),
         };

@@ -11,6 +11,10 @@ pub(super) enum Switch {
     VictimsAfresh,
     /// [`super::check_victim_indexes`].
     CheckVictimIndexes,
+    /// [`super::keep_nothing`].
+    KeepNothing,
+    /// [`super::memos_off`].
+    MemosOff,
 }
 
 thread_local! {

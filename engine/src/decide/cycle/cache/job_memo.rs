@@ -1,31 +1,35 @@
-//! [`JobMemo`]: what a kept [`super::PlacementDecider`] remembers of the job states it was given
+//! [`JobMemo`]: what a kept [`super::super::PlacementDecider`] remembers of the job states it was given
 //! with a revision (`JobState::revision`): each one's team and tier as indexes into the
 //! policy. A cycle holds every running job again; reading each one's names cost more
 //! than anything else it did for the job (the strings lie all over the heap).
+//!
+//! Stale when: a job state's revision is new (the caller gives a changed job a new one),
+//! or the policy's team or tier names changed (`JobMemo::begin` then forgets all).
+//! Off: [`super::keep_nothing`].
 
 use super::seq_memo::SeqMemo;
 use lang::ir::Program;
 
 /// A job's team (as `Cycle::team_ix` gives it) and tier (an index into the policy's
 /// tiers).
-pub(super) type Resolved = (Option<usize>, Option<usize>);
+pub(in crate::decide::cycle) type Resolved = (Option<usize>, Option<usize>);
 
 /// [`Resolved`] as stored: two indexes, `u32::MAX` for none, so an entry is 16 bytes, not
 /// 40 (every running job's is read each cycle).
-pub(super) type Packed = [u32; 2];
+pub(in crate::decide::cycle) type Packed = [u32; 2];
 
-pub(super) fn pack((team, tier): Resolved) -> Packed {
+pub(in crate::decide::cycle) fn pack((team, tier): Resolved) -> Packed {
     let one = |i: Option<usize>| i.and_then(|i| u32::try_from(i).ok()).unwrap_or(u32::MAX);
     [one(team), one(tier)]
 }
 
-pub(super) fn unpack([team, tier]: Packed) -> Resolved {
+pub(in crate::decide::cycle) fn unpack([team, tier]: Packed) -> Resolved {
     let one = |i: u32| (i != u32::MAX).then_some(i as usize);
     (one(team), one(tier))
 }
 
 #[derive(Debug, Default)]
-pub(super) struct JobMemo {
+pub(in crate::decide::cycle) struct JobMemo {
     /// The policy names the indexes were taken for.
     names: Names,
     resolved: SeqMemo<Packed>,

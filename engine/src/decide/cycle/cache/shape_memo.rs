@@ -2,12 +2,19 @@
 //! (`queue_order::QueueShapes`, where equal shapes share a number) and a small key. A
 //! key that owned the shape cloned it at every lookup, and one that borrowed it hashed
 //! and compared its pool and model names.
+//!
+//! Stale when: as each memo of it says at its field in `Cycle` (see [`super`]): the
+//! victimless memo once the change logs move, the memo of shapes that did not fit once a
+//! victim is released (or the allocation changes, for a fit that delayed bookings), ETAs
+//! once the allocation changes. Off: [`super::memos_off`] (its users then work out an
+//! answer the memo holds afresh, without counting it against the cycle's budgets, so the
+//! plan shows whether the memo's answer was right).
 
 use rustc_hash::FxHashMap as HashMap;
 use std::hash::Hash;
 
 #[derive(Debug)]
-pub(super) struct ShapeMemo<K, V> {
+pub(in crate::decide::cycle) struct ShapeMemo<K, V> {
     by_shape: Vec<HashMap<K, V>>,
 }
 

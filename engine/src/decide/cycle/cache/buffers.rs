@@ -1,16 +1,19 @@
 //! [`Buffers`]: the cycle's lists that grow with the running jobs, handed by a kept
-//! [`super::PlacementDecider`] from one cycle to the next so they keep their room. Grown afresh
+//! [`super::super::PlacementDecider`] from one cycle to the next so they keep their room. Grown afresh
 //! each cycle, their entries were written to cold memory: a quarter of the time spent
 //! holding a running job went to storing its holder.
+//!
+//! Stale when: never; they hold room, not answers (each cycle clears them before use).
+//! Off: [`super::keep_nothing`].
 
-use super::holder_lists::HolderLists;
-use super::holding::Holder;
+use super::super::holder_lists::HolderLists;
+use super::super::holding::Holder;
 use crate::core::placer::RunningMember;
 
 /// Empty lists with the room the last cycle grew. They hold no borrowed data between
 /// cycles (see [`recycle`]), hence the `'static` item types.
 #[derive(Debug, Default)]
-pub(super) struct Buffers {
+pub(in crate::decide::cycle) struct Buffers {
     pub holders: Vec<Holder<'static>>,
     pub running: Vec<RunningMember<'static>>,
     pub holders_on: HolderLists,
@@ -24,7 +27,7 @@ pub(super) struct Buffers {
 /// alignment (here: the same type borrowing for another lifetime). The standard library
 /// collects a consumed vector's iterator into its own allocation when the layouts
 /// match; nothing is converted, as no item is left. Otherwise it allocates afresh.
-pub(super) fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
+pub(in crate::decide::cycle) fn recycle<T, U>(mut v: Vec<T>) -> Vec<U> {
     v.clear();
     v.into_iter().filter_map(|_| None).collect()
 }

@@ -1,13 +1,16 @@
 //! [`TypicalMemo`]: the cycle's typical workload (`Workload::typical` of every job's
-//! member shape), counted by a kept [`super::PlacementDecider`] from each job's shape number and
+//! member shape), counted by a kept [`super::super::PlacementDecider`] from each job's shape number and
 //! memory as remembered by revision, so an unchanged job's shape is not compared again.
+//!
+//! Stale when: a job's revision is new (its shape is counted again) or it is gone (its
+//! count comes off). Off: [`super::keep_nothing`].
 
 use super::seq_memo::SeqMemo;
 use crate::core::frag::{ShapeTally, Workload};
 use crate::decide::snapshot::JobState;
 
 #[derive(Debug, Default)]
-pub(super) struct TypicalMemo {
+pub(in crate::decide::cycle) struct TypicalMemo {
     tally: ShapeTally,
     /// Each job's shape number in `tally` and member memory, by revision.
     shapes: SeqMemo<(u32, u64)>,

@@ -1,12 +1,16 @@
-//! [`SeqMemo`]: what a kept [`super::PlacementDecider`] worked out of job states given with a
+//! [`SeqMemo`]: what a kept [`super::super::PlacementDecider`] worked out of job states given with a
 //! revision (`JobState::revision`), by revision. A caller that keeps its states keeps
 //! their order, so a cycle asks in nearly the order the last one did: each answer is
 //! looked for a few entries on from the last one found, not hashed.
+//!
+//! Stale when: never by itself; a revision not asked for in a cycle is dropped at its end,
+//! and its owners ([`super::job_memo`], [`super::typical_memo`], [`super::running_carry`])
+//! forget it whole when what their answers mean changed. Off: [`super::keep_nothing`].
 
 use rustc_hash::FxHashMap as HashMap;
 
 #[derive(Debug)]
-pub(super) struct SeqMemo<V> {
+pub(in crate::decide::cycle) struct SeqMemo<V> {
     /// The last cycle's answers by revision, in the order it asked.
     last: Vec<(u64, V)>,
     /// Which of `last` this cycle has found.
@@ -37,7 +41,7 @@ impl<V> Default for SeqMemo<V> {
 /// or changed since the last cycle.
 const WINDOW: usize = 8;
 /// Misses in one cycle before `last` is indexed.
-pub(super) const MISSES_BEFORE_INDEX: usize = 16;
+pub(in crate::decide::cycle) const MISSES_BEFORE_INDEX: usize = 16;
 
 impl<V: Copy> SeqMemo<V> {
     /// Starts a cycle: what the last one asked for and was told is what this one finds.

@@ -1,5 +1,5 @@
 //! [`RunningCarry`]: the running batch's quota and fair-share charges, carried by a kept
-//! [`super::PlacementDecider`] from one cycle to the next. Most running jobs are the same from
+//! [`super::super::PlacementDecider`] from one cycle to the next. Most running jobs are the same from
 //! cycle to cycle (same revision, `JobState::revision`); their charges stay in each
 //! team's sums, and only the jobs that started or went since are added or taken off.
 //!
@@ -7,6 +7,11 @@
 //! are carried, so each team's sum is a whole number below 2^52, the number that adding
 //! the same charges as `f64`s in snapshot order gives. A team with a running job that
 //! cannot be carried (no revision, a larger charge) is summed job by job that cycle.
+//!
+//! Stale when: a job's revision is new or it stopped running (its charge comes off and the
+//! new one goes on), the policy's names or the teams it carries changed (everything is
+//! summed afresh), or a team has a job that cannot be carried (that team is summed job by
+//! job this cycle). Off: [`super::keep_nothing`].
 
 use super::job_memo::{pack, unpack, Packed, Resolved};
 use super::seq_memo::SeqMemo;
@@ -14,7 +19,7 @@ use super::seq_memo::SeqMemo;
 /// What one running job charges its team: milli-GPUs, and the GPUs, CPU and memory
 /// fair share weighs (as whole numbers).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(super) struct Charge {
+pub(in crate::decide::cycle) struct Charge {
     pub milli: u64,
     pub resources: [u64; 3],
 }
@@ -73,7 +78,7 @@ impl TeamSum {
 }
 
 #[derive(Debug, Default)]
-pub(super) struct RunningCarry {
+pub(in crate::decide::cycle) struct RunningCarry {
     jobs: SeqMemo<Entry>,
     /// Per policy team, the charges of its carried jobs (those in `jobs`).
     sums: Vec<TeamSum>,

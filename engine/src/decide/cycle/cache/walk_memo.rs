@@ -9,19 +9,23 @@
 //! overtake: a walk over them alone, cut off at the last winning event, settles it. The
 //! cycle's budget of 64 walks went to a few gang shapes walked again and again after small
 //! changes elsewhere in the fleet (each full walk released ~6,700 jobs at 12,500 nodes).
+//!
+//! Stale when: a node of the kept walk's winning group changed (the walk is done afresh);
+//! a change elsewhere only marks its group to be walked again. Off: [`super::memos_off`]
+//! (every walk afresh; debug builds also compare each reused walk with a full one).
 
-use super::reserve::Landing;
+use super::super::reserve::Landing;
 
 /// When a walk's winning group got room for every member: `(i64::MIN, 0, group)` when
 /// it had room before any job ended (the lowest such group wins), else the ending
 /// `(time, holder, member)` that gave it, in walk order. Booking boundaries are
 /// `(time, usize::MAX - 1, node)`, out of walk order: walks with bookings are kept only
 /// for reuse when nothing changed.
-pub(super) type EventKey = (i64, usize, usize);
+pub(in crate::decide::cycle) type EventKey = (i64, usize, usize);
 
 /// An earliest start: when, where the members go, which group, and the event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Walked {
+pub(in crate::decide::cycle) struct Walked {
     pub start: i64,
     pub landing: Vec<Landing>,
     pub group: usize,
@@ -31,7 +35,7 @@ pub(super) struct Walked {
 /// What a kept walk depends on besides the room index: how many members, and with
 /// bookings, how many and the job's runtime as they tell it apart
 /// (`Bookings::runtime_seen`).
-pub(super) type WalkKey = (u64, Option<(usize, Option<i64>)>);
+pub(in crate::decide::cycle) type WalkKey = (u64, Option<(usize, Option<i64>)>);
 
 /// Walks kept per room index (gangs of several sizes share one).
 const KEPT: usize = 8;
@@ -47,7 +51,7 @@ struct Kept {
 
 /// The groups changed, in order, and the walks kept.
 #[derive(Debug, Default)]
-pub(super) struct WalkMemo {
+pub(in crate::decide::cycle) struct WalkMemo {
     touched: Vec<u32>,
     /// Per group, the epoch (walks remembered so far) in which it was last logged in
     /// `touched`: once per epoch is enough, as every kept walk starts at an epoch's start.
@@ -56,10 +60,12 @@ pub(super) struct WalkMemo {
     kept: Vec<Kept>,
     /// Per group, whether it changed since the walk being reused (set only meanwhile).
     mask: Vec<bool>,
+    /// [`super::memos_off`]: every walk is walked afresh.
+    off: bool,
 }
 
 /// How the next walk can use the memo.
-pub(super) enum Reuse {
+pub(in crate::decide::cycle) enum Reuse {
     /// Walk everything.
     Afresh,
     /// Nothing changed: kept walk `k` stands.
@@ -75,6 +81,7 @@ impl WalkMemo {
             mask: vec![false; groups],
             logged_in: vec![0; groups],
             epoch: 1,
+            off: super::memos_are_off(),
             ..WalkMemo::default()
         }
     }
@@ -93,6 +100,9 @@ impl WalkMemo {
     /// What a walk for `key` may reuse (marking the changed groups for
     /// [`Reuse::Changed`]).
     pub fn reuse(&mut self, key: &WalkKey) -> Reuse {
+        if self.off {
+            return Reuse::Afresh;
+        }
         let Some(k) = self.kept.iter().position(|e| e.key == *key) else {
             return Reuse::Afresh;
         };
