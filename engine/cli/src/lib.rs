@@ -1,4 +1,6 @@
-//! Command-line interface: argument parsing with clap and dispatch to the subcommands.
+//! The `gantry` command line: argument parsing with clap and dispatch to the subcommands,
+//! which read files and run the engine (the `engine` crate) or a shell beside it (`serve`,
+//! `lsp`, `probe`); wall-clock timing lives here, not in the engine.
 //! Every command returns an exit code: 0 ok, 1 findings or failures, 2 usage or I/O error.
 
 mod agent;

@@ -1,5 +1,7 @@
-//! Finding and reading policy files. A directory of `.gantry` files is one policy; files
-//! named on the command line form a policy with the other named files of their directory.
+//! Finding and reading policy files for the shells (the CLI, the service, the language
+//! server). A directory of `.gantry` files is one policy; files named on the command line
+//! form a policy with the other named files of their directory. A policy's revision is a
+//! content hash of its files ([`content_hash`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

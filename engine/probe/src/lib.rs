@@ -1,7 +1,8 @@
-//! NVML through nvml-wrapper. One thread owns the library handle and the XID event set
-//! (both borrow-bound to it), waits for critical XID events between reads, and answers
-//! read requests over a channel, so callers never block on the driver for long and never
-//! touch NVML from two threads.
+//! The host's GPUs read through NVML (nvml-wrapper), into the engine's plain
+//! `HostReading` (`engine::inventory::nvml` turns a reading into a fleet node). One thread
+//! owns the library handle and the XID event set (both borrow-bound to it), waits for
+//! critical XID events between reads, and answers read requests over a channel, so
+//! callers never block on the driver for long and never touch NVML from two threads.
 
 use engine::inventory::nvml::{DeviceReading, HostReading, MigInstanceReading};
 use nvml_wrapper::bitmasks::event::EventTypes;
