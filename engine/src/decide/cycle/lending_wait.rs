@@ -22,6 +22,8 @@ type Key = (Option<usize>, Vec<Option<PoolIx>>, u64);
 /// When the cohort can lend: the time, and the holder whose end lets it.
 pub(super) type LendingWait = (i64, usize);
 
+/// A cache (`cache/mod.rs`): the waits worked out this cycle, by key. Stale once a job
+/// is held or a victim released (`version`); off with `memos_off`.
 #[derive(Debug, Default)]
 pub(super) struct LendingWaits {
     known: FxHashMap<Key, Option<LendingWait>>,

@@ -196,7 +196,9 @@ struct Cycle<'a> {
     /// cannot preempt by priority.
     lowest_victim_priority: Option<i64>,
     eta_memo: shape_memo::ShapeMemo<explain::EtaKey, Option<i64>>,
-    /// Room per shape for earliest-start estimates, kept up to date node by node.
+    /// Room per shape for earliest-start estimates, kept up to date node by node (a cache,
+    /// `cache/mod.rs`: each use catches up from `changed`; off with `memos_off`, when it
+    /// is built afresh at each use, its walk memo with it).
     room_cache: HashMap<reserve::RoomKey, reserve::RoomIndex>,
     walk_scratch: walk_free::WalkScratch,
     flat_free: walk_free::FlatFree,

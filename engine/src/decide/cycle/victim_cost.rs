@@ -48,6 +48,12 @@ pub(super) type Cost = (SetCost, Vec<usize>);
 /// it. Askers whose own team has no victims share one index per kind of job (`shared`);
 /// an asker whose team has lower tiers running gets an overlay that covers just the nodes
 /// those jobs are on, where its victims differ (`own`), over the shared index.
+///
+/// A cache (`cache/mod.rs`) of rule 4's cheapest set per node: stale for a node once its
+/// allocation changes (`Cycle::changed`) or a team's standing changes what its victims
+/// cost there (`victim_reach.rs` logs those nodes); each use catches up from the logs
+/// first. Off with `find_victims_afresh`; `check_victim_indexes` compares every catch-up
+/// with a fresh computation.
 #[derive(Debug, Default)]
 pub(super) struct CostIndex {
     /// Covered nodes; `None` when a covered node has no set that frees room.

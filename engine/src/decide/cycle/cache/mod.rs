@@ -22,6 +22,8 @@
 //!   for a fit that delayed bookings, once the allocation changes), and ETAs (stale once
 //!   the allocation changes).
 //! - [`walk_memo`] — earliest-start walks, reused while the winning group is unchanged.
+//! - `Cycle::room_cache` (`reserve.rs`'s room indexes, which hold the walk memos) — room
+//!   per shape for the walks, caught up from the cycle's change log at each use.
 //! - `lending_wait::LendingWaits` — when the cohort can lend, stale once holders or
 //!   releases change.
 //! - `Cycle::gang_ceilings`, `guarantee_blocks`, `quota_words` — per-cycle texts and
