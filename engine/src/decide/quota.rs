@@ -307,7 +307,7 @@ impl Ledger {
         }
     }
 
-    /// A pool's number; [`UNKNOWN_POOL`] for a name neither the fleet nor a guarantee has.
+    /// A pool's number; `UNKNOWN_POOL` for a name neither the fleet nor a guarantee has.
     pub fn pool_ix(&self, name: &str) -> PoolIx {
         pool_ix(&self.pools, name)
     }

@@ -56,7 +56,7 @@ fn one() -> f64 {
     1.0
 }
 
-/// Starts the history keeps at most: the newest, once it has [`STARTS_SLACK`] more (a
+/// Starts the history keeps at most: the newest, once it has `STARTS_SLACK` (an eighth) more (a
 /// ConfigMap holds the controller's; trimming in batches keeps a long replay linear).
 pub const MAX_STARTS: usize = 20_000;
 const STARTS_SLACK: usize = MAX_STARTS / 8;
@@ -86,7 +86,7 @@ pub fn remember_start(starts: &mut Vec<Start>, start: Start, now: i64) {
 
 /// Forgets starts past the usage horizon (they go with the usage of their time) once the
 /// oldest is an hour past it, and the oldest beyond [`MAX_STARTS`] once there are
-/// [`STARTS_SLACK`] more.
+/// `STARTS_SLACK` more.
 pub fn forget_starts(starts: &mut Vec<Start>, now: i64) {
     use crate::decide::usage::HORIZON;
     if starts

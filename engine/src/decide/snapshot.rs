@@ -262,7 +262,7 @@ fn resolve(
 
 /// One member's placement on node `n` (index `node`), taken from its free resources. A
 /// placement that names the node but no GPUs (what the Kubernetes API can say of a bound
-/// pod) takes its GPUs by count: see [`resolve_node_level`].
+/// pod) takes its GPUs by count: see `resolve_node_level`.
 pub fn resolve_member(
     n: &crate::core::fleet::Node,
     node: usize,
