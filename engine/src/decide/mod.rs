@@ -1,5 +1,5 @@
-//! One decision cycle, `decide(&Program, &Snapshot, now) -> Plan`: pure and deterministic.
-//! Admission rules, then the queue in order (tier priority, fair share, submit time), each
+//! The placement part of a decision cycle, `decide_placement(&Program, &Snapshot, now)`:
+//! pure and deterministic (`cycle::decide` runs it, then autoscaling). Admission rules, then the queue in order (tier priority, fair share, submit time), each
 //! job placed whole or not at all within its quotas, with preemption of lower tiers and
 //! reclaim of borrowed capacity where the policy allows, and backfill around the head
 //! blocked job's reservation. Every job that is not placed gets a reason.

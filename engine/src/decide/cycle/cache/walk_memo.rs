@@ -12,7 +12,8 @@
 //!
 //! Stale when: a node of the kept walk's winning group changed (the walk is done afresh);
 //! a change elsewhere only marks its group to be walked again. Off: [`super::memos_off`]
-//! (every walk afresh; debug builds also compare each reused walk with a full one).
+//! (the room index that holds it is built afresh at each use, so every walk is afresh;
+//! debug builds also compare each reused walk with a full one).
 
 use super::super::reserve::Landing;
 
@@ -60,8 +61,6 @@ pub(in crate::decide::cycle) struct WalkMemo {
     kept: Vec<Kept>,
     /// Per group, whether it changed since the walk being reused (set only meanwhile).
     mask: Vec<bool>,
-    /// [`super::memos_off`]: every walk is walked afresh.
-    off: bool,
 }
 
 /// How the next walk can use the memo.
@@ -81,7 +80,6 @@ impl WalkMemo {
             mask: vec![false; groups],
             logged_in: vec![0; groups],
             epoch: 1,
-            off: super::memos_are_off(),
             ..WalkMemo::default()
         }
     }
@@ -100,9 +98,6 @@ impl WalkMemo {
     /// What a walk for `key` may reuse (marking the changed groups for
     /// [`Reuse::Changed`]).
     pub fn reuse(&mut self, key: &WalkKey) -> Reuse {
-        if self.off {
-            return Reuse::Afresh;
-        }
         let Some(k) = self.kept.iter().position(|e| e.key == *key) else {
             return Reuse::Afresh;
         };
